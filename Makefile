@@ -1,0 +1,38 @@
+# Two commands for a newcomer: `make demo` and `make test` (both set up first).
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+# Pinned build-time tools for fairseq-fixed's Cython/C++ extensions.
+BUILD_TOOLS := cython==3.3.1 numpy==2.4.6 setuptools==84.2.1 wheel==0.48.0
+STAMP := $(VENV)/.setup-done
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt constraints.txt setup.py Makefile
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required; set PYTHON=...)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -c constraints.txt torch==2.13.0
+	$(PIP) install -q -c constraints.txt $(BUILD_TOOLS)
+	# fairseq-fixed: the PyPI fairseq 0.12.2 does not import on Python 3.11.
+	# --no-deps: its metadata asks for torchaudio, which would bring a CUDA torch.
+	$(PY) -c "import fairseq" 2>/dev/null || $(PIP) install -q --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
+	$(PIP) install -q -c constraints.txt -r requirements.txt
+	$(PIP) install -q --no-deps --no-build-isolation -e .
+	$(PY) -c "import torch, fairseq, fairseq_plugins; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	touch $(STAMP)
+
+demo: setup
+	$(PY) -m fairseq_plugins.cli.demo
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(PY) benchmarks/attention_speed.py
+
+clean:
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,11 @@
+"""fairseq_plugins: attention kinds for fairseq (``--user-dir fairseq_plugins``).
+
+Importing the package registers the attention kinds, models, architectures,
+tasks and criteria with fairseq, and the few classes that fairseq checkpoints
+contain as safe globals for ``torch.load(weights_only=True)``.
+"""
+from . import checkpoint_compat  # noqa: F401
+from . import modules  # noqa: F401
+from . import models  # noqa: F401
+
+__version__ = "0.1.0"

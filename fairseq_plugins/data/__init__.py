@@ -1,0 +1,1 @@
+"""Data sets and generators."""

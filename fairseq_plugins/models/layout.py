@@ -1,0 +1,170 @@
+"""Per-layer choices of mixed models: attention kind, head count and FFN width.
+
+Every per-layer option is a comma-separated list with one value per layer; a
+single value is broadcast to all layers (the mixed-attention paper's searched
+architectures vary kind, heads and FFN width per layer). The lists stay strings
+in the model configuration, so checkpoints store them as given.
+"""
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+from fairseq.dataclass import FairseqDataclass
+from fairseq.models.transformer import TransformerConfig
+
+from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError, check_kind
+
+
+@dataclass
+class DecoderLayoutConfig(FairseqDataclass):
+    decoder_attention_kinds: str = field(
+        default="softmax",
+        metadata={"help": "attention kind of each decoder layer's self-attention (comma-separated, one value broadcasts)"},
+    )
+    decoder_layer_attention_heads: Optional[str] = field(
+        default=None,
+        metadata={"help": "self-attention heads of each decoder layer (comma-separated; default: --decoder-attention-heads)"},
+    )
+    decoder_layer_ffn_embed_dims: Optional[str] = field(
+        default=None,
+        metadata={"help": "FFN width of each decoder layer (comma-separated; default: --decoder-ffn-embed-dim)"},
+    )
+    cosformer_max_positions: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "cosFormer horizon M of causal and encoder-decoder attention: positions must stay below it "
+            "(default: --max-target-positions, and for encoder-decoder attention the larger of source and target)"
+        },
+    )
+
+
+@dataclass
+class EncoderDecoderLayoutConfig(DecoderLayoutConfig):
+    encoder_attention_kinds: str = field(
+        default="softmax",
+        metadata={"help": "attention kind of each encoder layer's self-attention (comma-separated, one value broadcasts)"},
+    )
+    encoder_layer_attention_heads: Optional[str] = field(
+        default=None,
+        metadata={"help": "self-attention heads of each encoder layer (comma-separated; default: --encoder-attention-heads)"},
+    )
+    encoder_layer_ffn_embed_dims: Optional[str] = field(
+        default=None,
+        metadata={"help": "FFN width of each encoder layer (comma-separated; default: --encoder-ffn-embed-dim)"},
+    )
+    cross_attention_kinds: str = field(
+        default="softmax",
+        metadata={"help": "attention kind of each decoder layer's encoder-decoder attention (comma-separated)"},
+    )
+    cross_attention_heads: Optional[str] = field(
+        default=None,
+        metadata={"help": "encoder-decoder attention heads of each decoder layer (comma-separated; default: the layer's self-attention heads)"},
+    )
+
+
+LAYOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EncoderDecoderLayoutConfig)}
+
+
+def set_layout_defaults(args):
+    """Fill unset layout options (architectures call this, fairseq style)."""
+    for name, default in LAYOUT_DEFAULTS.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, default)
+
+
+def parse_per_layer(value, num_layers: int, option: str, cast: Callable, default=None) -> List:
+    """'a,b,c' -> [a, b, c]; one value broadcasts; None -> [default] * num_layers."""
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        if default is None:
+            raise AttentionConfigError(f"--{option.replace('_', '-')} is not set")
+        return [default] * num_layers
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    items = [str(v).strip() for v in items]
+    if len(items) == 1:
+        items = items * num_layers
+    if len(items) != num_layers:
+        raise AttentionConfigError(
+            f"--{option.replace('_', '-')} has {len(items)} values ({','.join(items)}) but the model has "
+            f"{num_layers} layers: give one value per layer or a single value for all"
+        )
+    try:
+        return [cast(v) for v in items]
+    except ValueError:
+        raise AttentionConfigError(f"--{option.replace('_', '-')}: cannot read {value!r} as a list of {cast.__name__}") from None
+
+
+def _positive_int(text: str) -> int:
+    number = int(text)
+    if number < 1:
+        raise ValueError(text)
+    return number
+
+
+_positive_int.__name__ = "positive integers"
+
+
+@dataclass
+class LayerChoice:
+    self_kind: str
+    heads: int
+    ffn_embed_dim: int
+    cross_kind: Optional[str] = None
+    cross_heads: Optional[int] = None
+
+
+def encoder_layout(cfg) -> List[LayerChoice]:
+    cfg = TransformerConfig.from_namespace(cfg)
+    n = cfg.encoder.layers
+    kinds = parse_per_layer(getattr(cfg, "encoder_attention_kinds", "softmax"), n, "encoder_attention_kinds", str)
+    heads = parse_per_layer(getattr(cfg, "encoder_layer_attention_heads", None), n, "encoder_layer_attention_heads", _positive_int, cfg.encoder.attention_heads)
+    ffn = parse_per_layer(getattr(cfg, "encoder_layer_ffn_embed_dims", None), n, "encoder_layer_ffn_embed_dims", _positive_int, cfg.encoder.ffn_embed_dim)
+    layout = [LayerChoice(k, h, f) for k, h, f in zip(kinds, heads, ffn)]
+    for i, choice in enumerate(layout):
+        check_kind(choice.self_kind, ENCODER_SELF, f"--encoder-attention-kinds (encoder layer {i})")
+        _check_heads(cfg.encoder.embed_dim, choice.heads, f"--encoder-layer-attention-heads (encoder layer {i})")
+    return layout
+
+
+def decoder_layout(cfg, has_encoder_attention: bool) -> List[LayerChoice]:
+    cfg = TransformerConfig.from_namespace(cfg)
+    n = cfg.decoder.layers
+    kinds = parse_per_layer(getattr(cfg, "decoder_attention_kinds", "softmax"), n, "decoder_attention_kinds", str)
+    heads = parse_per_layer(getattr(cfg, "decoder_layer_attention_heads", None), n, "decoder_layer_attention_heads", _positive_int, cfg.decoder.attention_heads)
+    ffn = parse_per_layer(getattr(cfg, "decoder_layer_ffn_embed_dims", None), n, "decoder_layer_ffn_embed_dims", _positive_int, cfg.decoder.ffn_embed_dim)
+    layout = [LayerChoice(k, h, f) for k, h, f in zip(kinds, heads, ffn)]
+    if has_encoder_attention:
+        cross_kinds = parse_per_layer(getattr(cfg, "cross_attention_kinds", "softmax"), n, "cross_attention_kinds", str)
+        cross_heads_value = getattr(cfg, "cross_attention_heads", None)
+        cross_heads = (
+            parse_per_layer(cross_heads_value, n, "cross_attention_heads", _positive_int)
+            if cross_heads_value is not None
+            else heads
+        )
+        for choice, kind, h in zip(layout, cross_kinds, cross_heads):
+            choice.cross_kind, choice.cross_heads = kind, h
+    for i, choice in enumerate(layout):
+        check_kind(choice.self_kind, DECODER_SELF, f"--decoder-attention-kinds (decoder layer {i})")
+        _check_heads(cfg.decoder.embed_dim, choice.heads, f"--decoder-layer-attention-heads (decoder layer {i})")
+        if choice.self_kind != "softmax" and getattr(cfg, "cross_self_attention", False):
+            raise AttentionConfigError(
+                f"--cross-self-attention needs softmax decoder self-attention, but decoder layer {i} uses {choice.self_kind!r}"
+            )
+        if has_encoder_attention:
+            check_kind(choice.cross_kind, ENCODER_DECODER, f"--cross-attention-kinds (decoder layer {i})")
+            _check_heads(cfg.decoder.embed_dim, choice.cross_heads, f"--cross-attention-heads (decoder layer {i})")
+    return layout
+
+
+def _check_heads(embed_dim: int, heads: int, option: str):
+    if embed_dim % heads != 0:
+        raise AttentionConfigError(f"{option}: embedding dimension {embed_dim} is not divisible by {heads} heads")
+
+
+def layer_config(cfg: TransformerConfig, side: str, choice: LayerChoice) -> TransformerConfig:
+    """A shallow copy of ``cfg`` whose ``side`` ('encoder'/'decoder') block has this layer's heads and FFN width."""
+    layer_cfg = copy.copy(cfg)
+    block = dataclasses.replace(getattr(cfg, side), attention_heads=choice.heads, ffn_embed_dim=choice.ffn_embed_dim)
+    setattr(layer_cfg, side, block)
+    layer_cfg.layer_choice = choice
+    return layer_cfg

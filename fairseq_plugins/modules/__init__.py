@@ -1,0 +1,15 @@
+"""Attention kinds. Importing this package registers every kind."""
+from .registry import (  # noqa: F401
+    ATTENTION_REGISTRY,
+    DECODER_SELF,
+    ENCODER_DECODER,
+    ENCODER_SELF,
+    PLACEMENTS,
+    AttentionConfigError,
+    BaseAttention,
+    build_attention,
+    check_kind,
+    register_attention,
+    valid_kinds,
+)
+from . import softmax_attention, cosformer  # noqa: F401,E402  (registration side effects)

@@ -1,0 +1,200 @@
+"""One interface and one registry for every attention kind.
+
+Every kind is an ``nn.Module`` with the call signature and return value of
+fairseq's :class:`~fairseq.modules.MultiheadAttention` (inputs T x B x C,
+``key_padding_mask`` B x S with True at pads, ``incremental_state`` for
+step-by-step decoding and ``reorder_incremental_state`` for beam search). It is
+registered under a name with the placements it supports and a naive reference
+written straight from its paper's equations; the conformance suite in
+``tests/modules`` runs every registered kind in every placement it supports.
+
+Placements:
+
+* ``encoder_self``: bidirectional self-attention in an encoder;
+* ``decoder_self``: causal self-attention in a decoder or language model. Kinds
+  are causal *by construction* here: they must give the same result whether or
+  not fairseq's additive future mask is passed (see ``BaseAttention``);
+* ``encoder_decoder``: decoder queries over encoder keys and values.
+"""
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+from fairseq.incremental_decoding_utils import FairseqIncrementalState
+from torch import Tensor, nn
+
+ENCODER_SELF = "encoder_self"
+DECODER_SELF = "decoder_self"
+ENCODER_DECODER = "encoder_decoder"
+PLACEMENTS = (ENCODER_SELF, DECODER_SELF, ENCODER_DECODER)
+
+IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
+
+
+class AttentionConfigError(ValueError):
+    """A model option selects an attention kind or setting that cannot be built."""
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    name: str
+    cls: type
+    placements: Tuple[str, ...]
+    # naive_reference(module, query, key, value, key_padding_mask) -> T x B x C,
+    # computed in explicit loops from the paper's equations (used by the tests).
+    naive_reference: Callable
+    description: str
+
+
+ATTENTION_REGISTRY: Dict[str, AttentionSpec] = {}
+
+
+def register_attention(name: str, placements, naive_reference: Callable, description: str):
+    """Class decorator: register an attention kind under ``name``."""
+    placements = tuple(placements)
+    unknown = [p for p in placements if p not in PLACEMENTS]
+    if unknown:
+        raise ValueError(f"unknown placements {unknown} for attention kind {name!r}; valid: {PLACEMENTS}")
+
+    def decorator(cls):
+        if name in ATTENTION_REGISTRY:
+            raise ValueError(f"attention kind {name!r} is already registered")
+        # Kinds either subclass BaseAttention or (softmax) fairseq's own
+        # MultiheadAttention; both must provide these class-level hooks.
+        missing = [a for a in ("from_config", "uses_future_mask", "reorder_incremental_state") if not hasattr(cls, a)]
+        if missing:
+            raise TypeError(f"attention kind {name!r} lacks the attention interface: {missing}")
+        cls.kind_name = name
+        ATTENTION_REGISTRY[name] = AttentionSpec(name, cls, placements, naive_reference, description)
+        return cls
+
+    return decorator
+
+
+def valid_kinds(placement: Optional[str] = None):
+    return sorted(n for n, s in ATTENTION_REGISTRY.items() if placement is None or placement in s.placements)
+
+
+def check_kind(kind: str, placement: str, option_name: str = "attention kind") -> AttentionSpec:
+    """Fail with the list of valid choices if ``kind`` cannot go in ``placement``."""
+    if placement not in PLACEMENTS:
+        raise AttentionConfigError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
+    spec = ATTENTION_REGISTRY.get(kind)
+    if spec is None:
+        raise AttentionConfigError(
+            f"{option_name}: unknown attention kind {kind!r}; registered kinds: "
+            f"{', '.join(valid_kinds()) or '(none)'} (valid for {placement}: {', '.join(valid_kinds(placement))})"
+        )
+    if placement not in spec.placements:
+        raise AttentionConfigError(
+            f"{option_name}: attention kind {kind!r} cannot be used for {placement} "
+            f"(it supports {', '.join(spec.placements)}); valid for {placement}: {', '.join(valid_kinds(placement))}"
+        )
+    return spec
+
+
+def build_attention(
+    kind: str,
+    placement: str,
+    embed_dim: int,
+    num_heads: int,
+    cfg=None,
+    kdim: Optional[int] = None,
+    vdim: Optional[int] = None,
+    dropout: float = 0.0,
+    option_name: str = "attention kind",
+):
+    """Build attention kind ``kind`` for ``placement``.
+
+    ``cfg`` is the model configuration (a fairseq ``TransformerConfig`` or an
+    argparse namespace); kinds read their own options from it with defaults.
+    """
+    spec = check_kind(kind, placement, option_name)
+    if embed_dim % num_heads != 0:
+        raise AttentionConfigError(
+            f"{option_name}: embedding dimension {embed_dim} is not divisible by {num_heads} attention heads"
+        )
+    return spec.cls.from_config(
+        placement=placement,
+        embed_dim=embed_dim,
+        num_heads=num_heads,
+        kdim=kdim if kdim is not None else embed_dim,
+        vdim=vdim if vdim is not None else embed_dim,
+        dropout=dropout,
+        cfg=cfg,
+    )
+
+
+class BaseAttention(FairseqIncrementalState, nn.Module):
+    """Base of all attention kinds: placement bookkeeping, incremental-state
+    storage and beam reordering.
+
+    Subclasses implement ``forward`` with fairseq's MultiheadAttention signature
+    and keep every incremental tensor with the batch (times beam) as dim 0, so
+    that ``reorder_incremental_state`` can reorder them generically.
+    """
+
+    kind_name = "base"
+    # True when the kind wants fairseq's explicit T x T additive future mask in
+    # decoder self-attention. Kinds that are causal by construction set False,
+    # so the decoder can skip materialising the O(T^2) mask.
+    uses_future_mask = False
+
+    def __init__(self, placement: str, embed_dim: int, num_heads: int, kdim: int, vdim: int):
+        super().__init__()
+        if placement not in PLACEMENTS:
+            raise AttentionConfigError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
+        self.placement = placement
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.kdim = kdim
+        self.vdim = vdim
+        self.causal = placement == DECODER_SELF
+        self.self_attention = placement != ENCODER_DECODER
+        self.encoder_decoder_attention = placement == ENCODER_DECODER
+
+    @classmethod
+    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, cfg):
+        return cls(placement, embed_dim, num_heads, kdim, vdim)
+
+    # -- incremental state (same helper names as fairseq's MultiheadAttention) --
+    def _get_input_buffer(self, incremental_state: Optional[IncrementalState]) -> Dict[str, Optional[Tensor]]:
+        result = self.get_incremental_state(incremental_state, "attn_state")
+        return result if result is not None else {}
+
+    def _set_input_buffer(self, incremental_state: IncrementalState, buffer: Dict[str, Optional[Tensor]]):
+        return self.set_incremental_state(incremental_state, "attn_state", buffer)
+
+    @torch.jit.export
+    def reorder_incremental_state(self, incremental_state: IncrementalState, new_order: Tensor):
+        """Reorder the cached state for beam search: every tensor has batch as dim 0."""
+        buffer = self._get_input_buffer(incremental_state)
+        if buffer:
+            for key, value in buffer.items():
+                if value is not None:
+                    buffer[key] = value.index_select(0, new_order)
+            incremental_state = self._set_input_buffer(incremental_state, buffer)
+        return incremental_state
+
+    # -- argument checks shared by all kinds --
+    def _check_inputs(self, query: Tensor, key: Optional[Tensor], key_padding_mask: Optional[Tensor]):
+        if query.dim() != 3 or query.size(-1) != self.embed_dim:
+            raise ValueError(
+                f"{self.kind_name} attention expects query of shape (T, B, {self.embed_dim}), got {tuple(query.shape)}"
+            )
+        if key is not None and key_padding_mask is not None:
+            if key_padding_mask.shape[0] != key.shape[1]:
+                raise ValueError(
+                    f"key_padding_mask batch size {key_padding_mask.shape[0]} does not match key batch size {key.shape[1]}"
+                )
+
+    def _check_no_arbitrary_mask(self, attn_mask: Optional[Tensor]):
+        if attn_mask is not None:
+            raise ValueError(
+                f"attention kind {self.kind_name!r} is causal by construction in decoder self-attention and "
+                "cannot apply an arbitrary attn_mask; pass attn_mask=None (the mixed decoder does this)"
+            )
+
+    def extra_repr(self):
+        return f"placement={self.placement}, embed_dim={self.embed_dim}, num_heads={self.num_heads}"
