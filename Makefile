@@ -4,8 +4,9 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
-# Pinned build-time tools for fairseq-fixed's Cython/C++ extensions.
-BUILD_TOOLS := cython==3.3.1 numpy==2.4.6 setuptools==84.2.1 wheel==0.48.0
+# Pinned build-time tools for fairseq-fixed's Cython/C++ extensions. numpy < 2:
+# fairseq 0.12 still uses np.compat.long (TokenBlockDataset, LanguagePairDataset).
+BUILD_TOOLS := cython==3.3.1 numpy==1.26.4 setuptools==84.2.1 wheel==0.48.0
 STAMP := $(VENV)/.setup-done
 
 .PHONY: setup demo test bench clean

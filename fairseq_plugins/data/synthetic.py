@@ -8,9 +8,9 @@
 """
 import os
 import random
-import subprocess
-import sys
 from typing import Dict, Tuple
+
+from ..cli.pipeline import fairseq_command, run
 
 SPLITS: Dict[str, int] = {"train": 3000, "valid": 100, "test": 100}
 
@@ -54,26 +54,18 @@ def write_lm_corpus(raw_dir: str, splits: Dict[str, int] = SPLITS, seed: int = 1
     return raw_dir
 
 
-def _fairseq_cli(name: str) -> list:
-    """Run a fairseq console script with the current interpreter."""
-    return [sys.executable, "-c", f"import sys; from fairseq_cli.{name} import cli_main; sys.exit(cli_main())"]
-
-
 def binarize_translation(raw_dir: str, data_bin: str, workers: int = 1) -> str:
-    subprocess.run(
-        _fairseq_cli("preprocess")
-        + ["--source-lang", "src", "--target-lang", "tgt", "--trainpref", f"{raw_dir}/train", "--validpref", f"{raw_dir}/valid",
-           "--testpref", f"{raw_dir}/test", "--destdir", data_bin, "--joined-dictionary", "--workers", str(workers)],
-        check=True, stdout=subprocess.DEVNULL,
-    )
+    """fairseq-preprocess with a joined dictionary (the presets share all embeddings)."""
+    run(fairseq_command("preprocess") + [
+        "--source-lang", "src", "--target-lang", "tgt", "--trainpref", f"{raw_dir}/train", "--validpref", f"{raw_dir}/valid",
+        "--testpref", f"{raw_dir}/test", "--destdir", data_bin, "--joined-dictionary", "--workers", str(workers),
+    ])
     return data_bin
 
 
 def binarize_lm(raw_dir: str, data_bin: str, workers: int = 1) -> str:
-    subprocess.run(
-        _fairseq_cli("preprocess")
-        + ["--only-source", "--trainpref", f"{raw_dir}/train.txt", "--validpref", f"{raw_dir}/valid.txt",
-           "--testpref", f"{raw_dir}/test.txt", "--destdir", data_bin, "--workers", str(workers)],
-        check=True, stdout=subprocess.DEVNULL,
-    )
+    run(fairseq_command("preprocess") + [
+        "--only-source", "--trainpref", f"{raw_dir}/train.txt", "--validpref", f"{raw_dir}/valid.txt",
+        "--testpref", f"{raw_dir}/test.txt", "--destdir", data_bin, "--workers", str(workers),
+    ])
     return data_bin

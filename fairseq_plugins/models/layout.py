@@ -113,29 +113,38 @@ class LayerChoice:
     cross_heads: Optional[int] = None
 
 
-def encoder_layout(cfg) -> List[LayerChoice]:
-    cfg = TransformerConfig.from_namespace(cfg)
-    n = cfg.encoder.layers
-    kinds = parse_per_layer(getattr(cfg, "encoder_attention_kinds", "softmax"), n, "encoder_attention_kinds", str)
-    heads = parse_per_layer(getattr(cfg, "encoder_layer_attention_heads", None), n, "encoder_layer_attention_heads", _positive_int, cfg.encoder.attention_heads)
-    ffn = parse_per_layer(getattr(cfg, "encoder_layer_ffn_embed_dims", None), n, "encoder_layer_ffn_embed_dims", _positive_int, cfg.encoder.ffn_embed_dim)
+def _option(args, name: str, default=None):
+    """Read a plugin option from the raw model args (argparse Namespace or
+    omegaconf DictConfig). Never through TransformerConfig: it maps names that
+    start with ``encoder_``/``decoder_`` onto its sub-configs and drops keys it
+    does not know when converting a DictConfig."""
+    value = getattr(args, name, None)
+    return default if value is None else value
+
+
+def encoder_layout(args) -> List[LayerChoice]:
+    std = TransformerConfig.from_namespace(args)
+    n = std.encoder.layers
+    kinds = parse_per_layer(_option(args, "encoder_attention_kinds", "softmax"), n, "encoder_attention_kinds", str)
+    heads = parse_per_layer(_option(args, "encoder_layer_attention_heads"), n, "encoder_layer_attention_heads", _positive_int, std.encoder.attention_heads)
+    ffn = parse_per_layer(_option(args, "encoder_layer_ffn_embed_dims"), n, "encoder_layer_ffn_embed_dims", _positive_int, std.encoder.ffn_embed_dim)
     layout = [LayerChoice(k, h, f) for k, h, f in zip(kinds, heads, ffn)]
     for i, choice in enumerate(layout):
         check_kind(choice.self_kind, ENCODER_SELF, f"--encoder-attention-kinds (encoder layer {i})")
-        _check_heads(cfg.encoder.embed_dim, choice.heads, f"--encoder-layer-attention-heads (encoder layer {i})")
+        _check_heads(std.encoder.embed_dim, choice.heads, f"--encoder-layer-attention-heads (encoder layer {i})")
     return layout
 
 
-def decoder_layout(cfg, has_encoder_attention: bool) -> List[LayerChoice]:
-    cfg = TransformerConfig.from_namespace(cfg)
-    n = cfg.decoder.layers
-    kinds = parse_per_layer(getattr(cfg, "decoder_attention_kinds", "softmax"), n, "decoder_attention_kinds", str)
-    heads = parse_per_layer(getattr(cfg, "decoder_layer_attention_heads", None), n, "decoder_layer_attention_heads", _positive_int, cfg.decoder.attention_heads)
-    ffn = parse_per_layer(getattr(cfg, "decoder_layer_ffn_embed_dims", None), n, "decoder_layer_ffn_embed_dims", _positive_int, cfg.decoder.ffn_embed_dim)
+def decoder_layout(args, has_encoder_attention: bool) -> List[LayerChoice]:
+    std = TransformerConfig.from_namespace(args)
+    n = std.decoder.layers
+    kinds = parse_per_layer(_option(args, "decoder_attention_kinds", "softmax"), n, "decoder_attention_kinds", str)
+    heads = parse_per_layer(_option(args, "decoder_layer_attention_heads"), n, "decoder_layer_attention_heads", _positive_int, std.decoder.attention_heads)
+    ffn = parse_per_layer(_option(args, "decoder_layer_ffn_embed_dims"), n, "decoder_layer_ffn_embed_dims", _positive_int, std.decoder.ffn_embed_dim)
     layout = [LayerChoice(k, h, f) for k, h, f in zip(kinds, heads, ffn)]
     if has_encoder_attention:
-        cross_kinds = parse_per_layer(getattr(cfg, "cross_attention_kinds", "softmax"), n, "cross_attention_kinds", str)
-        cross_heads_value = getattr(cfg, "cross_attention_heads", None)
+        cross_kinds = parse_per_layer(_option(args, "cross_attention_kinds", "softmax"), n, "cross_attention_kinds", str)
+        cross_heads_value = _option(args, "cross_attention_heads")
         cross_heads = (
             parse_per_layer(cross_heads_value, n, "cross_attention_heads", _positive_int)
             if cross_heads_value is not None
@@ -145,14 +154,14 @@ def decoder_layout(cfg, has_encoder_attention: bool) -> List[LayerChoice]:
             choice.cross_kind, choice.cross_heads = kind, h
     for i, choice in enumerate(layout):
         check_kind(choice.self_kind, DECODER_SELF, f"--decoder-attention-kinds (decoder layer {i})")
-        _check_heads(cfg.decoder.embed_dim, choice.heads, f"--decoder-layer-attention-heads (decoder layer {i})")
-        if choice.self_kind != "softmax" and getattr(cfg, "cross_self_attention", False):
+        _check_heads(std.decoder.embed_dim, choice.heads, f"--decoder-layer-attention-heads (decoder layer {i})")
+        if choice.self_kind != "softmax" and std.cross_self_attention:
             raise AttentionConfigError(
                 f"--cross-self-attention needs softmax decoder self-attention, but decoder layer {i} uses {choice.self_kind!r}"
             )
         if has_encoder_attention:
             check_kind(choice.cross_kind, ENCODER_DECODER, f"--cross-attention-kinds (decoder layer {i})")
-            _check_heads(cfg.decoder.embed_dim, choice.cross_heads, f"--cross-attention-heads (decoder layer {i})")
+            _check_heads(std.decoder.embed_dim, choice.cross_heads, f"--cross-attention-heads (decoder layer {i})")
     return layout
 
 
@@ -161,10 +170,13 @@ def _check_heads(embed_dim: int, heads: int, option: str):
         raise AttentionConfigError(f"{option}: embedding dimension {embed_dim} is not divisible by {heads} heads")
 
 
-def layer_config(cfg: TransformerConfig, side: str, choice: LayerChoice) -> TransformerConfig:
-    """A shallow copy of ``cfg`` whose ``side`` ('encoder'/'decoder') block has this layer's heads and FFN width."""
+def layer_config(cfg: TransformerConfig, side: str, choice: LayerChoice, model_args) -> TransformerConfig:
+    """A shallow copy of ``cfg`` whose ``side`` ('encoder'/'decoder') block has
+    this layer's heads and FFN width, carrying the layer's choice and the raw
+    model args (from which attention kinds read their own options)."""
     layer_cfg = copy.copy(cfg)
     block = dataclasses.replace(getattr(cfg, side), attention_heads=choice.heads, ffn_embed_dim=choice.ffn_embed_dim)
     setattr(layer_cfg, side, block)
     layer_cfg.layer_choice = choice
+    layer_cfg.model_args = model_args
     return layer_cfg

@@ -47,7 +47,7 @@ class MixedTransformerEncoderLayer(TransformerEncoderLayerBase):
             ENCODER_SELF,
             embed_dim,
             cfg.encoder.attention_heads,
-            cfg,
+            cfg.model_args,
             dropout=cfg.attention_dropout,
             option_name="--encoder-attention-kinds",
         )
@@ -62,7 +62,7 @@ class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
             DECODER_SELF,
             embed_dim,
             cfg.decoder.attention_heads,
-            cfg,
+            cfg.model_args,
             dropout=cfg.attention_dropout,
             option_name="--decoder-attention-kinds",
         )
@@ -73,7 +73,7 @@ class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
             ENCODER_DECODER,
             embed_dim,
             cfg.layer_choice.cross_heads,
-            cfg,
+            cfg.model_args,
             kdim=cfg.encoder.embed_dim,
             vdim=cfg.encoder.embed_dim,
             dropout=cfg.attention_dropout,
@@ -91,6 +91,7 @@ class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
 class MixedTransformerEncoder(TransformerEncoder):
     def __init__(self, args, dictionary, embed_tokens, return_fc=False):
         # fairseq builds layers inside __init__ without passing their index.
+        self._model_args = args
         self._layout = encoder_layout(args)
         self._layers_built = 0
         super().__init__(args, dictionary, embed_tokens, return_fc=return_fc)
@@ -99,12 +100,13 @@ class MixedTransformerEncoder(TransformerEncoder):
         cfg = TransformerConfig.from_namespace(cfg)
         choice = self._layout[self._layers_built]
         self._layers_built += 1
-        layer = MixedTransformerEncoderLayer(layer_config(cfg, "encoder", choice), return_fc=self.return_fc)
+        layer = MixedTransformerEncoderLayer(layer_config(cfg, "encoder", choice, self._model_args), return_fc=self.return_fc)
         return wrap_layer(layer, cfg)
 
 
 class MixedTransformerDecoder(TransformerDecoder):
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        self._model_args = args
         self._layout = decoder_layout(args, has_encoder_attention=not no_encoder_attn)
         self._layers_built = 0
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn, output_projection=output_projection)
@@ -114,7 +116,7 @@ class MixedTransformerDecoder(TransformerDecoder):
         cfg = TransformerConfig.from_namespace(cfg)
         choice = self._layout[self._layers_built]
         self._layers_built += 1
-        layer = MixedTransformerDecoderLayer(layer_config(cfg, "decoder", choice), no_encoder_attn=no_encoder_attn)
+        layer = MixedTransformerDecoderLayer(layer_config(cfg, "decoder", choice, self._model_args), no_encoder_attn=no_encoder_attn)
         return wrap_layer(layer, cfg)
 
     def buffered_future_mask(self, tensor):

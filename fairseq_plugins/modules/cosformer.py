@@ -120,6 +120,127 @@ def cosformer_bidirectional(q: Tensor, k: Tensor, v1: Tensor, q_angle: Tensor, k
     return out[..., :-1] / out[..., -1:].clamp_min(eps)
 
 
+def _causal_decay(chunk: int, horizon: int, dtype, device) -> Tensor:
+    """The C x C intra-chunk re-weighting cos(pi/2 (i - j)/M) for i >= j, zero above the diagonal."""
+    idx = torch.arange(chunk, device=device)
+    rel = (idx.unsqueeze(1) - idx.unsqueeze(0)).to(dtype)
+    return torch.cos(rel * (math.pi / 2 / horizon)).masked_fill_(rel < 0, 0.0)
+
+
+def _to_chunks(x: Tensor, n_chunks: int, chunk: int) -> Tensor:
+    """B,H,T,F (any strides) -> contiguous B,H,n,C,F, zero-padded at the end."""
+    bsz, heads, length, feat = x.shape
+    if n_chunks * chunk == length:
+        return x.contiguous().view(bsz, heads, n_chunks, chunk, feat)
+    out = x.new_zeros(bsz, heads, n_chunks * chunk, feat)
+    out[:, :, :length] = x
+    return out.view(bsz, heads, n_chunks, chunk, feat)
+
+
+class _ChunkedCausalCosformer(torch.autograd.Function):
+    """Chunked causal cosFormer with a hand-written backward.
+
+    Shapes (G = B*H*n batched matrices of one chunk each): q, k: B,H,n,C,D;
+    v1: B,H,n,C,E; cos, sin: B,1,n,C,1; decay: C,C; state: B,H,D,2E or None.
+
+    With W = [v1 cos | v1 sin] (C x 2E per chunk) the sums over earlier tokens
+    are the D x 2E matrix S = sum_j k_j W_j^T, and a query reads them as
+    cos_i (q_i S)[:E] + sin_i (q_i S)[E:]. Every product is a batched matrix
+    product over all chunks at once; the only sequential step is the cumulative
+    sum of the n per-chunk states.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v1, cos, sin, decay, state, eps):
+        bsz, heads, n, chunk, dim = q.shape
+        e_dim = v1.size(-1)
+        g = bsz * heads * n
+        q3, k3, v3 = q.view(g, chunk, dim), k.view(g, chunk, dim), v1.view(g, chunk, e_dim)
+        # Intra-chunk: exact quadratic form.
+        attn = torch.bmm(q3, k3.transpose(1, 2)).mul_(decay)
+        out = torch.bmm(attn, v3)  # g,C,E (last column: denominator)
+        # Per-chunk states and their exclusive prefix sums (plus the incoming state).
+        w = v1.new_empty(bsz, heads, n, chunk, 2 * e_dim)
+        torch.mul(v1, cos, out=w[..., :e_dim])
+        torch.mul(v1, sin, out=w[..., e_dim:])
+        w3 = w.view(g, chunk, 2 * e_dim)
+        chunk_states = torch.bmm(k3.transpose(1, 2), w3).view(bsz, heads, n, dim, 2 * e_dim)
+        excl = torch.empty_like(chunk_states)
+        if state is None:
+            excl[:, :, 0].zero_()
+        else:
+            excl[:, :, 0].copy_(state)
+        if n > 1:
+            torch.cumsum(chunk_states[:, :, :-1], dim=2, out=excl[:, :, 1:])
+            if state is not None:
+                excl[:, :, 1:] += state.unsqueeze(2)
+        final = excl[:, :, -1] + chunk_states[:, :, -1]
+        # Inter-chunk: every query reads the state of all earlier chunks.
+        u = torch.bmm(q3, excl.view(g, dim, 2 * e_dim)).view(bsz, heads, n, chunk, 2 * e_dim)
+        out = out.view(bsz, heads, n, chunk, e_dim)
+        out.addcmul_(u[..., :e_dim], cos).addcmul_(u[..., e_dim:], sin)
+        den_raw = out[..., dim:]
+        den = den_raw.clamp_min(eps)
+        y = out[..., :dim] / den
+        ctx.save_for_backward(q, k, v1, cos, sin, decay, attn, w, excl, den, y)
+        ctx.clamped = den_raw < eps
+        ctx.has_state = state is not None
+        ctx.set_materialize_grads(False)
+        return y, final
+
+    @staticmethod
+    def backward(ctx, gy, gfinal):
+        q, k, v1, cos, sin, decay, attn, w, excl, den, y = ctx.saved_tensors
+        bsz, heads, n, chunk, dim = q.shape
+        e_dim = v1.size(-1)
+        g = bsz * heads * n
+        q3, k3, v3 = q.view(g, chunk, dim), k.view(g, chunk, dim), v1.view(g, chunk, e_dim)
+        gout = q.new_empty(bsz, heads, n, chunk, e_dim)
+        if gy is None:
+            gout.zero_()
+        else:
+            torch.div(gy, den, out=gout[..., :dim])
+            gden = torch.sum(gout[..., :dim] * y, dim=-1, keepdim=True).neg_()
+            gden.masked_fill_(ctx.clamped, 0.0)
+            gout[..., dim:] = gden
+        go3 = gout.view(g, chunk, e_dim)
+        # Intra-chunk.
+        gattn = torch.bmm(go3, v3.transpose(1, 2)).mul_(decay)
+        gv = torch.bmm(attn.transpose(1, 2), go3)
+        gq = torch.bmm(gattn, k3)
+        gk = torch.bmm(gattn.transpose(1, 2), q3)
+        # Inter-chunk: queries.
+        gu = q.new_empty(bsz, heads, n, chunk, 2 * e_dim)
+        torch.mul(gout, cos, out=gu[..., :e_dim])
+        torch.mul(gout, sin, out=gu[..., e_dim:])
+        gu3 = gu.view(g, chunk, 2 * e_dim)
+        gq.baddbmm_(gu3, excl.view(g, dim, 2 * e_dim).transpose(1, 2))
+        gexcl = torch.bmm(q3.transpose(1, 2), gu3).view(bsz, heads, n, dim, 2 * e_dim)
+        # Reverse exclusive prefix sum: chunk m feeds the states of every later chunk (and the final state).
+        gchunk = torch.empty_like(gexcl)
+        if gfinal is None:
+            gchunk[:, :, -1].zero_()
+        else:
+            gchunk[:, :, -1].copy_(gfinal)
+        for i in range(n - 2, -1, -1):
+            torch.add(gchunk[:, :, i + 1], gexcl[:, :, i + 1], out=gchunk[:, :, i])
+        gstate = None
+        if ctx.has_state and ctx.needs_input_grad[6]:
+            gstate = gchunk[:, :, 0] + gexcl[:, :, 0]
+        gc3 = gchunk.view(g, dim, 2 * e_dim)
+        # Keys and values.
+        gk.baddbmm_(w.view(g, chunk, 2 * e_dim), gc3.transpose(1, 2))
+        gw = torch.bmm(k3, gc3).view(bsz, heads, n, chunk, 2 * e_dim)
+        gv = gv.view(bsz, heads, n, chunk, e_dim)
+        gv.addcmul_(gw[..., :e_dim], cos).addcmul_(gw[..., e_dim:], sin)
+        return (
+            gq.view(q.shape),
+            gk.view(k.shape),
+            gv,
+            None, None, None, gstate, None,
+        )
+
+
 def cosformer_causal(
     q: Tensor,
     k: Tensor,
@@ -134,7 +255,7 @@ def cosformer_causal(
 
     q, k: B,H,T,D (after phi, padded keys zero); v1: B,H,T,E (values plus a
     ones column that gives the denominator); angle: B,1,T,1 = pi/2 * pos / M;
-    state: B,H,2,D,E running sums [sum_j k_j^cos v1_j^T, sum_j k_j^sin v1_j^T]
+    state: B,H,D,2E running sums [sum_j k_j (v1_j cos a_j)^T | sum_j k_j (v1_j sin a_j)^T]
     over earlier tokens (None: empty). Returns (B,H,T,E-1 output, new state).
 
     Inside a chunk, cos(pi/2 (i - j)/M) depends only on i - j, which for real
@@ -143,41 +264,38 @@ def cosformer_causal(
     """
     bsz, heads, tgt_len, dim = q.shape
     e_dim = v1.size(-1)
+    cos_a, sin_a = torch.cos(angle), torch.sin(angle)
+    if tgt_len == 1:
+        return _causal_step(q, k, v1, cos_a, sin_a, eps, state)
     chunk = max(1, min(chunk_size, tgt_len))
     n_chunks = (tgt_len + chunk - 1) // chunk
-    padded = n_chunks * chunk
-    if padded != tgt_len:
-        extra = padded - tgt_len
-        q = F.pad(q, (0, 0, 0, extra))
-        k = F.pad(k, (0, 0, 0, extra))
-        v1 = F.pad(v1, (0, 0, 0, extra))
-        angle = F.pad(angle, (0, 0, 0, extra))
-    cos_a, sin_a = torch.cos(angle), torch.sin(angle)
+    decay = _causal_decay(chunk, horizon, q.dtype, q.device)
+    y, final = _ChunkedCausalCosformer.apply(
+        _to_chunks(q, n_chunks, chunk),
+        _to_chunks(k, n_chunks, chunk),
+        _to_chunks(v1, n_chunks, chunk),
+        _to_chunks(cos_a, n_chunks, chunk),
+        _to_chunks(sin_a, n_chunks, chunk),
+        decay,
+        state,
+        eps,
+    )
+    y = y.view(bsz, heads, n_chunks * chunk, dim)
+    if n_chunks * chunk != tgt_len:
+        y = y[:, :, :tgt_len]
+    return y, final
 
-    # Intra-chunk: exact quadratic form with the shared relative re-weighting.
-    idx = torch.arange(chunk, device=q.device)
-    rel = (idx.unsqueeze(1) - idx.unsqueeze(0)).to(q.dtype)
-    decay = torch.cos(rel * (math.pi / 2 / horizon)).masked_fill(rel < 0, 0.0)  # C x C, lower-triangular
-    qc = q.view(bsz, heads, n_chunks, chunk, dim)
-    kc = k.view(bsz, heads, n_chunks, chunk, dim)
-    vc = v1.view(bsz, heads, n_chunks, chunk, e_dim)
-    out = ((qc @ kc.transpose(-1, -2)) * decay) @ vc  # B,H,n,C,E
 
-    # Inter-chunk: state of all earlier chunks, read through cos/sin features.
-    k2 = torch.cat([k * cos_a, k * sin_a], dim=-1).view(bsz, heads, n_chunks, chunk, 2 * dim)
-    chunk_states = k2.transpose(-1, -2) @ vc  # B,H,n,2D,E
-    inclusive = chunk_states.cumsum(dim=2)
+def _causal_step(q, k, v1, cos_a, sin_a, eps, state):
+    """One new token per sequence (decoding): update the state, read it back. q, k: B,H,1,D."""
+    w = torch.cat([v1 * cos_a, v1 * sin_a], dim=-1)  # B,H,1,2E
+    new_state = k.transpose(-1, -2) @ w  # B,H,D,2E
     if state is not None:
-        inclusive = inclusive + state.reshape(bsz, heads, 1, 2 * dim, e_dim)
-    final_state = inclusive[:, :, -1].reshape(bsz, heads, 2, dim, e_dim)
-    if n_chunks > 1 or state is not None:
-        before = inclusive[:, :, :-1]
-        first = state.reshape(bsz, heads, 1, 2 * dim, e_dim) if state is not None else torch.zeros_like(inclusive[:, :, :1])
-        exclusive = torch.cat([first, before], dim=2)
-        q2 = torch.cat([q * cos_a, q * sin_a], dim=-1).view(bsz, heads, n_chunks, chunk, 2 * dim)
-        out = out + q2 @ exclusive
-    out = out.reshape(bsz, heads, padded, e_dim)[:, :, :tgt_len]
-    return out[..., :-1] / out[..., -1:].clamp_min(eps), final_state
+        new_state = new_state + state
+    e_dim = v1.size(-1)
+    u = q @ new_state  # B,H,1,2E
+    out = u[..., :e_dim] * cos_a + u[..., e_dim:] * sin_a
+    return out[..., :-1] / out[..., -1:].clamp_min(eps), new_state
 
 
 def explicit_weights(q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, horizon: Tensor, key_pad: Optional[Tensor], causal: bool, eps: float) -> Tensor:
@@ -272,7 +390,6 @@ class CosformerAttention(BaseAttention):
 
     @classmethod
     def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, cfg):
-        quant_noise_cfg = getattr(cfg, "quant_noise", None) if cfg is not None else None
         return cls(
             placement,
             embed_dim,
@@ -280,8 +397,8 @@ class CosformerAttention(BaseAttention):
             kdim=kdim,
             vdim=vdim,
             horizon=horizon_for(placement, cfg),
-            q_noise=getattr(quant_noise_cfg, "pq", 0.0) if quant_noise_cfg is not None else 0.0,
-            qn_block_size=getattr(quant_noise_cfg, "pq_block_size", 8) if quant_noise_cfg is not None else 8,
+            q_noise=getattr(cfg, "quant_noise_pq", 0.0) or 0.0,
+            qn_block_size=getattr(cfg, "quant_noise_pq_block_size", 8) or 8,
         )
 
     def reset_parameters(self):

@@ -106,8 +106,9 @@ def build_attention(
 ):
     """Build attention kind ``kind`` for ``placement``.
 
-    ``cfg`` is the model configuration (a fairseq ``TransformerConfig`` or an
-    argparse namespace); kinds read their own options from it with defaults.
+    ``cfg`` holds the raw model options (the argparse Namespace or omegaconf
+    DictConfig fairseq passes to ``build_model``); kinds read their own options
+    from it with ``getattr(cfg, name, default)``.
     """
     spec = check_kind(kind, placement, option_name)
     if embed_dim % num_heads != 0:

@@ -75,7 +75,6 @@ class SoftmaxAttention(MultiheadAttention):
 
     @classmethod
     def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, cfg):
-        quant_noise = getattr(cfg, "quant_noise", None) if cfg is not None else None
         return cls(
             placement,
             embed_dim,
@@ -83,8 +82,8 @@ class SoftmaxAttention(MultiheadAttention):
             kdim=kdim,
             vdim=vdim,
             dropout=dropout,
-            q_noise=getattr(quant_noise, "pq", 0.0) if quant_noise is not None else 0.0,
-            qn_block_size=getattr(quant_noise, "pq_block_size", 8) if quant_noise is not None else 8,
+            q_noise=getattr(cfg, "quant_noise_pq", 0.0) or 0.0,
+            qn_block_size=getattr(cfg, "quant_noise_pq_block_size", 8) or 8,
         )
 
     def forward(
@@ -102,6 +101,11 @@ class SoftmaxAttention(MultiheadAttention):
     ):
         if self.causal and attn_mask is None and incremental_state is None and query.size(0) > 1:
             attn_mask = causal_additive_mask(query.size(0), key.size(0), query)
+        if need_head_weights and incremental_state is None:
+            # fairseq's fast path (F.multi_head_attention_forward) averages the
+            # heads even when per-head weights are asked for; static_kv=True,
+            # a no-op without incremental state, selects its explicit path.
+            static_kv = True
         return super().forward(
             query,
             key,

@@ -1,0 +1,229 @@
+"""The conformance suite: every registered attention kind, in every placement it
+supports, must pass these checks. A new kind only registers itself (with a
+naive reference) to be covered here."""
+import argparse
+
+import pytest
+import torch
+
+import fairseq_plugins  # noqa: F401  (registers the kinds)
+from fairseq_plugins.modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, build_attention
+
+EMBED, HEADS, TGT_LEN, SRC_LEN, BSZ = 16, 4, 7, 9, 3
+# float64 everywhere; fairseq's incremental softmax path computes its softmax in
+# float32 (fairseq.utils.softmax), hence 1e-6 rather than machine precision.
+TOL = 1e-6
+
+CASES = [(kind, placement) for kind, spec in sorted(ATTENTION_REGISTRY.items()) for placement in spec.placements]
+CASE_IDS = [f"{kind}-{placement}" for kind, placement in CASES]
+DECODING_CASES = [c for c in CASES if c[1] in (DECODER_SELF, ENCODER_DECODER)]
+DECODING_IDS = [f"{k}-{p}" for k, p in DECODING_CASES]
+
+
+def model_cfg(**overrides):
+    cfg = argparse.Namespace(max_target_positions=64, max_source_positions=64, cosformer_max_positions=None)
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+def make(kind, placement, dtype=torch.float64, seed=0):
+    torch.manual_seed(seed)
+    module = build_attention(kind, placement, EMBED, HEADS, model_cfg())
+    return module.to(dtype).eval()
+
+
+def inputs(placement, bsz=BSZ, tgt_len=TGT_LEN, src_len=SRC_LEN, dtype=torch.float64, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    query = torch.randn(tgt_len, bsz, EMBED, generator=gen, dtype=dtype)
+    if placement == ENCODER_DECODER:
+        memory = torch.randn(src_len, bsz, EMBED, generator=gen, dtype=dtype)
+        return query, memory
+    return query, query
+
+
+def call(module, query, memory, key_padding_mask=None, **kwargs):
+    kwargs.setdefault("need_weights", False)
+    out, weights = module(query, memory, memory, key_padding_mask=key_padding_mask, static_kv=module.placement == ENCODER_DECODER, **kwargs)
+    return out, weights
+
+
+def padding_for(placement, length, bsz=BSZ):
+    """Left padding on row 1 (fairseq sources) and right padding on row 2 (fairseq targets)."""
+    pad = torch.zeros(bsz, length, dtype=torch.bool)
+    if placement != DECODER_SELF:
+        pad[1, :2] = True  # left-padded keys
+    pad[2, length - 3:] = True  # right-padded keys
+    return pad
+
+
+def real_queries(placement, pad, tgt_len):
+    """Query positions whose output is meaningful (T x B x 1)."""
+    if placement == ENCODER_DECODER:
+        return torch.ones(tgt_len, pad.size(0), 1, dtype=torch.bool)
+    return (~pad).T.unsqueeze(-1)
+
+
+@pytest.mark.parametrize("kind,placement", CASES, ids=CASE_IDS)
+def test_equals_naive_reference(kind, placement):
+    module = make(kind, placement)
+    query, memory = inputs(placement)
+    pad = padding_for(placement, memory.size(0))
+    out, _ = call(module, query, memory, pad)
+    reference = ATTENTION_REGISTRY[kind].naive_reference(module, query, memory, memory, pad)
+    mask = real_queries(placement, pad, query.size(0))
+    assert torch.allclose(out * mask, reference * mask, atol=TOL, rtol=0), (out - reference).mul(mask).abs().max()
+    # and without any padding mask
+    out, _ = call(module, query, memory)
+    reference = ATTENTION_REGISTRY[kind].naive_reference(module, query, memory, memory, None)
+    assert torch.allclose(out, reference, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("kind,placement", [c for c in CASES if c[1] == DECODER_SELF], ids=[f"{k}" for k, p in CASES if p == DECODER_SELF])
+def test_causality(kind, placement):
+    module = make(kind, placement)
+    query, _ = inputs(placement, tgt_len=12)
+    out, _ = call(module, query, query)
+    for t in range(query.size(0) - 1):
+        changed = query.clone()
+        changed[t + 1:] = torch.randn_like(changed[t + 1:]) * 3
+        out_changed, _ = call(module, changed, changed)
+        assert torch.allclose(out[: t + 1], out_changed[: t + 1], atol=TOL, rtol=0), f"position <= {t} saw the future"
+        assert not torch.allclose(out[t + 1:], out_changed[t + 1:]), "changing the future changed nothing at all"
+
+
+def step_by_step(module, query, memory, pad=None, reorder=None):
+    """Decode token by token; ``reorder=(step, new_order)`` reorders the state as beam search does."""
+    state = {}
+    outputs = []
+    for t in range(query.size(0)):
+        if reorder is not None and t == reorder[0]:
+            module.reorder_incremental_state(state, reorder[1])
+            query = query.index_select(1, reorder[1])
+            memory = memory.index_select(1, reorder[1])
+            if pad is not None:
+                pad = pad.index_select(0, reorder[1])
+            outputs = [o.index_select(1, reorder[1]) for o in outputs]
+        if module.placement == DECODER_SELF:
+            # fairseq passes the padding of the tokens fed so far (current step last).
+            step_pad = pad[:, : t + 1] if pad is not None else None
+            out, _ = call(module, query[t: t + 1], query[t: t + 1], step_pad, incremental_state=state)
+        else:
+            out, _ = call(module, query[t: t + 1], memory, pad, incremental_state=state)
+        outputs.append(out)
+    return torch.cat(outputs, dim=0)
+
+
+@pytest.mark.parametrize("kind,placement", DECODING_CASES, ids=DECODING_IDS)
+def test_incremental_parity(kind, placement):
+    module = make(kind, placement)
+    query, memory = inputs(placement, tgt_len=10)
+    pad = padding_for(placement, memory.size(0)) if placement == ENCODER_DECODER else None
+    full, _ = call(module, query, memory, pad)
+    incremental = step_by_step(module, query, memory, pad)
+    assert torch.allclose(full, incremental, atol=TOL, rtol=0), (full - incremental).abs().max()
+
+
+@pytest.mark.parametrize("kind,placement", [c for c in DECODING_CASES if c[1] == DECODER_SELF], ids=[k for k, p in DECODING_CASES if p == DECODER_SELF])
+def test_incremental_parity_after_beam_reorder_self(kind, placement):
+    module = make(kind, placement)
+    query, memory = inputs(placement, tgt_len=10, bsz=4)
+    new_order = torch.tensor([2, 0, 0, 3])  # a beam step keeps hypothesis 0 twice and drops 1
+    incremental = step_by_step(module, query, memory, reorder=(4, new_order))
+    # Expected: each row continues the history of the hypothesis it came from.
+    expected_query = torch.cat([query[:4].index_select(1, new_order), query[4:].index_select(1, new_order)], dim=0)
+    expected, _ = call(module, expected_query, expected_query)
+    assert torch.allclose(expected, incremental, atol=TOL, rtol=0), (expected - incremental).abs().max()
+
+
+@pytest.mark.parametrize("kind,placement", [c for c in DECODING_CASES if c[1] == ENCODER_DECODER], ids=[k for k, p in DECODING_CASES if p == ENCODER_DECODER])
+@pytest.mark.parametrize("new_order", [[1, 1, 3, 2], [2, 3]], ids=["within-sentences", "sentence-finished"])
+def test_incremental_parity_after_beam_reorder_cross(kind, placement, new_order):
+    """Beam search over 2 sentences x 2 beams: the encoder output is repeated per
+    beam, reorders move hypotheses within a sentence or drop finished sentences."""
+    module = make(kind, placement)
+    beams = 2
+    query, memory = inputs(placement, tgt_len=10, bsz=2)
+    pad = torch.zeros(2, memory.size(0), dtype=torch.bool)
+    pad[0, :2] = True  # sentence 0 is left-padded
+    memory, pad = memory.repeat_interleave(beams, dim=1), pad.repeat_interleave(beams, dim=0)
+    query = torch.randn(10, 2 * beams, EMBED, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    new_order = torch.tensor(new_order)
+    incremental = step_by_step(module, query, memory, pad, reorder=(4, new_order))
+    expected_query = torch.cat([query[:4].index_select(1, new_order), query[4:].index_select(1, new_order)], dim=0)
+    expected, _ = call(module, expected_query, memory.index_select(1, new_order), pad.index_select(0, new_order))
+    assert torch.allclose(expected, incremental, atol=TOL, rtol=0), (expected - incremental).abs().max()
+
+
+@pytest.mark.parametrize("kind,placement", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padding_invariance(kind, placement, side):
+    """One sequence alone == the same sequence batched with longer ones, padded."""
+    module = make(kind, placement)
+    length, longer = 5, 9
+    query_long, memory_long = inputs(placement, bsz=3, tgt_len=longer if placement != ENCODER_DECODER else 6, src_len=longer)
+    gen = torch.Generator().manual_seed(5)
+    seq = torch.randn(length, 1, EMBED, generator=gen, dtype=torch.float64)
+    if placement == ENCODER_DECODER:
+        alone_query = query_long[:, :1]
+        alone, _ = call(module, alone_query, seq)
+        memory = memory_long.clone()
+        pad = torch.zeros(3, longer, dtype=torch.bool)
+        where = slice(longer - length, longer) if side == "left" else slice(0, length)
+        memory[:, 0] = 0.0
+        memory[where, 0] = seq[:, 0]
+        pad[0] = True
+        pad[0, where] = False
+        batched, _ = call(module, query_long, memory, pad)
+        assert torch.allclose(alone[:, 0], batched[:, 0], atol=TOL, rtol=0)
+        return
+    alone, _ = call(module, seq, seq)
+    query = query_long.clone()
+    pad = torch.zeros(3, longer, dtype=torch.bool)
+    where = slice(longer - length, longer) if side == "left" else slice(0, length)
+    query[:, 0] = 7.0  # garbage in padded positions must not leak
+    query[where, 0] = seq[:, 0]
+    pad[0] = True
+    pad[0, where] = False
+    batched, _ = call(module, query, query, pad)
+    assert torch.allclose(alone[:, 0], batched[where, 0], atol=TOL, rtol=0), (alone[:, 0] - batched[where, 0]).abs().max()
+
+
+@pytest.mark.parametrize("kind,placement", CASES, ids=CASE_IDS)
+def test_every_parameter_receives_gradient(kind, placement):
+    module = make(kind, placement, dtype=torch.float32).train()
+    query, memory = inputs(placement, dtype=torch.float32)
+    query.requires_grad_(True)
+    pad = padding_for(placement, memory.size(0))
+    out, _ = call(module, query, memory, pad)
+    (out * torch.randn_like(out)).sum().backward()
+    for name, param in module.named_parameters():
+        assert param.grad is not None, f"{name} got no gradient"
+        assert torch.isfinite(param.grad).all() and param.grad.abs().sum() > 0, f"{name} got a zero or non-finite gradient"
+
+
+@pytest.mark.parametrize("kind,placement", CASES, ids=CASE_IDS)
+def test_attention_weights_are_distributions(kind, placement):
+    module = make(kind, placement)
+    query, memory = inputs(placement)
+    pad = padding_for(placement, memory.size(0))
+    out, weights = call(module, query, memory, pad, need_weights=True)
+    out_plain, _ = call(module, query, memory, pad, need_weights=False)
+    assert torch.allclose(out, out_plain, atol=1e-12, rtol=0), "asking for weights changed the output"
+    assert weights is not None and weights.shape == (BSZ, query.size(0), memory.size(0))
+    _, head_weights = call(module, query, memory, pad, need_head_weights=True)
+    head_weights = head_weights.to(weights.dtype)  # fairseq's explicit path returns float32 weights
+    assert head_weights.shape == (HEADS, BSZ, query.size(0), memory.size(0))
+    assert torch.allclose(head_weights.mean(0), weights, atol=1e-6)
+    rows = real_queries(placement, pad, query.size(0)).squeeze(-1).T  # B x T
+    assert (head_weights >= -1e-12).all()
+    # Each head's row is a distribution over keys; a kind whose normaliser can
+    # vanish (ReLU features of cosFormer) may give an all-zero row instead.
+    row_sums = head_weights.sum(-1)[:, rows]
+    ones = torch.isclose(row_sums, torch.ones_like(row_sums), atol=1e-8)
+    zeros = row_sums.abs() < 1e-12
+    assert (ones | zeros).all() and ones.float().mean() > 0.5, row_sums
+    assert weights.masked_select(pad.unsqueeze(1).expand_as(weights)).abs().max() < 1e-12, "weight on padding"
+    if placement == DECODER_SELF:
+        future = torch.ones(query.size(0), memory.size(0), dtype=torch.bool).triu(1)
+        assert weights[:, future].abs().max() < 1e-12, "weight on future tokens"
