@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,17 +26,37 @@ class CommandFailed(RuntimeError):
     pass
 
 
-def run(command: Sequence[str], log_path: Optional[str] = None, env: Optional[dict] = None, input_text: Optional[str] = None) -> str:
-    """Run a command, return its combined output; on failure raise with the output's tail."""
+def run(
+    command: Sequence[str],
+    log_path: Optional[str] = None,
+    env: Optional[dict] = None,
+    input_text: Optional[str] = None,
+    on_line: Optional[Callable[[str], None]] = None,
+) -> str:
+    """Run a command, return its combined output (``on_line`` sees each line as
+    it comes); on failure raise with the output's tail."""
     full_env = dict(os.environ, **(env or {}))
-    result = subprocess.run(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env, input=input_text)
+    process = subprocess.Popen(
+        list(command), stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
+    )
+    if input_text is not None:
+        process.stdin.write(input_text)
+        process.stdin.close()
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if on_line is not None:
+            on_line(line)
+    returncode = process.wait()
+    output = "".join(lines)
     if log_path:
         with open(log_path, "w", encoding="utf-8") as f:
-            f.write(result.stdout)
-    if result.returncode != 0:
-        tail = "\n".join(result.stdout.splitlines()[-40:])
-        raise CommandFailed(f"command failed with exit code {result.returncode}: {' '.join(command[:1] + list(command[3:]))}\n{tail}")
-    return result.stdout
+            f.write(output)
+    if returncode != 0:
+        tail = "\n".join(output.splitlines()[-40:])
+        raise CommandFailed(f"command failed with exit code {returncode}: {' '.join(command[:1] + list(command[3:]))}\n{tail}")
+    return output
 
 
 TRANSLATION_TRAINING = [
@@ -58,18 +78,34 @@ class TrainResult:
     log: str
 
 
-def train(data_bin: str, save_dir: str, arch: str, extra: Sequence[str] = (), max_update: int = 500, seed: int = 1, task: Optional[str] = None) -> TrainResult:
-    """fairseq-train on CPU without validation; returns the last checkpoint."""
+def train(
+    data_bin: str,
+    save_dir: str,
+    arch: str,
+    extra: Sequence[str] = (),
+    max_update: int = 500,
+    seed: int = 1,
+    task: Optional[str] = None,
+    on_update: Optional[Callable[[int], None]] = None,
+) -> TrainResult:
+    """fairseq-train on CPU without validation; returns the last checkpoint.
+    ``on_update(n)`` is called whenever fairseq logs update n (every 50)."""
     os.makedirs(save_dir, exist_ok=True)
     command = fairseq_command("train") + [
         data_bin, "--user-dir", PLUGIN_DIR, "--arch", arch, "--cpu", "--seed", str(seed), "--max-update", str(max_update),
-        "--save-dir", save_dir, "--no-epoch-checkpoints", "--disable-validation", "--no-progress-bar", "--log-interval", "100",
+        "--save-dir", save_dir, "--no-epoch-checkpoints", "--disable-validation", "--no-progress-bar", "--log-interval", "50",
         "--num-workers", "0",
     ]
     if task:
         command += ["--task", task]
     start = time.time()
-    log = run(command + list(extra), log_path=os.path.join(save_dir, "train.log"))
+
+    def watch(line: str):
+        match = re.search(r"num_updates[=\s|]+(\d+)", line)
+        if match and on_update is not None:
+            on_update(int(match.group(1)))
+
+    log = run(command + list(extra), log_path=os.path.join(save_dir, "train.log"), on_line=watch)
     return TrainResult(os.path.join(save_dir, "checkpoint_last.pt"), time.time() - start, log)
 
 

@@ -49,7 +49,7 @@ from .registry import (
 DEFAULT_EPS = 1e-6
 # Chunk length of the causal form, chosen by benchmarks/attention_speed.py on a
 # 2-core CPU (see docs/benchmarks.md); any value gives the same result.
-DEFAULT_CHUNK_SIZE = 128
+DEFAULT_CHUNK_SIZE = 64
 
 
 def horizon_for(placement: str, cfg) -> Optional[int]:
@@ -127,118 +127,326 @@ def _causal_decay(chunk: int, horizon: int, dtype, device) -> Tensor:
     return torch.cos(rel * (math.pi / 2 / horizon)).masked_fill_(rel < 0, 0.0)
 
 
+# The causal form runs over segments of whole chunks whose (B*H, tokens, D) slices hold about this many
+# bytes: temporaries stay small whatever T is, and the backward recomputes a segment's internals from
+# the state saved at its start instead of keeping them all.
+_SEGMENT_BYTES = 4 << 20
+
+
 def _to_chunks(x: Tensor, n_chunks: int, chunk: int) -> Tensor:
-    """B,H,T,F (any strides) -> contiguous B,H,n,C,F, zero-padded at the end."""
+    """B,H,L,F (any strides, L <= n*C) -> contiguous n,B,H,C,F (chunk index outermost), zero-padded."""
     bsz, heads, length, feat = x.shape
-    if n_chunks * chunk == length:
-        return x.contiguous().view(bsz, heads, n_chunks, chunk, feat)
-    out = x.new_zeros(bsz, heads, n_chunks * chunk, feat)
-    out[:, :, :length] = x
-    return out.view(bsz, heads, n_chunks, chunk, feat)
+    full = length // chunk
+    if full == n_chunks:
+        return x.reshape(bsz, heads, n_chunks, chunk, feat).permute(2, 0, 1, 3, 4).contiguous()
+    out = x.new_zeros(n_chunks, bsz, heads, chunk, feat)
+    if full > 0:
+        out[:full] = x[:, :, : full * chunk].reshape(bsz, heads, full, chunk, feat).permute(2, 0, 1, 3, 4)
+    if length > full * chunk:
+        out[full, :, :, : length - full * chunk] = x[:, :, full * chunk :]
+    return out
+
+
+def _chunk_view(buf: Tensor, start: int, stop: int, chunk: int) -> Tensor:
+    """Rows start:stop of a time-major (T',B,H,F) buffer as an n,B,H,C,F view."""
+    _, bsz, heads, feat = buf.shape
+    return buf[start:stop].view((stop - start) // chunk, chunk, bsz, heads, feat).permute(0, 2, 3, 1, 4)
+
+
+def _running_sum_(states: Tensor, reverse: bool = False) -> Tensor:
+    """In-place prefix sum over dim 0 (a loop of in-place adds: much faster than cumsum here)."""
+    n = states.size(0)
+    if states[0].numel() < 4096:
+        return states.copy_(states.flip(0).cumsum(0).flip(0) if reverse else states.cumsum(0))
+    for i in range(n - 2, -1, -1) if reverse else range(1, n):
+        states[i].add_(states[i + 1 if reverse else i - 1])
+    return states
+
+
+class _Segment:
+    """Chunked inputs and per-chunk states of tokens [start, stop) (whole chunks; past T: zero padding).
+
+    Tensors are chunked as n,B,H,C,F (chunk index outermost): each per-chunk product is one batched
+    matrix product over all chunks and heads, and a segment's states are (n+1, B*H, D, E) tensors whose
+    slot i, after an in-place running sum, is the state before chunk i (slot 0: the incoming state,
+    slot n: the outgoing one). Cos and sin parts, and value and denominator parts, are separate tensors.
+    """
+
+    def __init__(self, q, k, v, u, cos, sin, start, stop, chunk):
+        bsz, heads, _, dim = q.shape
+        self.n = n = (stop - start) // chunk
+        self.shape = (n, bsz, heads, chunk)
+        self.bh, self.chunk, self.dim, self.e_dim = bsz * heads, chunk, dim, v.size(-1)
+        self.g = n * bsz * heads
+        sl = slice(start, stop)
+        self.qc = _to_chunks(q[:, :, sl], n, chunk)
+        self.kc = _to_chunks(k[:, :, sl], n, chunk)
+        self.vc = _to_chunks(v[:, :, sl], n, chunk)
+        self.cosc = _to_chunks(cos[:, :, sl], n, chunk)
+        self.sinc = _to_chunks(sin[:, :, sl], n, chunk)
+        self.uc = None if u is None else _to_chunks(u.expand(bsz, heads, -1, 1)[:, :, sl], n, chunk).view(self.g, chunk, 1)
+
+    def mats(self):
+        g, c = self.g, self.chunk
+        return self.qc.view(g, c, self.dim), self.kc.view(g, c, self.dim), self.vc.view(g, c, self.e_dim)
+
+    def attention(self, decay):
+        q3, k3, _ = self.mats()
+        return torch.bmm(q3, k3.transpose(1, 2)).mul_(decay)  # g,C,C
+
+    def states(self, state):
+        """[k cos, k sin] (g,C,D each) and the running states s_v (2 x (n+1,BH,D,E)), s_z (2 x (n+1,BH,D,1))."""
+        n, bh, g, c, dim, e_dim = self.n, self.bh, self.g, self.chunk, self.dim, self.e_dim
+        _, _, v3 = self.mats()
+        kf = [(self.kc * ang).view(g, c, dim) for ang in (self.cosc, self.sinc)]
+        s_v = [v3.new_empty(n + 1, bh, dim, e_dim) for _ in range(2)]
+        s_z = [v3.new_empty(n + 1, bh, dim, 1) for _ in range(2)]
+        for part in range(2):
+            torch.bmm(kf[part].transpose(1, 2), v3, out=s_v[part][1:].view(g, dim, e_dim))
+            if self.uc is None:
+                torch.sum(kf[part].view(n, bh, c, dim), dim=2, out=s_z[part][1:].view(n, bh, dim))
+            else:
+                torch.bmm(kf[part].transpose(1, 2), self.uc, out=s_z[part][1:].view(g, dim, 1))
+            if state is None:
+                s_v[part][0].zero_()
+                s_z[part][0].zero_()
+            else:
+                s_v[part][0].copy_(state[0][part])
+                s_z[part][0].copy_(state[1][part])
+            _running_sum_(s_v[part])
+            _running_sum_(s_z[part])
+        return kf, s_v, s_z
+
+    def forward(self, decay, state, eps, y_out, den_out):
+        """Write y = num / max(den, eps) into y_out (n,B,H,C,E view) and max(den, eps) into den_out (g,C,1);
+        return (den < eps mask, outgoing state)."""
+        n, bh, c, dim, e_dim = self.n, self.bh, self.chunk, self.dim, self.e_dim
+        _, _, v3 = self.mats()
+        attn = self.attention(decay)
+        num = torch.bmm(attn, v3)  # g,C,E
+        if self.uc is None:
+            torch.sum(attn, dim=-1, keepdim=True, out=den_out)
+        else:
+            torch.bmm(attn, self.uc, out=den_out)
+        del attn
+        kf, s_v, s_z = self.states(state)
+        del kf
+        lo = 0 if state is not None else 1  # chunk 0 reads nothing without an incoming state
+        if lo < n:
+            m = (n - lo) * bh
+            num_r = num.view(n, bh, c, e_dim)[lo:].view(m, c, e_dim)
+            den_r = den_out.view(n, bh, c, 1)[lo:].view(m, c, 1)
+            for ang, sv, sz in zip((self.cosc, self.sinc), s_v, s_z):
+                qf = (self.qc[lo:] * ang[lo:]).view(m, c, dim)
+                num_r.baddbmm_(qf, sv[lo:n].view(m, dim, e_dim))
+                den_r.baddbmm_(qf, sz[lo:n].view(m, dim, 1))
+                del qf
+        clamped = den_out < eps
+        den_out.clamp_min_(eps)
+        torch.div(num.view(*self.shape, e_dim), den_out.view(*self.shape, 1), out=y_out)
+        return clamped, (torch.stack([s_v[0][n], s_v[1][n]]), torch.stack([s_z[0][n], s_z[1][n]]))
+
+    def backward(self, decay, state, gy, y, den, clamped, g_state, gq_out, gk_out, gv_out, gu_out):
+        """Gradients of the segment: write those of q, k, v (and u) into the given n,B,H,C,F views and
+        return that of the incoming state. gy, y: n,B,H,C,E views; den, clamped: g,C,1; g_state: gradient
+        of the outgoing state (or None)."""
+        n, bh, g, c, dim, e_dim = self.n, self.bh, self.g, self.chunk, self.dim, self.e_dim
+        q3, k3, v3 = self.mats()
+
+        # Through y = num / max(den, eps).
+        gnum = v3.new_empty(*self.shape, e_dim)
+        torch.div(gy, den.view(*self.shape, 1), out=gnum)
+        gden = (gnum * y).sum(dim=-1, keepdim=True).neg_().view(g, c, 1).masked_fill_(clamped, 0.0)
+        gn3 = gnum.view(g, c, e_dim)
+
+        # Intra-chunk: d attn = (gnum v^T + gden u^T) * decay.
+        attn = self.attention(decay)
+        gv = torch.bmm(attn.transpose(1, 2), gn3)
+        gu = torch.bmm(attn.transpose(1, 2), gden) if gu_out is not None else None
+        del attn
+        bias = gden if self.uc is None else gden * self.uc.view(g, 1, c)
+        gattn = torch.baddbmm(bias, gn3, v3.transpose(1, 2)).mul_(decay)
+        del bias
+        gq = torch.bmm(gattn, k3)
+        gk = torch.bmm(gattn.transpose(1, 2), q3)
+        del gattn
+
+        # Inter-chunk, queries: d q += cos (gnum S_cos^T + gden z_cos^T) + sin (...) with the states before
+        # each chunk; those states get [q cos; q sin]^T [gnum, gden] (slot i: before chunk i).
+        kf, s_v, s_z = self.states(state)
+        g_sv = [v3.new_empty(n + 1, bh, dim, e_dim) for _ in range(2)]
+        g_sz = [v3.new_empty(n + 1, bh, dim, 1) for _ in range(2)]
+        lo = 0 if state is not None else 1
+        if lo < n:
+            m = (n - lo) * bh
+            gq_r = gq.view(n, bh, c, dim)[lo:].view(m, c, dim)
+            q_r = q3.view(n, bh, c, dim)[lo:].view(m, c, dim)
+            # Denominator part, cos and sin at once: [gden cos, gden sin] (C x 2) [z_cos, z_sin]^T (2 x D).
+            cs = torch.cat([self.cosc[lo:], self.sinc[lo:]], dim=-1)
+            gd2 = (gden.view(*self.shape, 1)[lo:] * cs).view(m, c, 2)
+            gq_r.baddbmm_(gd2, torch.cat([s_z[0][lo:n], s_z[1][lo:n]], dim=-1).view(m, dim, 2).transpose(1, 2))
+            gz2 = torch.bmm(q_r.transpose(1, 2), gd2).view(n - lo, bh, dim, 2)
+            g_sz[0][lo:n].copy_(gz2[..., :1])
+            g_sz[1][lo:n].copy_(gz2[..., 1:])
+            del cs, gd2, gz2
+            for ang, sv, gsv in zip((self.cosc, self.sinc), s_v, g_sv):
+                gnf = (gnum[lo:] * ang[lo:]).view(m, c, e_dim)
+                gq_r.baddbmm_(gnf, sv[lo:n].view(m, dim, e_dim).transpose(1, 2))
+                torch.bmm(q_r.transpose(1, 2), gnf, out=gsv[lo:n].view(m, dim, e_dim))
+                del gnf
+        del s_v, s_z, gnum
+        gq_out.copy_(gq.view(*self.shape, dim))
+        del gq
+        # Running sums backwards: slot i+1 becomes the gradient of chunk i's own sums, slot 0 that of the
+        # incoming state.
+        for part in range(2):
+            if lo > 0:
+                g_sv[part][0].zero_()
+                g_sz[part][0].zero_()
+            if g_state is not None:
+                g_sv[part][n].copy_(g_state[0][part])
+                g_sz[part][n].copy_(g_state[1][part])
+            else:
+                g_sv[part][n].zero_()
+                g_sz[part][n].zero_()
+            _running_sum_(g_sv[part], reverse=True)
+            _running_sum_(g_sz[part], reverse=True)
+        g_in = (torch.stack([g_sv[0][0], g_sv[1][0]]), torch.stack([g_sz[0][0], g_sz[1][0]])) if state is not None else None
+
+        # Keys and values: d k += cos (v dS_cos^T + u dz_cos^T) + sin (...); d v += k cos dS_cos + k sin dS_sin.
+        cs = torch.cat([self.cosc, self.sinc], dim=-1)
+        u2 = (self.uc.view(*self.shape, 1) * cs if self.uc is not None else cs.expand(*self.shape, 2)).reshape(g, c, 2)
+        gk.baddbmm_(u2, torch.cat([g_sz[0][1:], g_sz[1][1:]], dim=-1).view(g, dim, 2).transpose(1, 2))
+        del cs, u2
+        for ang, kfp, gsv, gsz in zip((self.cosc, self.sinc), kf, g_sv, g_sz):
+            gsv3 = gsv[1:].view(g, dim, e_dim)
+            vf = (self.vc * ang).view(g, c, e_dim)
+            gk.baddbmm_(vf, gsv3.transpose(1, 2))
+            del vf
+            gv.baddbmm_(kfp, gsv3)
+            if gu is not None:
+                gu.baddbmm_(kfp, gsz[1:].view(g, dim, 1))
+        gk_out.copy_(gk.view(*self.shape, dim))
+        gv_out.copy_(gv.view(*self.shape, e_dim))
+        if gu is not None:
+            gu_out.copy_(gu.view(*self.shape, 1))
+        return g_in
+
+
+def _split_state(state: Optional[Tensor], bh: int, dim: int, e_dim: int):
+    """B,H,2,D,E+1 -> (values (2,BH,D,E), denominator sums (2,BH,D,1)), or None."""
+    if state is None:
+        return None
+    state = state.reshape(bh, 2, dim, e_dim + 1).transpose(0, 1)
+    return state[..., :e_dim], state[..., e_dim:]
+
+
+def _join_state(parts, bsz: int, heads: int) -> Tensor:
+    """Inverse of ``_split_state``."""
+    sv, sz = parts
+    return torch.cat([sv, sz], dim=-1).transpose(0, 1).reshape(bsz, heads, 2, sv.size(-2), sv.size(-1) + 1)
 
 
 class _ChunkedCausalCosformer(torch.autograd.Function):
-    """Chunked causal cosFormer with a hand-written backward.
+    """Causal cosFormer over chunks of C tokens, with a hand-written backward.
 
-    Shapes (G = B*H*n batched matrices of one chunk each): q, k: B,H,n,C,D;
-    v1: B,H,n,C,E; cos, sin: B,1,n,C,1; decay: C,C; state: B,H,D,2E or None.
+    Inputs: q, k, v: B,H,T,D (any strides; q, k after phi, padded keys zero); u: B,H,T,1 (or B,1,T,1)
+    weights of the denominator, None for all ones; cos, sin: B,1,T,1 of the angles; decay: C x C;
+    state: B,H,2,D,E+1 or None, the sums sum_j [k_j cos_j; k_j sin_j] [v_j, u_j]^T over earlier tokens.
+    Returns the output B,H,T,E (a view of a time-major T,B,H,E buffer, the layout of fairseq's
+    activations) and the new state.
 
-    With W = [v1 cos | v1 sin] (C x 2E per chunk) the sums over earlier tokens
-    are the D x 2E matrix S = sum_j k_j W_j^T, and a query reads them as
-    cos_i (q_i S)[:E] + sin_i (q_i S)[E:]. Every product is a batched matrix
-    product over all chunks at once; the only sequential step is the cumulative
-    sum of the n per-chunk states.
+    Inside a chunk the re-weighting is the shared C x C matrix ``decay``; across chunks each query
+    reads the state of all earlier chunks through [q cos; q sin]. Work is done in segments of whole
+    chunks (see ``_Segment``); the backward walks the segments in reverse, recomputing each one's
+    internals from the state saved at its start, so that only q, k, v, u, the output, the clamped
+    denominator and one state per segment are kept: memory O(T (D + C)) per head, no T x D x D tensor.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v1, cos, sin, decay, state, eps):
-        bsz, heads, n, chunk, dim = q.shape
-        e_dim = v1.size(-1)
-        g = bsz * heads * n
-        q3, k3, v3 = q.view(g, chunk, dim), k.view(g, chunk, dim), v1.view(g, chunk, e_dim)
-        # Intra-chunk: exact quadratic form.
-        attn = torch.bmm(q3, k3.transpose(1, 2)).mul_(decay)
-        out = torch.bmm(attn, v3)  # g,C,E (last column: denominator)
-        # Per-chunk states and their exclusive prefix sums (plus the incoming state).
-        w = v1.new_empty(bsz, heads, n, chunk, 2 * e_dim)
-        torch.mul(v1, cos, out=w[..., :e_dim])
-        torch.mul(v1, sin, out=w[..., e_dim:])
-        w3 = w.view(g, chunk, 2 * e_dim)
-        chunk_states = torch.bmm(k3.transpose(1, 2), w3).view(bsz, heads, n, dim, 2 * e_dim)
-        excl = torch.empty_like(chunk_states)
-        if state is None:
-            excl[:, :, 0].zero_()
-        else:
-            excl[:, :, 0].copy_(state)
-        if n > 1:
-            torch.cumsum(chunk_states[:, :, :-1], dim=2, out=excl[:, :, 1:])
-            if state is not None:
-                excl[:, :, 1:] += state.unsqueeze(2)
-        final = excl[:, :, -1] + chunk_states[:, :, -1]
-        # Inter-chunk: every query reads the state of all earlier chunks.
-        u = torch.bmm(q3, excl.view(g, dim, 2 * e_dim)).view(bsz, heads, n, chunk, 2 * e_dim)
-        out = out.view(bsz, heads, n, chunk, e_dim)
-        out.addcmul_(u[..., :e_dim], cos).addcmul_(u[..., e_dim:], sin)
-        den_raw = out[..., dim:]
-        den = den_raw.clamp_min(eps)
-        y = out[..., :dim] / den
-        ctx.save_for_backward(q, k, v1, cos, sin, decay, attn, w, excl, den, y)
-        ctx.clamped = den_raw < eps
-        ctx.has_state = state is not None
+    def forward(ctx, q, k, v, u, cos, sin, decay, state, eps, chunk):
+        bsz, heads, length, dim = q.shape
+        e_dim = v.size(-1)
+        bh = bsz * heads
+        n = (length + chunk - 1) // chunk
+        per_chunk = bh * chunk * max(dim, e_dim) * q.element_size()
+        seg = max(1, _SEGMENT_BYTES // per_chunk) * chunk
+        bounds = [(s, min(s + seg, n * chunk)) for s in range(0, n * chunk, seg)]
+        y_buf = v.new_empty(n * chunk, bsz, heads, e_dim)
+        den = v.new_empty(n * bh * chunk, 1)
+        clamped = torch.empty(n * bh * chunk, 1, dtype=torch.bool, device=v.device)
+        st = _split_state(state, bh, dim, e_dim)
+        starts = []
+        for s0, s1 in bounds:
+            starts.append(st)
+            seg_ = _Segment(q, k, v, u, cos, sin, s0, s1, chunk)
+            r0, r1 = s0 * bh, s1 * bh
+            cl, st = seg_.forward(decay, st, eps, _chunk_view(y_buf, s0, s1, chunk), den[r0:r1].view(seg_.g, chunk, 1))
+            clamped[r0:r1] = cl.view(-1, 1)
+            del seg_
+        ctx.save_for_backward(q, k, v, u, cos, sin, decay, den, clamped, y_buf)
+        ctx.starts, ctx.bounds, ctx.has_state, ctx.chunk, ctx.length = starts, bounds, state is not None, chunk, length
         ctx.set_materialize_grads(False)
-        return y, final
+        return y_buf.permute(1, 2, 0, 3)[:, :, :length], _join_state(st, bsz, heads)
 
     @staticmethod
-    def backward(ctx, gy, gfinal):
-        q, k, v1, cos, sin, decay, attn, w, excl, den, y = ctx.saved_tensors
-        bsz, heads, n, chunk, dim = q.shape
-        e_dim = v1.size(-1)
-        g = bsz * heads * n
-        q3, k3, v3 = q.view(g, chunk, dim), k.view(g, chunk, dim), v1.view(g, chunk, e_dim)
-        gout = q.new_empty(bsz, heads, n, chunk, e_dim)
+    def backward(ctx, gy, g_final):
+        q, k, v, u, cos, sin, decay, den, clamped, y_buf = ctx.saved_tensors
+        bsz, heads, length, dim = q.shape
+        e_dim, bh, chunk = v.size(-1), bsz * heads, ctx.chunk
+        padded = ctx.bounds[-1][1]
         if gy is None:
-            gout.zero_()
-        else:
-            torch.div(gy, den, out=gout[..., :dim])
-            gden = torch.sum(gout[..., :dim] * y, dim=-1, keepdim=True).neg_()
-            gden.masked_fill_(ctx.clamped, 0.0)
-            gout[..., dim:] = gden
-        go3 = gout.view(g, chunk, e_dim)
-        # Intra-chunk.
-        gattn = torch.bmm(go3, v3.transpose(1, 2)).mul_(decay)
-        gv = torch.bmm(attn.transpose(1, 2), go3)
-        gq = torch.bmm(gattn, k3)
-        gk = torch.bmm(gattn.transpose(1, 2), q3)
-        # Inter-chunk: queries.
-        gu = q.new_empty(bsz, heads, n, chunk, 2 * e_dim)
-        torch.mul(gout, cos, out=gu[..., :e_dim])
-        torch.mul(gout, sin, out=gu[..., e_dim:])
-        gu3 = gu.view(g, chunk, 2 * e_dim)
-        gq.baddbmm_(gu3, excl.view(g, dim, 2 * e_dim).transpose(1, 2))
-        gexcl = torch.bmm(q3.transpose(1, 2), gu3).view(bsz, heads, n, dim, 2 * e_dim)
-        # Reverse exclusive prefix sum: chunk m feeds the states of every later chunk (and the final state).
-        gchunk = torch.empty_like(gexcl)
-        if gfinal is None:
-            gchunk[:, :, -1].zero_()
-        else:
-            gchunk[:, :, -1].copy_(gfinal)
-        for i in range(n - 2, -1, -1):
-            torch.add(gchunk[:, :, i + 1], gexcl[:, :, i + 1], out=gchunk[:, :, i])
-        gstate = None
-        if ctx.has_state and ctx.needs_input_grad[6]:
-            gstate = gchunk[:, :, 0] + gexcl[:, :, 0]
-        gc3 = gchunk.view(g, dim, 2 * e_dim)
-        # Keys and values.
-        gk.baddbmm_(w.view(g, chunk, 2 * e_dim), gc3.transpose(1, 2))
-        gw = torch.bmm(k3, gc3).view(bsz, heads, n, chunk, 2 * e_dim)
-        gv = gv.view(bsz, heads, n, chunk, e_dim)
-        gv.addcmul_(gw[..., :e_dim], cos).addcmul_(gw[..., e_dim:], sin)
-        return (
-            gq.view(q.shape),
-            gk.view(k.shape),
-            gv,
-            None, None, None, gstate, None,
-        )
+            gy = v.new_zeros(bsz, heads, length, e_dim)
+        if padded != length:
+            gy = torch.cat([gy, gy.new_zeros(bsz, heads, padded - length, e_dim)], dim=2)
+        need_u = u is not None and ctx.needs_input_grad[3]
+        grads = [v.new_empty(padded, bsz, heads, f) for f in (dim, dim, e_dim)]
+        gu = v.new_empty(padded, bsz, heads, 1) if need_u else None
+        g_st = _split_state(g_final, bh, dim, e_dim) if g_final is not None else None
+        for (s0, s1), st in zip(reversed(ctx.bounds), reversed(ctx.starts)):
+            seg_ = _Segment(q, k, v, u, cos, sin, s0, s1, chunk)
+            r0, r1 = s0 * bh, s1 * bh
+            g_st = seg_.backward(
+                decay,
+                st,
+                gy[:, :, s0:s1].reshape(bsz, heads, seg_.n, chunk, e_dim).permute(2, 0, 1, 3, 4),
+                _chunk_view(y_buf, s0, s1, chunk),
+                den[r0:r1].view(seg_.g, chunk, 1),
+                clamped[r0:r1].view(seg_.g, chunk, 1),
+                g_st,
+                *[_chunk_view(gr, s0, s1, chunk) for gr in grads],
+                _chunk_view(gu, s0, s1, chunk) if need_u else None,
+            )
+            del seg_
+        gq, gk, gv = [gr.permute(1, 2, 0, 3)[:, :, :length] for gr in grads]
+        if need_u:
+            gu = gu.permute(1, 2, 0, 3)[:, :, :length]
+        gstate = _join_state(g_st, bsz, heads) if ctx.has_state and g_st is not None else None
+        return gq, gk, gv, gu, None, None, None, gstate, None, None
+
+
+def _causal_chunked(q, k, v, u, angle, horizon, eps, state, chunk_size):
+    """Causal cosFormer of q, k, v (B,H,T,*) with denominator weights u (B,H|1,T,1; None: ones)
+    and a state B,H,2,D,E+1 (last column: the denominator sums). Returns (B,H,T,E output, new state)."""
+    cos_a, sin_a = torch.cos(angle), torch.sin(angle)
+    if q.size(2) == 1:
+        return _causal_step(q, k, v, u, cos_a, sin_a, eps, state)
+    chunk = max(1, min(chunk_size, q.size(2)))
+    decay = _causal_decay(chunk, horizon, q.dtype, q.device)
+    return _ChunkedCausalCosformer.apply(q, k, v, u, cos_a, sin_a, decay, state, eps, chunk)
+
+
+def _causal_step(q, k, v, u, cos_a, sin_a, eps, state):
+    """One new token per sequence (decoding): add it to the state, then read the state. q, k, v: B,H,1,*."""
+    bsz, heads, _, dim = q.shape
+    e_dim = v.size(-1)
+    v1 = torch.cat([v, u.expand(bsz, heads, 1, 1) if u is not None else v.new_ones(bsz, heads, 1, 1)], dim=-1)
+    k2 = torch.cat([k * cos_a, k * sin_a], dim=-1)  # B,H,1,2D
+    new_state = k2.transpose(-1, -2) @ v1  # B,H,2D,E+1
+    if state is not None:
+        new_state = new_state + state.reshape(bsz, heads, 2 * dim, e_dim + 1)
+    out = torch.cat([q * cos_a, q * sin_a], dim=-1) @ new_state  # B,H,1,E+1
+    return out[..., :-1] / out[..., -1:].clamp_min(eps), new_state.view(bsz, heads, 2, dim, e_dim + 1)
 
 
 def cosformer_causal(
@@ -255,47 +463,17 @@ def cosformer_causal(
 
     q, k: B,H,T,D (after phi, padded keys zero); v1: B,H,T,E (values plus a
     ones column that gives the denominator); angle: B,1,T,1 = pi/2 * pos / M;
-    state: B,H,D,2E running sums [sum_j k_j (v1_j cos a_j)^T | sum_j k_j (v1_j sin a_j)^T]
+    state: B,H,2,D,E running sums [sum_j k_j^cos v1_j^T, sum_j k_j^sin v1_j^T]
     over earlier tokens (None: empty). Returns (B,H,T,E-1 output, new state).
 
     Inside a chunk, cos(pi/2 (i - j)/M) depends only on i - j, which for real
     tokens of one sequence equals the chunk-local index difference, so one
     C x C matrix serves every chunk and no doubled feature dimension is needed.
+    Across chunks, queries read the sums over all earlier chunks through
+    [q cos; q sin]. Memory is O(T (D + C)) per head: no T x D x D tensor is
+    formed. See ``_ChunkedCausalCosformer``.
     """
-    bsz, heads, tgt_len, dim = q.shape
-    e_dim = v1.size(-1)
-    cos_a, sin_a = torch.cos(angle), torch.sin(angle)
-    if tgt_len == 1:
-        return _causal_step(q, k, v1, cos_a, sin_a, eps, state)
-    chunk = max(1, min(chunk_size, tgt_len))
-    n_chunks = (tgt_len + chunk - 1) // chunk
-    decay = _causal_decay(chunk, horizon, q.dtype, q.device)
-    y, final = _ChunkedCausalCosformer.apply(
-        _to_chunks(q, n_chunks, chunk),
-        _to_chunks(k, n_chunks, chunk),
-        _to_chunks(v1, n_chunks, chunk),
-        _to_chunks(cos_a, n_chunks, chunk),
-        _to_chunks(sin_a, n_chunks, chunk),
-        decay,
-        state,
-        eps,
-    )
-    y = y.view(bsz, heads, n_chunks * chunk, dim)
-    if n_chunks * chunk != tgt_len:
-        y = y[:, :, :tgt_len]
-    return y, final
-
-
-def _causal_step(q, k, v1, cos_a, sin_a, eps, state):
-    """One new token per sequence (decoding): update the state, read it back. q, k: B,H,1,D."""
-    w = torch.cat([v1 * cos_a, v1 * sin_a], dim=-1)  # B,H,1,2E
-    new_state = k.transpose(-1, -2) @ w  # B,H,D,2E
-    if state is not None:
-        new_state = new_state + state
-    e_dim = v1.size(-1)
-    u = q @ new_state  # B,H,1,2E
-    out = u[..., :e_dim] * cos_a + u[..., e_dim:] * sin_a
-    return out[..., :-1] / out[..., -1:].clamp_min(eps), new_state
+    return _causal_chunked(q, k, v1[..., :-1], v1[..., -1:], angle, horizon, eps, state, chunk_size)
 
 
 def explicit_weights(q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, horizon: Tensor, key_pad: Optional[Tensor], causal: bool, eps: float) -> Tensor:
@@ -390,6 +568,7 @@ class CosformerAttention(BaseAttention):
 
     @classmethod
     def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, cfg):
+        quant_noise_cfg = getattr(cfg, "quant_noise", None) if cfg is not None else None
         return cls(
             placement,
             embed_dim,
@@ -397,8 +576,8 @@ class CosformerAttention(BaseAttention):
             kdim=kdim,
             vdim=vdim,
             horizon=horizon_for(placement, cfg),
-            q_noise=getattr(cfg, "quant_noise_pq", 0.0) or 0.0,
-            qn_block_size=getattr(cfg, "quant_noise_pq_block_size", 8) or 8,
+            q_noise=getattr(quant_noise_cfg, "pq", 0.0) if quant_noise_cfg is not None else 0.0,
+            qn_block_size=getattr(quant_noise_cfg, "pq_block_size", 8) if quant_noise_cfg is not None else 8,
         )
 
     def reset_parameters(self):
@@ -502,9 +681,14 @@ class CosformerAttention(BaseAttention):
         end = (offset if offset is not None else 0) + n_real
         if int(end.max()) > self.horizon:
             raise _length_error(int(end.max()), self.horizon, self.placement)
-        k, v1 = self._keys_values(x, x, key_padding_mask, dtype)
+        # phi(K) with padded keys zeroed: every weight of a padded key is then zero, so the
+        # values need no masking and the denominator weights are all ones.
+        k = F.relu(self._split_heads(self.k_proj(x))).to(dtype)
+        if key_padding_mask is not None:
+            k = k.masked_fill(key_padding_mask.bool()[:, None, :, None], 0.0)
+        v = self._split_heads(self.v_proj(x)).to(dtype)
         angle = self._angles(pos, self.horizon, dtype)
-        out, new_state = cosformer_causal(q, k, v1, angle, self.horizon, self.eps, state, self.chunk_size)
+        out, new_state = _causal_chunked(q, k, v, None, angle, self.horizon, self.eps, state, self.chunk_size)
         if incremental_state is not None:
             buffer["state"] = new_state
             buffer["position"] = end

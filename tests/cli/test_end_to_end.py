@@ -27,7 +27,7 @@ from fairseq_plugins.data.synthetic import binarize_lm, binarize_translation, tr
 PRESETS = {
     "mixed_transformer_iwslt_de_en": ["--encoder-layers", "2", "--decoder-layers", "2"],
     "cosformer_iwslt_de_en": ["--encoder-layers", "2", "--decoder-layers", "2"],
-    "mformer_iwslt_de_en": ["--decoder-layers", "1"],  # 6 encoder layers, cosFormer in 2 and 4
+    "mformer_iwslt_de_en": ["--decoder-layers", "2"],  # 6 encoder layers, cosFormer in 2 and 4
     "mformer_wmt_en_de": ["--encoder-layer-ffn-embed-dims", "128", "--decoder-layer-ffn-embed-dims", "128"],
 }
 MAX_UPDATE = 500
@@ -63,8 +63,19 @@ def test_preset_learns_synthetic_translation_and_beam_decodes(preset, translatio
 
 
 def test_checkpoint_needs_only_the_registered_safe_globals(translation_data, save_root):
+    from fairseq_plugins.checkpoint_compat import SAFE_GLOBALS
+
     checkpoint = trained("cosformer_iwslt_de_en", translation_data, save_root).checkpoint
-    assert torch.serialization.get_unsafe_globals_in_checkpoint(checkpoint) == ["argparse.Namespace"]
+    registered = torch.serialization.get_safe_globals()
+    torch.serialization.clear_safe_globals()
+    try:
+        needed = torch.serialization.get_unsafe_globals_in_checkpoint(checkpoint)
+        with pytest.raises(Exception, match="weights_only|Unsupported global"):
+            torch.load(checkpoint, map_location="cpu")
+    finally:
+        torch.serialization.add_safe_globals(registered)
+    # what fairseq-train wrote needs exactly the classes the plugin allows
+    assert sorted(needed) == sorted(f"{c.__module__}.{c.__qualname__}" for c in SAFE_GLOBALS)
     state = torch.load(checkpoint, map_location="cpu")  # weights_only=True, the torch >= 2.6 default
     assert "model" in state
 

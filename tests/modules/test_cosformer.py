@@ -1,0 +1,121 @@
+"""cosFormer beyond the conformance suite: chunking, long sequences, the
+constant decoding state, the horizon and bad input."""
+import math
+
+import pytest
+import torch
+
+from fairseq_plugins.modules.cosformer import CosformerAttention, naive_cosformer
+from fairseq_plugins.modules.registry import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF
+
+
+def causal(horizon=64, embed=16, heads=2, chunk_size=None, dtype=torch.float64, seed=0):
+    torch.manual_seed(seed)
+    module = CosformerAttention(DECODER_SELF, embed, heads, horizon=horizon)
+    if chunk_size is not None:
+        module.chunk_size = chunk_size
+    return module.to(dtype).eval()
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 4, 7, 64])
+def test_every_chunk_size_gives_the_naive_result(chunk_size):
+    module = causal(chunk_size=chunk_size)
+    x = torch.randn(13, 2, 16, dtype=torch.float64)
+    pad = torch.zeros(2, 13, dtype=torch.bool)
+    pad[1, 9:] = True
+    out, _ = module(x, x, x, key_padding_mask=pad, need_weights=False)
+    reference = naive_cosformer(module, x, x, x, pad)
+    real = (~pad).T.unsqueeze(-1)
+    assert torch.allclose(out * real, reference * real, atol=1e-6, rtol=0)
+
+
+def test_left_padded_causal_sequence_counts_positions_from_first_real_token():
+    module = causal(chunk_size=4)
+    seq = torch.randn(6, 1, 16, dtype=torch.float64)
+    alone, _ = module(seq, seq, seq, need_weights=False)
+    padded = torch.cat([torch.full((3, 1, 16), 5.0, dtype=torch.float64), seq])
+    pad = torch.tensor([[True] * 3 + [False] * 6])
+    out, _ = module(padded, padded, padded, key_padding_mask=pad, need_weights=False)
+    assert torch.allclose(out[3:], alone, atol=1e-10)
+
+
+@pytest.mark.parametrize("placement", [ENCODER_SELF, DECODER_SELF])
+def test_no_nan_or_inf_at_16k_tokens(placement):
+    torch.manual_seed(0)
+    length = 16384
+    module = CosformerAttention(placement, 32, 2, horizon=length if placement == DECODER_SELF else None)
+    x = torch.randn(length, 1, 32, requires_grad=True)
+    out, _ = module(x, x, x, need_weights=False)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in module.parameters())
+
+
+def test_decoding_state_has_constant_size():
+    module = causal(horizon=4096)
+    state = {}
+    sizes = []
+    x = torch.randn(1, 2, 16, dtype=torch.float64)
+    for step in range(300):
+        module(x, x, x, incremental_state=state, need_weights=False)
+        buffer = module._get_input_buffer(state)
+        sizes.append(sum(t.numel() for t in buffer.values()))
+    assert len(set(sizes)) == 1, "the decoding state grew with the prefix"
+    assert int(module._get_input_buffer(state)["position"][0]) == 300
+
+
+def test_causal_sequence_longer_than_horizon_fails_clearly():
+    module = causal(horizon=8)
+    x = torch.randn(9, 1, 16, dtype=torch.float64)
+    with pytest.raises(ValueError, match="--cosformer-max-positions"):
+        module(x, x, x, need_weights=False)
+    # exactly at the horizon is fine, and decoding past it fails too
+    module(x[:8], x[:8], x[:8], need_weights=False)
+    state = {}
+    for t in range(8):
+        module(x[t: t + 1], x[t: t + 1], x[t: t + 1], incremental_state=state, need_weights=False)
+    with pytest.raises(ValueError, match="horizon"):
+        module(x[8:9], x[8:9], x[8:9], incremental_state=state, need_weights=False)
+
+
+def test_cross_attention_source_longer_than_horizon_fails_clearly():
+    module = CosformerAttention(ENCODER_DECODER, 16, 2, horizon=8).double()
+    query, memory = torch.randn(3, 1, 16, dtype=torch.float64), torch.randn(9, 1, 16, dtype=torch.float64)
+    with pytest.raises(ValueError, match="--cosformer-max-positions"):
+        module(query, memory, memory, static_kv=True, need_weights=False)
+    # left padding does not count against the horizon
+    pad = torch.tensor([[True] + [False] * 8])
+    out, _ = module(query, memory, memory, key_padding_mask=pad, static_kv=True, need_weights=False)
+    assert torch.isfinite(out).all()
+
+
+def test_padding_between_real_tokens_is_refused_in_causal_attention():
+    module = causal()
+    x = torch.randn(5, 1, 16, dtype=torch.float64)
+    pad = torch.tensor([[False, True, False, False, False]])
+    with pytest.raises(ValueError, match="padding only at the start or the end"):
+        module(x, x, x, key_padding_mask=pad, need_weights=False)
+
+
+def test_arbitrary_attn_mask_is_refused():
+    module = causal()
+    x = torch.randn(4, 1, 16, dtype=torch.float64)
+    with pytest.raises(ValueError, match="attn_mask"):
+        module(x, x, x, attn_mask=torch.zeros(4, 4), need_weights=False)
+
+
+def test_reweighting_matches_the_paper_formula_for_one_pair():
+    """Two tokens, one head of width 1: the output of token 2 is the
+    cos-re-weighted average of v1 and v2 (eq. 9 by hand)."""
+    module = CosformerAttention(DECODER_SELF, 1, 1, horizon=10).double()
+    with torch.no_grad():
+        for proj in (module.q_proj, module.k_proj, module.v_proj, module.out_proj):
+            proj.weight.fill_(1.0)
+            proj.bias.zero_()
+        module.k_proj.weight.fill_(2.0)
+    x = torch.tensor([[[1.0]], [[3.0]]], dtype=torch.float64)  # q = x, k = 2x, v = x
+    out, _ = module(x, x, x, need_weights=False)
+    w1 = 3.0 * 2.0 * math.cos(math.pi / 2 * 1 / 10)  # q_2 k_1 cos(pi/2 (2-1)/M)
+    w2 = 3.0 * 6.0 * 1.0
+    assert out[1, 0, 0].item() == pytest.approx((w1 * 1.0 + w2 * 3.0) / (w1 + w2), abs=1e-12)
+    assert out[0, 0, 0].item() == pytest.approx(1.0, abs=1e-12)
