@@ -140,6 +140,9 @@ class BaseAttention(FairseqIncrementalState, nn.Module):
     # decoder self-attention. Kinds that are causal by construction set False,
     # so the decoder can skip materialising the O(T^2) mask.
     uses_future_mask = False
+    # False for kinds that have no attention distribution (e.g. Extractors):
+    # they return None as weights even when need_weights=True.
+    returns_attention_weights = True
 
     def __init__(self, placement: str, embed_dim: int, num_heads: int, kdim: int, vdim: int):
         super().__init__()

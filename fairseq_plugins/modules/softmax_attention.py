@@ -57,6 +57,7 @@ class SoftmaxAttention(MultiheadAttention):
     """
 
     uses_future_mask = True
+    returns_attention_weights = True
 
     def __init__(self, placement, embed_dim, num_heads, kdim=None, vdim=None, dropout=0.0, q_noise=0.0, qn_block_size=8):
         super().__init__(

@@ -10,6 +10,10 @@ import fairseq_plugins  # noqa: F401  (registers the kinds)
 from fairseq_plugins.modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, build_attention
 
 EMBED, HEADS, TGT_LEN, SRC_LEN, BSZ = 16, 4, 7, 9, 3
+# Every test sequence is at most MAX_POSITIONS long; kinds whose size depends on
+# the maximum positions (e.g. a window of lags) then see it whole in the
+# gradient test, which uses sequences of exactly this length.
+MAX_POSITIONS = 12
 # float64 everywhere; fairseq's incremental softmax path computes its softmax in
 # float32 (fairseq.utils.softmax), hence 1e-6 rather than machine precision.
 TOL = 1e-6
@@ -21,7 +25,7 @@ DECODING_IDS = [f"{k}-{p}" for k, p in DECODING_CASES]
 
 
 def model_cfg(**overrides):
-    cfg = argparse.Namespace(max_target_positions=64, max_source_positions=64, cosformer_max_positions=None)
+    cfg = argparse.Namespace(max_target_positions=MAX_POSITIONS, max_source_positions=MAX_POSITIONS, cosformer_max_positions=None)
     for key, value in overrides.items():
         setattr(cfg, key, value)
     return cfg
@@ -82,7 +86,7 @@ def test_equals_naive_reference(kind, placement):
 @pytest.mark.parametrize("kind,placement", [c for c in CASES if c[1] == DECODER_SELF], ids=[f"{k}" for k, p in CASES if p == DECODER_SELF])
 def test_causality(kind, placement):
     module = make(kind, placement)
-    query, _ = inputs(placement, tgt_len=12)
+    query, _ = inputs(placement, tgt_len=MAX_POSITIONS)
     out, _ = call(module, query, query)
     for t in range(query.size(0) - 1):
         changed = query.clone()
@@ -192,7 +196,7 @@ def test_padding_invariance(kind, placement, side):
 @pytest.mark.parametrize("kind,placement", CASES, ids=CASE_IDS)
 def test_every_parameter_receives_gradient(kind, placement):
     module = make(kind, placement, dtype=torch.float32).train()
-    query, memory = inputs(placement, dtype=torch.float32)
+    query, memory = inputs(placement, dtype=torch.float32, tgt_len=MAX_POSITIONS, src_len=MAX_POSITIONS)
     query.requires_grad_(True)
     pad = padding_for(placement, memory.size(0))
     out, _ = call(module, query, memory, pad)
@@ -210,6 +214,9 @@ def test_attention_weights_are_distributions(kind, placement):
     out, weights = call(module, query, memory, pad, need_weights=True)
     out_plain, _ = call(module, query, memory, pad, need_weights=False)
     assert torch.allclose(out, out_plain, atol=1e-12, rtol=0), "asking for weights changed the output"
+    if not module.returns_attention_weights:
+        assert weights is None, "a kind without attention weights must return None"
+        return
     assert weights is not None and weights.shape == (BSZ, query.size(0), memory.size(0))
     _, head_weights = call(module, query, memory, pad, need_head_weights=True)
     head_weights = head_weights.to(weights.dtype)  # fairseq's explicit path returns float32 weights
