@@ -37,6 +37,24 @@ class DecoderLayoutConfig(FairseqDataclass):
             "(default: --max-target-positions, and for encoder-decoder attention the larger of source and target)"
         },
     )
+    extractor_lags: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "Extractors: number of lags l (context window; only the last l inputs contribute), "
+            "1 <= l <= --max-target-positions (default: --max-target-positions; language models: --tokens-per-sample)"
+        },
+    )
+    extractor_no_output_projection: bool = field(
+        default=False,
+        metadata={"help": "Extractors SHE/HE/WE: leave out the output projection W_out (eq. 25)"},
+    )
+    extractor_conv_impl: str = field(
+        default="auto",
+        metadata={
+            "help": "Extractors: causal convolution of a full pass: auto (smaller estimated time, weighted multiplication counts), "
+            "direct (conv1d) or fft (rfft/irfft); choices: auto, direct, fft"
+        },
+    )
 
 
 @dataclass

@@ -13,3 +13,4 @@ from .registry import (  # noqa: F401
     valid_kinds,
 )
 from . import softmax_attention, cosformer  # noqa: F401,E402  (registration side effects)
+from . import extractors  # noqa: F401,E402  (registration side effects)
