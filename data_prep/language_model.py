@@ -1,0 +1,33 @@
+"""The shared path of the language-model preparations: the dataset module
+writes ``text/{train,valid,test}.txt`` (one line per line of the corpus,
+tokens separated by spaces), then ``fairseq-preprocess --only-source`` builds
+the dictionary from train and binarises all three splits. ``prepare.json`` in
+the destination records the unit the perplexity is counted in."""
+import json
+import os
+from typing import Callable
+
+from .common import Steps, atomic_output, binarize, log
+from .text import dictionary_size
+
+SPLITS = ("train", "valid", "test")
+
+
+def prepare_lm(args, write_text: Callable[[str], None], unit: str, raw_step_params: dict) -> str:
+    """``write_text(text_dir)`` fetches the release and writes the three text files."""
+    work, dest = args.work_dir, args.dest
+    steps = Steps(work, total=2, stop_after=args.stop_after)
+    text = {split: os.path.join(work, "text", f"{split}.txt") for split in SPLITS}
+    steps.run("text", list(text.values()), lambda: write_text(os.path.join(work, "text")),
+              raw_dir=os.path.abspath(args.raw_dir) if args.raw_dir else None, **raw_step_params)
+
+    def binarise():
+        binarize(dest, text["train"], text["valid"], text["test"], workers=args.workers)
+        with atomic_output(os.path.join(dest, "prepare.json")) as f:
+            json.dump({"dataset": os.path.basename(dest.rstrip("/")), "unit": unit, **raw_step_params}, f, indent=1, sort_keys=True)
+            f.write("\n")
+        log(f"dictionary: {dictionary_size(dest)} symbols")
+
+    steps.run("binarize", [os.path.join(dest, "dict.txt"), os.path.join(dest, "prepare.json")], binarise,
+              dest=os.path.abspath(dest))
+    return dest

@@ -1,0 +1,12 @@
+"""WikiText-2, word level (see data_prep/wikitext.py): ``python -m data_prep.wikitext2 [--raw-dir DIR]``."""
+from typing import Optional, Sequence
+
+from .wikitext import main_for
+
+
+def main(argv: Optional[Sequence[str]] = None) -> str:
+    return main_for("2", argv)
+
+
+if __name__ == "__main__":
+    main()

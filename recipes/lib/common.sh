@@ -1,0 +1,175 @@
+# Shared by every recipe script (sourced, not run). See recipes/README.md.
+#
+# Overrides, as environment variables (flags after PRESET go to fairseq as they are
+# and win over everything here):
+#   DATA_BIN            binarised data            (default work_dirs/data-bin/<dataset>)
+#   WORK_DIR            downloads, intermediate files (default work_dirs/data/<basename of DATA_BIN>)
+#   SAVE_DIR            checkpoints               (default checkpoints/<dataset>/<preset>)
+#   NUM_GPUS            GPUs to train on          (default: all visible; 0 = CPU)
+#   CPU_PROCS           CPU data-parallel ranks   (default 1; >1 uses fairseq-plugins-cpu-train)
+#   FP16                1 = --fp16 on GPU         (default 1 on GPU)
+#   MAX_TOKENS          tokens per batch per GPU/process
+#   TOKENS_PER_UPDATE   target tokens per update; UPDATE_FREQ defaults to
+#                       ceil(TOKENS_PER_UPDATE / (MAX_TOKENS x GPUs or processes))
+#   UPDATE_FREQ         gradient accumulation steps (overrides the above)
+#   MAX_UPDATE LR WARMUP WEIGHT_DECAY DROPOUT LABEL_SMOOTHING CLIP_NORM SEED
+#   BATCH_MULTIPLE      training's --required-batch-size-multiple (default 1: fairseq's
+#                       default 8 drops the last partial batch, also of the valid set)
+#   SAVE_INTERVAL_UPDATES  save a checkpoint every N updates (0 = per epoch only)
+#   AVERAGE_LAST        generate/evaluate with the average of the last N update
+#                       checkpoints (0 = checkpoint_best.pt)
+#   CHECKPOINT          evaluate this checkpoint instead
+#   EXTRA_ARGS          more fairseq-train flags (word-split)
+#   GEN_EXTRA_ARGS      more fairseq-generate / fairseq-eval-lm flags (word-split)
+#   BEAM LENPEN GEN_MAX_TOKENS SUBSETS   generation (translation)
+#   TOKENS_PER_SAMPLE CONTEXT_WINDOW     language models
+#   PYTHON              interpreter with fairseq (default: python on PATH)
+#   DRY_RUN             1 = print the fairseq-train command instead of running it
+set -euo pipefail
+shopt -s inherit_errexit
+
+RECIPES_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+REPO_ROOT=$(dirname "$RECIPES_DIR")
+USER_DIR="$REPO_ROOT/fairseq_plugins"
+PYTHON=${PYTHON:-python}
+export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+
+# Run one of fairseq's CLIs (train, generate, eval_lm, preprocess) with $PYTHON.
+fairseq_cli() {
+    local tool=$1
+    shift
+    "$PYTHON" -c "import sys; from fairseq_cli.$tool import cli_main; sys.exit(cli_main())" "$@"
+}
+
+recipe_help() {  # the calling script's header, the data set's settings, then the overrides above
+    sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+    echo
+    sed -n '1,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$(dirname "$0")/config.sh"
+    echo
+    sed -n '3,/^set /{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
+}
+
+wants_help() {
+    for arg in "$@"; do
+        if [ "$arg" = "-h" ] || [ "$arg" = "--help" ]; then
+            return 0
+        fi
+    done
+    return 1
+}
+
+# Sets DEVICE_ARGS (training), EVAL_DEVICE_ARGS (generate/eval-lm), LAUNCH
+# (command prefix) and WORKERS (data-parallel ranks).
+device_setup() {
+    : "${NUM_GPUS:=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)}"
+    : "${CPU_PROCS:=1}"
+    LAUNCH=(fairseq_cli train)
+    if [ "$NUM_GPUS" -gt 0 ]; then
+        DEVICE_ARGS=(--distributed-world-size "$NUM_GPUS")
+        EVAL_DEVICE_ARGS=()
+        if [ "${FP16:-1}" = 1 ]; then
+            DEVICE_ARGS+=(--fp16)
+            EVAL_DEVICE_ARGS+=(--fp16)
+        fi
+        WORKERS=$NUM_GPUS
+    elif [ "$CPU_PROCS" -gt 1 ]; then
+        LAUNCH=("$PYTHON" -m fairseq_plugins.cli.cpu_distributed_train --nprocs "$CPU_PROCS" --)
+        DEVICE_ARGS=()
+        EVAL_DEVICE_ARGS=(--cpu)
+        WORKERS=$CPU_PROCS
+    else
+        DEVICE_ARGS=(--cpu)
+        EVAL_DEVICE_ARGS=(--cpu)
+        WORKERS=1
+    fi
+    if [ -z "${UPDATE_FREQ:-}" ]; then
+        local per_step=$((MAX_TOKENS * WORKERS))
+        UPDATE_FREQ=$(((TOKENS_PER_UPDATE + per_step - 1) / per_step))
+    fi
+}
+
+# Every train/generate/evaluate script starts here: --help (prints and exits),
+# else PRESET and USER_ARGS from the arguments, and the devices.
+start_recipe() {
+    if wants_help "$@"; then
+        recipe_help
+        exit 0
+    fi
+    parse_preset "$@"
+    device_setup
+}
+
+# The checkpoint to evaluate: $CHECKPOINT, else the average of the last
+# $AVERAGE_LAST update checkpoints (written once), else checkpoint_best.pt
+# (checkpoint_last.pt when there is no best).
+select_checkpoint() {
+    if [ -n "${CHECKPOINT:-}" ]; then
+        echo "$CHECKPOINT"
+    elif [ "${AVERAGE_LAST:-0}" -gt 0 ]; then
+        local averaged="$SAVE_DIR/checkpoint_avg_last${AVERAGE_LAST}.pt"
+        "$PYTHON" "$RECIPES_DIR/lib/average_checkpoints.py" --dir "$SAVE_DIR" --last "$AVERAGE_LAST" --output "$averaged" >&2 || return 1
+        echo "$averaged"
+    elif [ -f "$SAVE_DIR/checkpoint_best.pt" ]; then
+        echo "$SAVE_DIR/checkpoint_best.pt"
+    else
+        echo "$SAVE_DIR/checkpoint_last.pt"
+    fi
+}
+
+# prepare.sh: the dataset's data_prep module with --dest $DATA_BIN --work-dir $WORK_DIR and the given flags.
+prepare_dataset() {
+    if wants_help "$@"; then
+        "$PYTHON" -m "$PREPARE_MODULE" --help
+        return 0
+    fi
+    "$PYTHON" -m "$PREPARE_MODULE" --dest "$DATA_BIN" --work-dir "$WORK_DIR" "$@"
+}
+
+# Training flags shared by translation and language models.
+common_train_args() {
+    echo "[recipe] $WORKERS $( [ "$NUM_GPUS" -gt 0 ] && echo GPU || echo CPU) worker(s), --max-tokens $MAX_TOKENS --update-freq $UPDATE_FREQ" >&2
+    TRAIN_ARGS=(
+        "$DATA_BIN" --user-dir "$USER_DIR" --arch "$PRESET" --save-dir "$SAVE_DIR" --seed "${SEED:-1}"
+        --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm "$CLIP_NORM" --weight-decay "$WEIGHT_DECAY"
+        --lr "$LR" --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-07
+        --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --max-update "$MAX_UPDATE"
+        --required-batch-size-multiple "${BATCH_MULTIPLE:-1}"
+        --log-format simple --log-interval "${LOG_INTERVAL:-100}" --num-workers "${DATA_WORKERS:-1}"
+    )
+    if [ -n "${DROPOUT:-}" ]; then
+        TRAIN_ARGS+=(--dropout "$DROPOUT")
+    fi
+    if [ "${SAVE_INTERVAL_UPDATES:-0}" -gt 0 ]; then
+        local keep=$((${AVERAGE_LAST:-0} > 0 ? ${AVERAGE_LAST:-0} : 1))
+        TRAIN_ARGS+=(--save-interval-updates "$SAVE_INTERVAL_UPDATES" --keep-interval-updates "${KEEP_INTERVAL_UPDATES:-$keep}")
+    fi
+}
+
+run_training() {  # common_train_args + task flags ($@), logged to $SAVE_DIR/train.log; DRY_RUN=1 prints it
+    # shellcheck disable=SC2086
+    local command=("${LAUNCH[@]}" "${TRAIN_ARGS[@]}" "$@" "${DEVICE_ARGS[@]}" ${EXTRA_ARGS:-} "${USER_ARGS[@]}")
+    if [ "${DRY_RUN:-0}" = 1 ]; then
+        if [ "${command[0]}" = fairseq_cli ]; then
+            command=(fairseq-train "${command[@]:2}")
+        fi
+        printf '%q ' "${command[@]}"
+        echo
+        return 0
+    fi
+    mkdir -p "$SAVE_DIR"
+    "${command[@]}" 2>&1 | tee -a "$SAVE_DIR/train.log"
+}
+
+parse_preset() {  # PRESET from $1 (or DEFAULT_PRESET), the rest into USER_ARGS
+    PRESET=$DEFAULT_PRESET
+    if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+        PRESET=$1
+        shift
+    fi
+    USER_ARGS=("$@")
+    : "${SAVE_DIR:=$REPO_ROOT/checkpoints/${SAVE_NAME:-$DATASET}/$PRESET}"
+}
+
+: "${DATA_BIN:=$REPO_ROOT/work_dirs/data-bin/${DATA_NAME:-$DATASET}}"
+: "${WORK_DIR:=$REPO_ROOT/work_dirs/data/$(basename "$DATA_BIN")}"

@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# WikiText-2: download the release (or use --raw-dir DIR) and prepare it into $DATA_BIN.
+# Usage: recipes/wikitext2/prepare.sh [--raw-dir DIR] [python -m data_prep.wikitext2 flags, see --help]
+source "$(dirname "${BASH_SOURCE[0]}")/config.sh"
+prepare_dataset "$@"

@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# WMT17 English-German: beam search on the test sets, tokenized BLEU and sacreBLEU (with signature).
+# Usage: recipes/wmt17_en_de/generate.sh [PRESET] [fairseq-generate flags...]   (--help: all overrides)
+source "$(dirname "${BASH_SOURCE[0]}")/config.sh"
+generate_translation "$@"

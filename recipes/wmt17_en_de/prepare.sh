@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# WMT17 English-German: download the release (or use --raw-dir DIR) and prepare it into $DATA_BIN.
+# Usage: recipes/wmt17_en_de/prepare.sh [--raw-dir DIR] [python -m data_prep.wmt17_en_de flags, see --help]
+source "$(dirname "${BASH_SOURCE[0]}")/config.sh"
+prepare_dataset "$@"

@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# WMT17 English-German: train a preset with this data set's settings (config.sh).
+# Usage: recipes/wmt17_en_de/train.sh [PRESET] [fairseq-train flags...]   (--help: all overrides)
+source "$(dirname "${BASH_SOURCE[0]}")/config.sh"
+train_translation "$@"

@@ -1,0 +1,123 @@
+"""Every recipe as a researcher runs it, on the dataset's sample (prepared
+from its raw format, see tests/data_prep/prepared.py): prepare.sh (finds the
+preparation up to date) -> train.sh with a shrunk preset for a few updates ->
+generate.sh (beam search, tokenized BLEU, sacreBLEU with signature) or
+evaluate.sh (fairseq-eval-lm: perplexity or bits per character)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from prepared import ROOT_DIR
+
+RECIPES = os.path.join(ROOT_DIR, "recipes")
+TINY_SIZES = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-attention-heads", "2",
+              "--decoder-attention-heads", "2", "--dropout", "0.0"]
+TINY_TRANSLATION = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-ffn-embed-dim", "64",
+                    "--decoder-ffn-embed-dim", "64", *TINY_SIZES]
+TINY_LM = ["--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2"]
+
+
+def recipe(dataset, script, *args, env):
+    result = subprocess.run(["bash", os.path.join(RECIPES, dataset, script), *args], capture_output=True, text=True,
+                            env=env, cwd=env["TEST_CWD"])
+    assert result.returncode == 0, f"{dataset}/{script} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def environment(prepared, tmp_path, **overrides):
+    env = dict(os.environ, DATA_BIN=prepared.dest, WORK_DIR=prepared.work_dir, SAVE_DIR=str(tmp_path / "checkpoints"),
+               PYTHON=sys.executable, NUM_GPUS="0", MAX_UPDATE="3", MAX_TOKENS="1500", UPDATE_FREQ="1", LOG_INTERVAL="1",
+               DATA_WORKERS="0", TEST_CWD=str(tmp_path))
+    env.update(overrides)
+    return env
+
+
+def prepare_again(prepared, dataset, env):
+    """prepare.sh with the arguments of the session's preparation: nothing left to do."""
+    flags = [a for i, a in enumerate(prepared.argv) if a not in ("--dest", "--work-dir") and prepared.argv[i - 1] not in ("--dest", "--work-dir")]
+    result = subprocess.run(["bash", os.path.join(RECIPES, dataset, "prepare.sh"), *flags], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "up to date" in result.stderr and " ...\n" not in result.stderr
+
+
+TRANSLATION = [
+    # dataset, preset (None: the recipe's default), flags, environment
+    ("iwslt14_de_en", "mixed_transformer_iwslt_de_en", TINY_TRANSLATION, {}),
+    ("wmt14_en_de", None, ["--encoder-layer-ffn-embed-dims", "64", "--decoder-layer-ffn-embed-dims", "64", *TINY_SIZES],
+     {"SAVE_INTERVAL_UPDATES": "1", "AVERAGE_LAST": "2"}),  # mformer_wmt_en_de's layout, shrunk; averaging as the paper
+    ("wmt17_en_de", "cosformer_iwslt_de_en", TINY_TRANSLATION, {"AVERAGE_LAST": "0"}),
+    ("multi30k", "mformer_iwslt_de_en", ["--decoder-layers", "1", "--encoder-ffn-embed-dim", "64",
+                                         "--decoder-ffn-embed-dim", "64", *TINY_SIZES],
+     {"SRC": "en", "TGT": "de", "SUBSETS": "test test3"}),  # en-de; test 2016 flickr and 2017 mscoco
+]
+
+
+@pytest.mark.parametrize("dataset, preset, flags, overrides", TRANSLATION, ids=[t[0] for t in TRANSLATION])
+def test_translation_recipe(prepare_sample, tmp_path, dataset, preset, flags, overrides):
+    prepared = prepare_sample(dataset)
+    env = environment(prepared, tmp_path, GEN_EXTRA_ARGS="--max-len-a 0 --max-len-b 8", **overrides)
+    prepare_again(prepared, dataset, env)
+    recipe(dataset, "train.sh", *([preset] if preset else []), *flags, env=env)
+    out = recipe(dataset, "generate.sh", *([preset] if preset else []), env=env)
+    subsets = overrides.get("SUBSETS", "").split() or [
+        line.split("\t")[0] for line in open(os.path.join(prepared.dest, "testsets.tsv")).read().splitlines()]
+    tgt = overrides.get("TGT") or json.load(open(os.path.join(prepared.dest, "prepare.json")))["tgt"]
+    for subset in subsets:
+        score = json.load(open(tmp_path / "checkpoints" / "generate" / f"score-{subset}.json"))
+        assert score["sentences"] == len(open(os.path.join(prepared.dest, "refs", f"{subset}.{tgt}")).read().splitlines())
+        assert 0 <= score["sacrebleu"] <= 100 and 0 <= score["tokenized_bleu"] <= 100
+        assert f"{subset}: sacreBLEU signature: nrefs:1|case:" in out and "|tok:13a|" in out
+    assert "tokenized BLEU" in out
+    if dataset == "wmt14_en_de":
+        assert "compound splitting" in out and score["compound_split"]
+        assert os.path.exists(tmp_path / "checkpoints" / "checkpoint_avg_last2.pt")
+    if dataset in ("iwslt14_de_en", "multi30k"):
+        assert "case:lc" in out  # the preparation lower-cases
+
+
+LANGUAGE_MODELS = [
+    ("wikitext103", "mixed_transformer_lm_tiny", "perplexity"),
+    ("wikitext2", "cosformer_lm_tiny", "perplexity"),
+    ("enwik8", "mformer_lm_tiny", "bits per character"),
+]
+
+
+@pytest.mark.parametrize("dataset, preset, reported", LANGUAGE_MODELS, ids=[m[0] for m in LANGUAGE_MODELS])
+def test_language_model_recipe(prepare_sample, tmp_path, dataset, preset, reported):
+    prepared = prepare_sample(dataset)
+    env = environment(prepared, tmp_path, TOKENS_PER_SAMPLE="64", CONTEXT_WINDOW="32", MAX_TOKENS="512")
+    prepare_again(prepared, dataset, env)
+    recipe(dataset, "train.sh", preset, *TINY_LM, env=env)
+    out = recipe(dataset, "evaluate.sh", preset, env=env)
+    assert reported in out
+    score = json.load(open(tmp_path / "checkpoints" / "evaluate" / "score-test.json"))
+    assert score["perplexity"] > 1 and score["tokens"] > 0
+    if dataset == "enwik8":
+        assert 0 < score["bits_per_character"] < 9  # a byte has at most 8 bits; an untrained model may spend a bit more
+        test_bytes = os.path.getsize(os.path.join(prepared.work_dir, "text", "test.raw"))
+        assert score["tokens"] in (test_bytes, test_bytes + 1)  # one token per byte
+
+
+def test_overrides_reach_fairseq(tmp_path):
+    env = dict(os.environ, DRY_RUN="1", NUM_GPUS="2", PYTHON=sys.executable, DATA_BIN=str(tmp_path))
+    command = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "train.sh"), "--max-epoch", "7"],
+                             capture_output=True, text=True, env=env, check=True).stdout
+    assert "--distributed-world-size 2 --fp16" in command
+    assert "--update-freq 4 " in command  # ceil(25,000 tokens per update / (4,096 x 2 GPUs))
+    assert "--lr 7e-4" in command and "--weight-decay 0.1" in command and "--label-smoothing 0.1" in command
+    assert command.rstrip().endswith("--max-epoch 7")
+    env.update(NUM_GPUS="0", CPU_PROCS="2", MAX_TOKENS="1000", UPDATE_FREQ="3", EXTRA_ARGS="--seed 5")
+    command = subprocess.run(["bash", os.path.join(RECIPES, "iwslt14_de_en", "train.sh"), "cosformer_iwslt_de_en"],
+                             capture_output=True, text=True, env=env, check=True).stdout
+    assert "cpu_distributed_train --nprocs 2 --" in command and "--cpu" not in command
+    assert "--arch cosformer_iwslt_de_en" in command and "--max-tokens 1000 --update-freq 3" in command
+    assert "--seed 5" in command and "--share-decoder-input-output-embed" in command
+
+
+def test_help_lists_the_overrides():
+    out = subprocess.run(["bash", os.path.join(RECIPES, "enwik8", "evaluate.sh"), "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    for name in ("NUM_GPUS", "UPDATE_FREQ", "MAX_TOKENS", "EXTRA_ARGS", "CONTEXT_WINDOW", "bits per character"):
+        assert name in out
