@@ -2,7 +2,7 @@
 """Speed and memory of one causal self-attention layer on CPU.
 
 Compares, for one decoder self-attention layer (d = 512, 8 heads, batch 1,
-float32):
+float32, CPU):
 
 * ``softmax``: fairseq's MultiheadAttention as wrapped by our ``softmax`` kind,
   with fairseq's causal (future) mask;
@@ -12,13 +12,13 @@ float32):
   sum of the cos/sin-weighted k v^T outer products; defined in this file.
 
 It reports forward+backward time (median of repeated runs after a warm-up),
-peak memory (measured in a fresh subprocess per cell), the cost per generated
-token of incremental decoding at several prefix lengths, and ratios between
-the kinds, all from the same run. With ``--output`` it writes a markdown report
-(command, versions, git revision, core count, tables, targets).
+peak memory (fresh subprocess per cell), the cost per generated token of
+incremental decoding at several prefix lengths, and ratios between the kinds,
+all from the same run. With ``--output`` it writes a markdown report (command,
+versions, git revision, core count, tables, targets).
 
-    python benchmarks/attention_speed.py                      # full run (~5-10 min on 2 cores)
-    python benchmarks/attention_speed.py --quick              # smoke run (~1 min)
+    python benchmarks/attention_speed.py                      # full run (about 7 min on 2 idle cores)
+    python benchmarks/attention_speed.py --quick              # smoke run (about 1 min)
     python benchmarks/attention_speed.py --output docs/benchmarks.md
 """
 import argparse
@@ -47,12 +47,12 @@ HORIZON = 16384  # cosFormer's M (--cosformer-max-positions): covers the longest
 DEFAULT_LENGTHS = (256, 512, 1024, 2048, 4096, 8192)
 DEFAULT_PREFIXES = (128, 1024, 4096)
 MEMORY_LIMIT_BYTES = 16e9  # cells estimated above this are skipped with a note
-CELL_BUDGET_S = 20.0  # timed repeats per cell are cut to stay near this budget
-
-TARGETS_TEXT = """\
-| target | measured | met? |
-|---|---|---|
-"""
+CELL_BUDGET_S = 15.0  # timed runs of a cell are cut to stay near this budget (at least 2)
+# glibc keeps freed blocks below its (dynamically raised) mmap threshold resident, so the peak RSS of a
+# default process also measures that caching, which varies by tens of MB from run to run. The second
+# memory measurement holds the threshold at glibc's initial 128 KiB, so that RSS follows the live
+# allocations.
+FIXED_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 # ---------------------------------------------------------------------------
@@ -79,41 +79,35 @@ def cosformer_reference_cumsum(q, k, v, angle, eps=1e-6):
     return qkv / denom.unsqueeze(-1)
 
 
-def _reference_module_class():
-    from torch import nn
+class ReferenceCumsumAttention(torch.nn.Module):
+    """The projections, ReLU feature map and output projection of a cosFormer module, with the
+    reference's cumulative-sum causal attention in between. Positions and horizon follow our module
+    (angle = pi/2 * i / M, i from 0), so both compute the same function; the authors' 1-based index
+    with M = T changes only constants, not cost."""
 
-    class ReferenceCumsumAttention(nn.Module):
-        """Projections, ReLU feature map and output projection of our cosFormer module, with the
-        reference's cumulative-sum causal attention in between. Positions and horizon follow our
-        module (angle = pi/2 * i / M, i from 0), so both compute the same function; the authors'
-        1-based index with M = T changes only constants, not cost."""
+    def __init__(self, cosformer_module):
+        super().__init__()
+        m = cosformer_module
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = m.q_proj, m.k_proj, m.v_proj, m.out_proj
+        self.num_heads, self.head_dim, self.horizon, self.eps = m.num_heads, m.head_dim, m.horizon, m.eps
 
-        def __init__(self, cosformer_module):
-            super().__init__()
-            m = cosformer_module
-            self.q_proj, self.k_proj, self.v_proj, self.out_proj = m.q_proj, m.k_proj, m.v_proj, m.out_proj
-            self.num_heads, self.head_dim, self.horizon, self.eps = m.num_heads, m.head_dim, m.horizon, m.eps
+    def forward(self, query, key=None, value=None, **unused):
+        tgt_len, bsz, embed_dim = query.shape
 
-        def forward(self, query, key=None, value=None, **unused):
-            tgt_len, bsz, embed_dim = query.shape
-            heads, head_dim = self.num_heads, self.head_dim
+        def split(x):  # (L, B, E) -> (B * h, L, d)
+            return x.contiguous().view(tgt_len, bsz * self.num_heads, self.head_dim).transpose(0, 1)
 
-            def split(x):  # (L, B, E) -> (B * h, L, d)
-                return x.contiguous().view(tgt_len, bsz * heads, head_dim).transpose(0, 1)
-
-            q = split(torch.relu(self.q_proj(query)))
-            k = split(torch.relu(self.k_proj(query)))
-            v = split(self.v_proj(query))
-            angle = (math.pi / 2) * torch.arange(tgt_len, dtype=q.dtype).view(1, -1, 1) / self.horizon
-            out = cosformer_reference_cumsum(q, k, v, angle, self.eps)
-            out = out.transpose(0, 1).contiguous().view(tgt_len, bsz, embed_dim)
-            return self.out_proj(out), None
-
-    return ReferenceCumsumAttention
+        q = split(torch.relu(self.q_proj(query)))
+        k = split(torch.relu(self.k_proj(query)))
+        v = split(self.v_proj(query))
+        angle = (math.pi / 2) * torch.arange(tgt_len, dtype=q.dtype).view(1, -1, 1) / self.horizon
+        out = cosformer_reference_cumsum(q, k, v, angle, self.eps)
+        out = out.transpose(0, 1).contiguous().view(tgt_len, bsz, embed_dim)
+        return self.out_proj(out), None
 
 
 # ---------------------------------------------------------------------------
-# Worker side: one measurement in a fresh process
+# Worker side: measurements in fresh processes
 # ---------------------------------------------------------------------------
 
 
@@ -122,11 +116,12 @@ class _Cfg:
     max_target_positions = HORIZON
 
 
-def build(kind, chunk_size=None):
+def build(kind, chunk_size=None, seed=0):
     from fairseq_plugins.modules import build_attention
 
+    torch.manual_seed(seed)
     if kind == "cosformer_reference_cumsum":
-        return _reference_module_class()(build_attention("cosformer", "decoder_self", EMBED_DIM, HEADS, _Cfg()))
+        return ReferenceCumsumAttention(build_attention("cosformer", "decoder_self", EMBED_DIM, HEADS, _Cfg()))
     module = build_attention(kind, "decoder_self", EMBED_DIM, HEADS, _Cfg())
     if chunk_size is not None:
         module.chunk_size = chunk_size
@@ -138,9 +133,31 @@ def future_mask(length):
     return torch.full((length, length), float("-inf")).triu_(1)
 
 
-def _rss_bytes():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+class Cell:
+    """One layer and its input for forward+backward runs."""
+
+    def __init__(self, kind, length, chunk_size=None):
+        self.kind = kind
+        self.module = build(kind, chunk_size)
+        self.x = torch.randn(length, 1, EMBED_DIM, requires_grad=True)
+        # fairseq's decoder builds its future mask once and reuses it: an input here.
+        self.mask = future_mask(length) if kind == "softmax" else None
+
+    def step(self):
+        out, _ = self.module(self.x, self.x, self.x, attn_mask=self.mask, need_weights=False)
+        out.sum().backward()
+        self.x.grad = None
+        self.module.zero_grad(set_to_none=True)
+
+    def timed_step(self):
+        t0 = time.perf_counter()
+        self.step()
+        return time.perf_counter() - t0
+
+
+def _warm_up_libraries(kind):
+    """A tiny forward+backward, so that thread pools and BLAS buffers exist before any baseline."""
+    Cell(kind, 16).step()
 
 
 def _reset_peak_rss():
@@ -153,75 +170,83 @@ def _reset_peak_rss():
         return False
 
 
-def _maxrss_bytes():
+def _peak_rss_bytes():
+    """The kernel's peak-RSS mark of this process. VmHWM where /proc has it: ru_maxrss is the same mark
+    but also carries over the RSS of the process that spawned this one (fork + exec keeps it), which
+    hides the peaks of small cells; elsewhere ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
-def worker_train(spec):
-    kind, length = spec["kind"], spec["length"]
-    torch.manual_seed(0)
-    module = build(kind, spec.get("chunk_size"))
-    # Warm up libraries (thread pools, BLAS buffers) on a short input before the baseline.
-    small = torch.randn(16, 1, EMBED_DIM, requires_grad=True)
-    module(small, small, small, attn_mask=future_mask(16) if kind == "softmax" else None, need_weights=False)[0].sum().backward()
-    module.zero_grad(set_to_none=True)
+def _rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-    x = torch.randn(length, 1, EMBED_DIM, requires_grad=True)
-    # fairseq's decoder builds its future mask once and reuses it: it is an input here.
-    mask = future_mask(length) if kind == "softmax" else None
+
+def worker_memory(spec):
+    """Peak RSS of forward+backward above the RSS after building module and input."""
+    _warm_up_libraries(spec["kind"])
+    cell = Cell(spec["kind"], spec["length"], spec.get("chunk_size"))
     gc.collect()
     reset = _reset_peak_rss()
-    baseline = _maxrss_bytes() if reset else _rss_bytes()
+    baseline = _peak_rss_bytes() if reset else _rss_bytes()
+    for _ in range(spec.get("runs", 2)):
+        cell.step()
+    return {"peak_bytes": _peak_rss_bytes() - baseline, "peak_reset": reset}
 
-    def step():
-        out, _ = module(x, x, x, attn_mask=mask, need_weights=False)
-        out.sum().backward()
-        x.grad = None
-        module.zero_grad(set_to_none=True)
 
-    t0 = time.perf_counter()
-    step()  # warm-up (also the first memory peak)
-    warm = time.perf_counter() - t0
-    repeats = max(spec.get("min_repeats", 2), min(spec["repeats"], int(spec.get("budget_s", CELL_BUDGET_S) / max(warm, 1e-3))))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    peak = _maxrss_bytes() - baseline
-    return {"times": times, "warmup": warm, "peak_bytes": peak, "peak_reset": reset}
+def worker_time(spec):
+    """Forward+backward times of several kinds (or chunk sizes) at one T, run round-robin so that all
+    see the same machine load: one warm-up each, then timed runs until each has its count."""
+    cells = {}
+    for key in spec["cells"]:
+        kind, _, chunk = key.partition(":")
+        _warm_up_libraries(kind)
+        cells[key] = Cell(kind, spec["length"], int(chunk) if chunk else None)
+    warm = {key: cell.timed_step() for key, cell in cells.items()}
+    budget = spec.get("budget_s", CELL_BUDGET_S)
+    wanted = {key: max(2, min(spec["repeats"], int(budget / max(w, 1e-4)))) for key, w in warm.items()}
+    times = {key: [] for key in cells}
+    while any(len(times[key]) < wanted[key] for key in cells):
+        for key, cell in cells.items():
+            if len(times[key]) < wanted[key]:
+                times[key].append(cell.timed_step())
+    return {"times": times, "warmup": warm}
 
 
 def worker_decode(spec):
-    kind = spec["kind"]
-    torch.manual_seed(0)
-    module = build(kind)
-    module.eval()
-    results = {}
+    """Cost per new token with incremental_state after prefixes of several lengths. Every (kind, prefix)
+    pair first takes its prefix; then the pairs take single-token steps in turn, so that all see the
+    same machine load."""
+    modules = {kind: build(kind).eval() for kind in spec["kinds"]}
+    states, results = {}, {kind: {} for kind in modules}
     with torch.no_grad():
         for prefix in spec["prefixes"]:
-            state = {}
             x = torch.randn(prefix, 1, EMBED_DIM)
-            mask = future_mask(prefix) if kind == "softmax" else None
-            module(x, x, x, incremental_state=state, attn_mask=mask, need_weights=False)
-            times = []
-            for step in range(spec["warmup_steps"] + spec["steps"]):
-                tok = torch.randn(1, 1, EMBED_DIM)
+            for kind, module in modules.items():
+                states[kind, prefix] = {}
+                mask = future_mask(prefix) if kind == "softmax" else None
+                module(x, x, x, incremental_state=states[kind, prefix], attn_mask=mask, need_weights=False)
+                results[kind][str(prefix)] = []
+        for step in range(spec["warmup_steps"] + spec["steps"]):
+            tok = torch.randn(1, 1, EMBED_DIM)
+            for (kind, prefix), state in states.items():
                 t0 = time.perf_counter()
-                module(tok, tok, tok, incremental_state=state, need_weights=False)
+                modules[kind](tok, tok, tok, incremental_state=state, need_weights=False)
                 if step >= spec["warmup_steps"]:
-                    times.append(time.perf_counter() - t0)
-            results[str(prefix)] = times
+                    results[kind][str(prefix)].append(time.perf_counter() - t0)
     return {"per_token": results}
 
 
 def run_worker(spec):
     torch.set_num_threads(spec["threads"])
-    if spec["mode"] == "train":
-        return worker_train(spec)
-    if spec["mode"] == "decode":
-        return worker_decode(spec)
-    raise ValueError(spec["mode"])
+    return {"memory": worker_memory, "time": worker_time, "decode": worker_decode}[spec["mode"]](spec)
 
 
 # ---------------------------------------------------------------------------
@@ -248,21 +273,22 @@ def mem_available_bytes():
 
 
 def estimate_bytes(kind, length):
-    """Rough peak estimate, to skip cells that cannot fit (float32)."""
+    """Rough peak estimate (float32), to skip cells that cannot fit."""
     head_dim = EMBED_DIM // HEADS
     if kind == "cosformer_reference_cumsum":
         # kv_, kv_cum and their gradients: ~4.5 tensors of (h, T, 2d, d) (4.7 GB measured at T = 4096).
         return 4.5 * HEADS * length * 2 * head_dim * head_dim * 4
     if kind == "softmax":
-        # Explicit attention path worst case: weights, probabilities and gradient (h, T, T), plus the mask.
+        # worst case, fairseq's explicit path: weights, probabilities and their gradient (h, T, T), and the mask
         return (3 * HEADS + 1) * length * length * 4
     return 40 * length * EMBED_DIM * 4
 
 
-def launch(spec, timeout):
+def launch(spec, timeout, env=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)]
+    full_env = dict(os.environ, **(env or {}))
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     if proc.returncode != 0:
@@ -290,14 +316,25 @@ def fmt_mem(nbytes):
         return "-"
     if nbytes >= 1e9:
         return f"{nbytes / 1e9:.2f} GB"
+    if nbytes < 1e6:
+        return "< 1 MB"
     return f"{nbytes / 1e6:.0f} MB"
 
 
 def fmt_ratio(a, b):
+    """a / b as 'N.Nx' (None if either is missing)."""
     if a is None or b is None or b <= 0:
         return "-"
     r = a / b
-    return f"{r:.1f}x" if r < 100 else f"{r:.0f}x"
+    return f"{r:.2f}x" if r < 1 else f"{r:.1f}x" if r < 100 else f"{r:.0f}x"
+
+
+def load_average():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
 
 
 def environment():
@@ -323,28 +360,45 @@ def environment():
     except OSError:
         rev = "unknown"
     try:
-        load = open("/proc/loadavg").read().split()[:3]
+        with open("/proc/self/autogroup") as f:
+            autogroup = f.read().strip()
     except OSError:
-        load = ["?"]
+        autogroup = None
     return {
+        "nice": os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else None,
+        "autogroup": autogroup,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "fairseq": fairseq_version,
         "git": rev,
         "cpu": cpu,
         "cores": available_cores(),
-        "load": " ".join(load),
+        "load": load_average(),
     }
+
+
+def _self_check():
+    """The benchmarked reference form must compute the same function as our module."""
+    module = build("cosformer").double()
+    module.chunk_size = 16
+    reference = ReferenceCumsumAttention(module)
+    x = torch.randn(50, 1, EMBED_DIM, dtype=torch.float64)
+    with torch.no_grad():
+        err = (module(x, x, x, need_weights=False)[0] - reference(x)[0]).abs().max().item()
+    print(f"# self-check: reference cumsum form vs cosformer (float64, T=50): max |diff| = {err:.1e}")
+    if err > 1e-8:
+        raise SystemExit("the reference cumsum form does not match the cosformer module")
+    return err
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)), help="sequence lengths T (comma-separated)")
-    parser.add_argument("--repeats", type=int, default=7, help="timed forward+backward runs per cell after one warm-up (fewer for slow cells)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed forward+backward runs per cell after one warm-up (fewer for slow cells)")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated subset of {','.join(KINDS)}")
     parser.add_argument("--decode-prefixes", default=",".join(map(str, DEFAULT_PREFIXES)), help="prefix lengths for the per-token decoding cost ('' to skip)")
     parser.add_argument("--decode-steps", type=int, default=50, help="timed single-token steps per prefix")
-    parser.add_argument("--chunk-sweep", default="16,32,64,128,256", help="cosformer chunk sizes to time at the largest T ('' to skip)")
+    parser.add_argument("--chunk-sweep", default="32,64,128", help="cosformer chunk sizes to time at the largest T ('' to skip)")
     parser.add_argument("--threads", type=int, default=available_cores(), help="torch threads (default: the cores available)")
     parser.add_argument("--quick", action="store_true", help="smoke run: T = 256, 1024; 2 repeats; short decoding; no chunk sweep")
     parser.add_argument("--output", help="write the markdown report to this path")
@@ -371,62 +425,77 @@ def main(argv=None):
     print(f"# {command}")
     print(f"# torch {env['torch']}, fairseq {env['fairseq']}, {env['cores']} cores ({env['cpu']}), {args.threads} threads, git {env['git']}, load {env['load']}")
     started = time.time()
+    self_check = _self_check()
 
-    _self_check()
-
-    # Forward + backward, one fresh process per (kind, T).
-    train = {}
+    train = {}  # (kind, T) -> {"times": [...], "peak": bytes, "peak_fixed": bytes} or {"error": ...}
     notes = []
+    base = {"threads": args.threads}
     for length in lengths:
+        runnable = []
         for kind in kinds:
-            est = estimate_bytes(kind, length)
-            avail = mem_available_bytes()
-            if est > MEMORY_LIMIT_BYTES or (avail is not None and est > 0.9 * avail):
-                why = f"skipped: needs ~{fmt_mem(est)}" + (f" (> {fmt_mem(MEMORY_LIMIT_BYTES)} limit)" if est > MEMORY_LIMIT_BYTES else f" (only {fmt_mem(avail)} available)")
-                train[(kind, length)] = {"error": why}
-                notes.append(f"{kind} at T={length}: {why}")
-                print(f"{kind:28s} T={length:5d}  {why}", flush=True)
-                continue
-            spec = {"mode": "train", "kind": kind, "length": length, "repeats": args.repeats, "threads": args.threads}
-            res = launch(spec, timeout=900)
-            train[(kind, length)] = res
-            if "error" in res:
-                notes.append(f"{kind} at T={length}: {res['error']}")
-                print(f"{kind:28s} T={length:5d}  {res['error']}", flush=True)
+            est, avail = estimate_bytes(kind, length), mem_available_bytes()
+            if est > MEMORY_LIMIT_BYTES or (avail is not None and est > 0.85 * avail):
+                limit = f"> {fmt_mem(MEMORY_LIMIT_BYTES)} limit" if est > MEMORY_LIMIT_BYTES else f"only {fmt_mem(avail)} available"
+                train[(kind, length)] = {"error": f"skipped: needs ~{fmt_mem(est)} ({limit})"}
+                notes.append(f"{kind} at T={length}: {train[(kind, length)]['error']}")
+                print(f"{kind:28s} T={length:5d}  {train[(kind, length)]['error']}", flush=True)
             else:
-                print(
-                    f"{kind:28s} T={length:5d}  median {fmt_time(statistics.median(res['times'])):>9s} "
-                    f"(min {fmt_time(min(res['times']))}, {len(res['times'])} runs)  peak {fmt_mem(res['peak_bytes'])}",
-                    flush=True,
-                )
+                runnable.append(kind)
+                train[(kind, length)] = {}
+        if not runnable:
+            continue
+        res = launch(dict(base, mode="time", cells=runnable, length=length, repeats=args.repeats), timeout=1800)
+        for kind in runnable:
+            cell = train[(kind, length)]
+            if "error" in res:
+                cell["error"] = f"timing failed: {res['error']}"
+            else:
+                cell["times"] = res["times"][kind]
+            # The first run is the peak; a second one (for fast cells) catches a later one.
+            runs = 2 if (_median(cell) or 0) < 2.0 else 1
+            for field, env_extra in (("peak", None), ("peak_fixed", FIXED_MALLOC_ENV)):
+                mem = launch(dict(base, mode="memory", kind=kind, length=length, runs=runs), timeout=1800, env=env_extra)
+                if "error" in mem:
+                    cell.setdefault("error", f"memory measurement failed: {mem['error']}")
+                else:
+                    cell[field] = mem["peak_bytes"]
+            if "error" in cell:
+                notes.append(f"{kind} at T={length}: {cell['error']}")
+            print(
+                f"{kind:28s} T={length:5d}  "
+                + (f"median {fmt_time(_median(cell)):>9s} (min {fmt_time(min(cell['times']))}, {len(cell['times'])} runs)  " if "times" in cell else "")
+                + f"peak {fmt_mem(cell.get('peak'))} / {fmt_mem(cell.get('peak_fixed'))} (fixed mmap threshold)"
+                + (f"  [{cell['error']}]" if "error" in cell else ""),
+                flush=True,
+            )
 
-    # Chunk-size sweep of the causal cosFormer at the largest T.
+    # Chunk-size sweep of the causal cosFormer at the largest T, round-robin in one process.
     sweep_results = {}
     if sweep:
         length = max(lengths)
+        res = launch(dict(base, mode="time", cells=[f"cosformer:{c}" for c in sweep], length=length, repeats=args.repeats), timeout=1800)
         for chunk in sweep:
-            spec = {"mode": "train", "kind": "cosformer", "length": length, "repeats": args.repeats, "threads": args.threads, "chunk_size": chunk}
-            sweep_results[chunk] = launch(spec, timeout=900)
-            res = sweep_results[chunk]
-            msg = res.get("error") or f"median {fmt_time(statistics.median(res['times']))}  peak {fmt_mem(res['peak_bytes'])}"
+            sweep_results[chunk] = {"error": res["error"]} if "error" in res else {"times": res["times"][f"cosformer:{chunk}"]}
+            msg = sweep_results[chunk].get("error") or f"median {fmt_time(_median(sweep_results[chunk]))}"
             print(f"cosformer chunk={chunk:4d}          T={length:5d}  {msg}", flush=True)
 
     # Incremental decoding.
     decode = {}
-    if prefixes:
-        for kind in [k for k in DECODE_KINDS if k in kinds]:
-            spec = {"mode": "decode", "kind": kind, "prefixes": prefixes, "steps": args.decode_steps, "warmup_steps": 5, "threads": args.threads}
-            decode[kind] = launch(spec, timeout=900)
-            res = decode[kind]
-            if "error" in res:
-                print(f"decode {kind}: {res['error']}", flush=True)
-                continue
-            for prefix in prefixes:
-                print(f"decode {kind:10s} prefix={prefix:5d}  {fmt_time(statistics.median(res['per_token'][str(prefix)]))} per token", flush=True)
+    dkinds = [k for k in DECODE_KINDS if k in kinds]
+    if prefixes and dkinds:
+        res = launch(dict(base, mode="decode", kinds=dkinds, prefixes=prefixes, steps=args.decode_steps, warmup_steps=5), timeout=1800)
+        if "error" in res:
+            decode = {"error": res["error"]}
+            print(f"decode: {res['error']}", flush=True)
+        else:
+            decode = res["per_token"]
+            for kind in dkinds:
+                for prefix in prefixes:
+                    print(f"decode {kind:10s} prefix={prefix:5d}  {fmt_time(statistics.median(decode[kind][str(prefix)]))} per token", flush=True)
 
-    env["load_end"] = " ".join(open("/proc/loadavg").read().split()[:3]) if os.path.exists("/proc/loadavg") else "?"
+    env["load_end"] = load_average()
     elapsed = time.time() - started
-    report = render(command, env, args, lengths, kinds, prefixes, train, sweep_results, decode, notes, elapsed)
+    report = render(command, env, args, lengths, kinds, prefixes, train, sweep_results, decode, notes, elapsed, self_check)
     print()
     print(report)
     if args.output:
@@ -437,164 +506,185 @@ def main(argv=None):
     return 0
 
 
-def _self_check():
-    """The benchmarked reference form must compute the same function as our module."""
-    torch.manual_seed(0)
-    module = build("cosformer").double()
-    module.chunk_size = 16
-    reference = _reference_module_class()(module)
-    x = torch.randn(50, 1, EMBED_DIM, dtype=torch.float64)
-    with torch.no_grad():
-        err = (module(x, x, x, need_weights=False)[0] - reference(x)[0]).abs().max().item()
-    print(f"# self-check: reference cumsum form vs cosformer (float64, T=50): max |diff| = {err:.1e}")
-    if err > 1e-8:
-        raise SystemExit("the reference cumsum form does not match the cosformer module")
+def _median(cell):
+    return statistics.median(cell["times"]) if cell and cell.get("times") else None
 
 
-def _median(res):
-    return statistics.median(res["times"]) if res and "times" in res else None
-
-
-def _peak(res):
-    return res["peak_bytes"] if res and "peak_bytes" in res else None
-
-
-def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, decode, notes, elapsed):
+def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, decode, notes, elapsed, self_check):
     lines = []
     add = lines.append
+
+    def row(cells):
+        add("| " + " | ".join(cells) + " |")
+
+    def cell_text(kind, length, value, fmt):
+        cell = train.get((kind, length), {})
+        if value is not None:
+            return fmt(value)
+        return "skipped" if "skipped" in cell.get("error", "") else "failed"
+
     add("# Attention speed and memory (CPU)")
     add("")
-    add("Generated by `benchmarks/attention_speed.py`; do not edit by hand (rerun the command below).")
+    add("Generated by `benchmarks/attention_speed.py` (rerun the command below to refresh; edit the script, not this file).")
     add("")
     add("```")
     add(command)
     add("```")
     add("")
+    add(f"- torch {env['torch']}, fairseq {env['fairseq']}, Python {env['python']}; git {env['git']}")
+    add(f"- {env['cores']} cores ({env['cpu']}), `torch.set_num_threads({args.threads})`")
+    sched = f"nice {env['nice']}" + (f", scheduler autogroup `{env['autogroup']}`" if env.get("autogroup") else "")
+    add(f"- load average {env['load']} at the start and {env['load_end']} at the end (other processes share the machine); {sched}; run time {elapsed / 60:.1f} min")
     add(
-        f"- torch {env['torch']}, fairseq {env['fairseq']}, Python {env['python']}; git {env['git']}\n"
-        f"- {env['cores']} cores ({env['cpu']}), `torch.set_num_threads({args.threads})`; "
-        f"load average {env['load']} at the start, {env['load_end']} at the end; total run time {elapsed / 60:.1f} min\n"
         f"- one causal self-attention layer (`decoder_self`): d = {EMBED_DIM}, {HEADS} heads, batch 1, float32; "
-        f"input x (T x 1 x {EMBED_DIM}) with `requires_grad=True`, loss = output.sum(); cosFormer horizon M = {HORIZON}"
+        f"input x (T x 1 x {EMBED_DIM}) with `requires_grad=True`, loss = `output.sum()`; cosFormer horizon M = {HORIZON}, "
+        f"chunk size C = {_default_chunk()}"
     )
     add("")
     add("Method:")
     add("")
     add(
-        "- **time**: forward+backward of the layer, median over repeated runs after one warm-up run "
-        f"(at most {args.repeats} runs, fewer for slow cells to keep each cell near {CELL_BUDGET_S:.0f} s; at least 2), "
-        "`time.perf_counter`, in the same fresh process as the memory measurement."
+        "- **Time**: forward+backward of the layer, `time.perf_counter`, median over the timed runs after one "
+        f"warm-up run (at most {args.repeats} runs, fewer for slow cells to keep each near {CELL_BUDGET_S:.0f} s, "
+        "at least 2). All kinds at one T run in one fresh process, round-robin (one run of each in turn), so "
+        "that they see the same machine load."
     )
     add(
-        "- **peak memory**: every (kind, T) cell runs in a fresh subprocess. After building the module and the "
-        "inputs (and a tiny warm-up call that initialises thread pools and BLAS buffers), the kernel's peak-RSS mark "
-        "is reset to the current RSS (`/proc/self/clear_refs`); the reported value is "
-        "`resource.getrusage(RUSAGE_SELF).ru_maxrss` after the warm-up and timed runs minus that baseline, i.e. the "
-        "extra resident memory the forward+backward needed. `tracemalloc` does not see torch's allocations. "
-        "softmax's T x T future mask is built once before the baseline, as fairseq's decoder caches it."
+        "- **Peak memory**: a fresh subprocess per (kind, T). After a tiny warm-up call (thread pools, BLAS "
+        "buffers) and building the module and the input, the kernel's peak-RSS mark is reset to the current "
+        "RSS (`/proc/self/clear_refs`); reported is the peak-RSS mark after two forward+backward runs (one for "
+        "cells slower than 2 s) minus that "
+        "baseline: the extra resident memory the layer needed (`tracemalloc` does not see torch's allocations). "
+        "The mark is read as `VmHWM` from `/proc/self/status`: `getrusage(RUSAGE_SELF).ru_maxrss` reports the "
+        "same mark but, after fork + exec, never less than the spawning process's RSS, which hid the peaks of "
+        "small cells. Two columns: the default process (*default malloc*), and the same with "
+        "`MALLOC_MMAP_THRESHOLD_=131072` (*fixed threshold*): glibc otherwise raises its mmap threshold as "
+        "large blocks are freed and keeps freed blocks below it resident, so the default peak also measures "
+        "that caching and moves by tens of MB from run to run; with the threshold fixed, RSS follows the "
+        "live allocations. softmax's T x T future mask is an input built before the baseline, as fairseq's "
+        "decoder builds it once and caches it (it would add 4 T^2 bytes: 268 MB at T = 8192)."
     )
     add(
-        "- **decoding**: `incremental_state` decoding in `eval()`/`no_grad`: feed a prefix of P tokens in one call, "
-        f"then time {args.decode_steps} single-token steps (after 5 untimed ones); median per token."
+        "- **Decoding**: `incremental_state` decoding in `eval()` / `no_grad`: each (kind, P) takes a prefix of P tokens "
+        f"in one call, then all take {args.decode_steps} timed single-token steps (after 5 untimed) in turn, in one "
+        "process; median per token."
     )
     add(
         "- `cosformer_reference_cumsum` is the authors' causal formulation (`einsum('nld,nlm->nldm', k_, v)`, "
-        "`cumsum` over L, `einsum('nld,nldm->nlm', q_, kv_cum)`, denominator likewise) between our projections; it is "
-        "checked at startup to compute the same function as `cosformer` (float64)."
+        "`cumsum` over L, `einsum('nld,nldm->nlm', q_, kv_cum)`, the denominator likewise) between the same "
+        f"projections; the run starts by checking that it computes the same function as `cosformer` "
+        f"(float64, max |diff| = {self_check:.0e})."
     )
     add("")
 
-    def row(cells):
-        add("| " + " | ".join(cells) + " |")
-
     # Time table.
-    add("## Forward + backward time")
+    others = [k for k in kinds if k != "softmax"]
+    add("## Forward + backward time (median)")
     add("")
-    header = ["T"] + [f"{k}" for k in kinds]
-    ratio_cols = []
+    header = ["T"] + list(kinds)
     if "softmax" in kinds:
-        ratio_cols += [(k, "softmax") for k in kinds if k != "softmax"]
-    if "cosformer" in kinds and "cosformer_reference_cumsum" in kinds:
-        ratio_cols.append(("cosformer", "cosformer_reference_cumsum"))
-    header += [f"speed-up of {a} vs {b}" for a, b in ratio_cols]
+        header += [f"softmax / {k}" for k in others]
+    both = "cosformer" in kinds and "cosformer_reference_cumsum" in kinds
+    if both:
+        header.append("reference / cosformer")
     row(header)
     row(["---:"] * len(header))
     for length in lengths:
-        cells = [str(length)]
-        for k in kinds:
-            res = train.get((k, length))
-            cells.append(fmt_time(_median(res)) if res and "times" in res else "skipped" if res and "skipped" in res.get("error", "") else "failed")
-        for a, b in ratio_cols:
-            cells.append(fmt_ratio(_median(train.get((b, length))), _median(train.get((a, length)))))
+        cells = [str(length)] + [cell_text(k, length, _median(train.get((k, length))), fmt_time) for k in kinds]
+        if "softmax" in kinds:
+            cells += [fmt_ratio(_median(train.get(("softmax", length))), _median(train.get((k, length)))) for k in others]
+        if both:
+            cells.append(fmt_ratio(_median(train.get(("cosformer_reference_cumsum", length))), _median(train.get(("cosformer", length)))))
         row(cells)
     add("")
-    add("Runs per cell (median / min): " + "; ".join(
-        f"{k} T={t}: {len(r['times'])} ({fmt_time(_median(r))} / {fmt_time(min(r['times']))})"
-        for (k, t), r in train.items() if "times" in r
-    ) + ".")
+    add("Ratios are speed-ups (how many times faster the second kind is). Timed runs per cell (median / min):")
+    add("")
+    for length in lengths:
+        parts = []
+        for k in kinds:
+            cell = train.get((k, length), {})
+            if cell.get("times"):
+                parts.append(f"{k} {len(cell['times'])} ({fmt_time(_median(cell))} / {fmt_time(min(cell['times']))})")
+        if parts:
+            add(f"- T={length}: " + "; ".join(parts))
     add("")
 
     # Memory table.
-    add("## Peak memory (forward + backward, above the baseline)")
+    add("## Peak memory of forward + backward (above the baseline)")
     add("")
-    header = ["T"] + list(kinds)
-    mem_cols = []
+    header = ["T"]
+    for k in kinds:
+        header += [f"{k} (default malloc)", f"{k} (fixed threshold)"]
     if "softmax" in kinds:
-        mem_cols += [(k, "softmax") for k in kinds if k != "softmax"]
-    if "cosformer" in kinds and "cosformer_reference_cumsum" in kinds:
-        mem_cols.append(("cosformer_reference_cumsum", "cosformer"))
-    header += [f"{a} / {b}" for a, b in mem_cols]
+        header += [f"{k} / softmax" for k in others]
+    if both:
+        header.append("reference / cosformer")
     row(header)
     row(["---:"] * len(header))
     for length in lengths:
         cells = [str(length)]
         for k in kinds:
-            res = train.get((k, length))
-            cells.append(fmt_mem(_peak(res)) if res and "peak_bytes" in res else "skipped" if res and "skipped" in res.get("error", "") else "failed")
-        for a, b in mem_cols:
-            pa, pb = _peak(train.get((a, length))), _peak(train.get((b, length)))
-            cells.append(f"{pa / pb:.2f}" if pa is not None and pb else "-")
+            cell = train.get((k, length), {})
+            cells += [cell_text(k, length, cell.get("peak"), fmt_mem), cell_text(k, length, cell.get("peak_fixed"), fmt_mem)]
+
+        def ratio(a, b):
+            ca, cb = train.get((a, length), {}), train.get((b, length), {})
+            if ca.get("peak") is None or not cb.get("peak"):
+                return "-"
+            text = f"{ca['peak'] / cb['peak']:.2f}"
+            if ca.get("peak_fixed") is not None and cb.get("peak_fixed"):
+                text += f" / {ca['peak_fixed'] / cb['peak_fixed']:.2f}"
+            return text
+
+        if "softmax" in kinds:
+            cells += [ratio(k, "softmax") for k in others]
+        if both:
+            cells.append(ratio("cosformer_reference_cumsum", "cosformer"))
         row(cells)
+    add("")
+    add(
+        "Ratios: default malloc / fixed threshold. Below T = 4096 cosFormer's own temporaries (one segment of "
+        "chunks, up to about 30 MB, see below) outweigh its O(T d) tensors, hence more memory than softmax there."
+    )
     add("")
 
     # Decoding table.
     if decode:
-        add("## Incremental decoding: cost per new token")
+        add("## Incremental decoding: cost per new token (median)")
         add("")
-        dkinds = [k for k in DECODE_KINDS if k in decode and "per_token" in decode[k]]
-        header = ["prefix P"] + dkinds + (["cosformer / softmax"] if len(dkinds) == 2 else [])
-        row(header)
-        row(["---:"] * len(header))
-        for prefix in prefixes:
-            vals = [statistics.median(decode[k]["per_token"][str(prefix)]) for k in dkinds]
-            cells = [str(prefix)] + [fmt_time(v) for v in vals]
-            if len(dkinds) == 2:
-                cells.append(f"{vals[1] / vals[0]:.2f}")
-            row(cells)
-        add("")
-        for k in DECODE_KINDS:
-            if k in decode and "error" in decode[k]:
-                add(f"- decoding {k}: {decode[k]['error']}")
+        if "error" in decode:
+            add(f"Failed: {decode['error']}")
+        else:
+            dkinds = [k for k in DECODE_KINDS if k in decode]
+            header = ["prefix P"] + dkinds + (["cosformer / softmax"] if len(dkinds) == 2 else [])
+            row(header)
+            row(["---:"] * len(header))
+            for prefix in prefixes:
+                vals = [statistics.median(decode[k][str(prefix)]) for k in dkinds]
+                cells = [str(prefix)] + [fmt_time(v) for v in vals]
+                if len(dkinds) == 2:
+                    cells.append(f"{vals[1] / vals[0]:.2f}")
+                row(cells)
         add("")
 
     # Chunk sweep.
     if sweep_results:
         length = max(lengths)
-        add(f"## cosFormer chunk size (T = {length})")
+        add(f"## cosFormer chunk size (T = {length}, forward + backward, median, one process round-robin)")
         add("")
-        row(["chunk C", "forward+backward", "peak memory"])
+        row(["chunk C", "time", "time / time at C = %d" % _default_chunk()])
         row(["---:"] * 3)
+        ref = _median(sweep_results.get(_default_chunk(), {}))
         for chunk, res in sweep_results.items():
-            if "times" in res:
-                row([str(chunk), fmt_time(_median(res)), fmt_mem(_peak(res))])
-            else:
-                row([str(chunk), res.get("error", "failed"), "-"])
+            t = _median(res)
+            row([str(chunk), fmt_time(t) if t else res.get("error", "failed"), f"{t / ref:.2f}" if t and ref else "-"])
         add("")
 
     # Targets.
     add("## Targets")
     add("")
-    add(TARGETS_TEXT.rstrip("\n"))
+    row(["target", "measured", "met?"])
+    row(["---", "---", "---"])
     for text, value, ok in targets(train, decode):
         row([text, value, "yes" if ok else ("**NO**" if ok is not None else "not measured")])
     add("")
@@ -608,37 +698,45 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
     return "\n".join(lines) + "\n"
 
 
+def _default_chunk():
+    from fairseq_plugins.modules.cosformer import DEFAULT_CHUNK_SIZE
+
+    return DEFAULT_CHUNK_SIZE
+
+
 def targets(train, decode):
     out = []
 
     def med(kind, length):
-        return _median(train.get((kind, length)))
+        return _median(train.get((kind, length), {}))
 
-    def peak(kind, length):
-        return _peak(train.get((kind, length)))
+    def peaks(kind, length):
+        cell = train.get((kind, length), {})
+        return cell.get("peak"), cell.get("peak_fixed")
 
     s8, c8 = med("softmax", 8192), med("cosformer", 8192)
-    speed = s8 / c8 if s8 and c8 else None
-    out.append(("cosformer vs softmax at T=8192: >= 8x faster", f"{speed:.1f}x" if speed else "-", speed >= 8 if speed else None))
-    ps8, pc8 = peak("softmax", 8192), peak("cosformer", 8192)
-    out.append((
-        "cosformer peak memory <= softmax's at T=8192",
-        f"{fmt_mem(pc8)} vs {fmt_mem(ps8)}" if ps8 and pc8 else "-",
-        pc8 <= ps8 if ps8 and pc8 else None,
-    ))
+    r = s8 / c8 if s8 and c8 else None
+    out.append(("cosformer vs softmax at T=8192: >= 8x faster", f"{r:.1f}x" if r else "-", r >= 8 if r else None))
+    (ps, psf), (pc, pcf) = peaks("softmax", 8192), peaks("cosformer", 8192)
+    for label, a, b in (("default malloc", pc, ps), ("fixed threshold", pcf, psf)):
+        out.append((
+            f"cosformer peak memory <= softmax's at T=8192 ({label})",
+            f"{fmt_mem(a)} vs {fmt_mem(b)}" if a and b else "-",
+            a <= b if a and b else None,
+        ))
     r4, c4 = med("cosformer_reference_cumsum", 4096), med("cosformer", 4096)
-    speed = r4 / c4 if r4 and c4 else None
-    out.append(("cosformer vs reference cumsum at T=4096: >= 25x faster", f"{speed:.0f}x" if speed else "-", speed >= 25 if speed else None))
-    pr4, pc4 = peak("cosformer_reference_cumsum", 4096), peak("cosformer", 4096)
-    ratio = pr4 / pc4 if pr4 and pc4 else None
-    out.append(("cosformer vs reference cumsum at T=4096: >= 6x less peak memory", f"{ratio:.1f}x" if ratio else "-", ratio >= 6 if ratio else None))
-    c4_, c8_ = med("cosformer", 4096), med("cosformer", 8192)
-    ratio = c8_ / c4_ if c4_ and c8_ else None
-    out.append(("cosformer time(8192) / time(4096) <= 2.1", f"{ratio:.2f}" if ratio else "-", ratio <= 2.1 if ratio else None))
-    dec = decode.get("cosformer", {}).get("per_token", {})
+    r = r4 / c4 if r4 and c4 else None
+    out.append(("cosformer vs reference cumsum at T=4096: >= 25x faster", f"{r:.0f}x" if r else "-", r >= 25 if r else None))
+    (pr, prf), (pc, pcf) = peaks("cosformer_reference_cumsum", 4096), peaks("cosformer", 4096)
+    for label, a, b in (("default malloc", pr, pc), ("fixed threshold", prf, pcf)):
+        r = a / b if a and b else None
+        out.append((f"cosformer vs reference cumsum at T=4096: >= 6x less peak memory ({label})", f"{r:.0f}x" if r else "-", r >= 6 if r else None))
+    r = c8 / c4 if c4 and c8 else None
+    out.append(("cosformer time(8192) / time(4096) <= 2.1", f"{r:.2f}" if r else "-", r <= 2.1 if r else None))
+    dec = decode.get("cosformer", {}) if isinstance(decode, dict) else {}
     if "128" in dec and "4096" in dec:
-        ratio = statistics.median(dec["4096"]) / statistics.median(dec["128"])
-        out.append(("cosformer decoding cost per token, prefix 4096 / prefix 128 <= 1.2", f"{ratio:.2f}", ratio <= 1.2))
+        r = statistics.median(dec["4096"]) / statistics.median(dec["128"])
+        out.append(("cosformer decoding cost per token, prefix 4096 / prefix 128 <= 1.2", f"{r:.2f}", r <= 1.2))
     else:
         out.append(("cosformer decoding cost per token, prefix 4096 / prefix 128 <= 1.2", "-", None))
     return out
@@ -647,31 +745,39 @@ def targets(train, decode):
 IMPLEMENTATION_NOTES = """\
 ## How the causal cosFormer is computed
 
-`fairseq_plugins/modules/cosformer.py`, `_ChunkedCausalCosformer` (used by `cosformer_causal` and the module):
+`fairseq_plugins/modules/cosformer.py`: `_ChunkedCausalCosformer` (a `torch.autograd.Function`), used by the
+module and by `cosformer_causal`.
 
 - **Chunked form.** Tokens are cut into chunks of C. Inside a chunk, the exact quadratic form
   `(Q K^T * decay) V` with one shared C x C matrix `decay[i, j] = cos(pi/2 (i - j) / M)` (i >= j). Across chunks,
-  each query reads the sums of all earlier chunks, `S = sum_j k_j [cos a_j; sin a_j] v_j^T`, through its
-  `q cos a_i` and `q sin a_i` features. Memory is O(T (d + C)) per head plus T/C states of 2 x d x d;
-  no T x d x d tensor exists (the reference cumsum form keeps T of them).
-- **Layout.** Every tensor is chunked as (n, B, H, C, d), chunk index outermost: each per-chunk product is one
-  batched matrix product over all chunks and heads, and the per-chunk states fill slots 1..n of one contiguous
-  (n+1, B*H, d, d) tensor whose in-place running sum (a loop of n in-place adds, much faster than `cumsum`
-  over that dimension) turns slot i into the state before chunk i. Chunk 0's inter-chunk products are skipped
-  when there is no incoming state.
-- **No doubled or odd-sized products.** cos and sin halves are kept in separate tensors, and the denominator
-  (the ones column of `v1`) in separate small d x 1 states, so every large product is 64 x 64 x C and no
-  temporary is larger than T x d per head (on glibc, tensors above 32 MB are fresh `mmap`s whose page faults
-  cost as much as the arithmetic).
-- **Hand-written backward** (`torch.autograd.Function`): it recomputes nothing expensive, accumulates with
-  in-place `baddbmm_`, and writes the gradients straight into the time-major layout of the projections.
-  The forward writes its output the same way, so the module's final reshape is free.
-- **Decoding** (one new token with `incremental_state`) skips the chunk machinery: the state is updated with one
-  outer product and read with one 1 x 2d by 2d x (d+1) product per head, so the cost per token does not depend on
-  the prefix length.
-- **Chunk size.** `DEFAULT_CHUNK_SIZE` was chosen from the sweep above: small chunks make the per-chunk
-  products too small to run at full speed and multiply the states; large ones make the intra-chunk quadratic
-  part (2 T C d per head and pass) dominate. Any C gives the same result.
+  each query reads the sums over all earlier chunks, `S = sum_j k_j [cos a_j; sin a_j] v_j^T`, through its
+  `q cos a_i` and `q sin a_i` features. No T x d x d tensor exists (the reference form keeps T of them).
+- **Layout.** Tensors are chunked as (n, B, H, C, d), chunk index outermost: each per-chunk product is one batched
+  matrix product over all chunks and heads, a range of chunks is a contiguous slice, and per-chunk states fill
+  slots 1..n of a contiguous (2, n+1, B*H, d, d) tensor whose running sum (one product with a triangular matrix
+  of ones per segment; `cumsum` over that dimension is several times slower) turns slot i into the state before
+  chunk i. Chunk 0's
+  inter-chunk products are skipped when there is no incoming state.
+- **No doubled or odd-sized products.** The cos and sin halves are separate tensors, and the denominator (the ones
+  column of `v1`) has its own small d x 1 states, so every large product is 64 x 64 x C (products with 65 or
+  130 output columns, i.e. the ones column appended or cos and sin side by side, ran 20-40 % slower per flop in
+  micro-benchmarks). phi = ReLU of q and k, and the zeroing of padded keys, are fused into the
+  copies that chunk them (the module hands over the raw projections).
+- **Segments and a hand-written backward.** Forward and backward run over segments of whole chunks of about 2 MB per
+  (B*H, tokens, d) slice (8 segments at T = 8192), which keeps the working set in cache and temporaries at a few
+  MB whatever T is. The backward walks the segments in reverse and recomputes a segment's chunked inputs,
+  intra-chunk weights and states from the state saved at its start, so the layer keeps only q, k, v, the output,
+  the clamped denominator and one state per segment: memory O(T d) per head. Gradients are accumulated with
+  in-place `baddbmm_`; since nothing but the layer holds its raw q, k, v projections, their gradients overwrite
+  them (backpropagating twice through one graph of the layer is refused with an error), and output and gradients
+  are written straight in fairseq's time-major layout, so the reshapes around the layer are free.
+- **Decoding** (one new token with `incremental_state`) skips the chunk machinery: one outer product updates the
+  2d x (d+1) state per head and one product reads it, so the cost per token does not depend on the prefix.
+- **Chunk size.** `DEFAULT_CHUNK_SIZE = 64`, from the sweep above and from timing the batched products alone
+  (the 21 of one forward+backward, single thread, T = 8192): about 130 ms at C = 64 against 145 ms at C = 32 (the
+  per-chunk state products, with an inner dimension of C, run slower) and 180 ms at C = 128 (the intra-chunk
+  part, 2 T C d per head and pass, doubles, and 128 x 128 score products ran slowly). For the whole layer the differences are small, because the four 512 x 512
+  projections (forward and backward) take most of its time. Any C gives the same result.
 """
 
 

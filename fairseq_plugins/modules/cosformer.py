@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from .registry import (
     DECODER_SELF,
@@ -130,20 +131,31 @@ def _causal_decay(chunk: int, horizon: int, dtype, device) -> Tensor:
 # The causal form runs over segments of whole chunks whose (B*H, tokens, D) slices hold about this many
 # bytes: temporaries stay small whatever T is, and the backward recomputes a segment's internals from
 # the state saved at its start instead of keeping them all.
-_SEGMENT_BYTES = 4 << 20
+_SEGMENT_BYTES = 2 << 20
 
 
-def _to_chunks(x: Tensor, n_chunks: int, chunk: int) -> Tensor:
-    """B,H,L,F (any strides, L <= n*C) -> contiguous n,B,H,C,F (chunk index outermost), zero-padded."""
+def _to_chunks(x: Tensor, n_chunks: int, chunk: int, relu: bool = False, pad: Optional[Tensor] = None) -> Tensor:
+    """B,H,L,F (any strides, L <= n*C) -> contiguous n,B,H,C,F (chunk index outermost), zero-padded at
+    the end; with relu, ReLU(x) (in the same pass), and with pad (B,L bool), zero at the pads."""
     bsz, heads, length, feat = x.shape
     full = length // chunk
-    if full == n_chunks:
-        return x.reshape(bsz, heads, n_chunks, chunk, feat).permute(2, 0, 1, 3, 4).contiguous()
-    out = x.new_zeros(n_chunks, bsz, heads, chunk, feat)
+    out = x.new_empty(n_chunks, bsz, heads, chunk, feat)
+    if full < n_chunks:
+        out[full:].zero_()
+    parts = []
     if full > 0:
-        out[:full] = x[:, :, : full * chunk].reshape(bsz, heads, full, chunk, feat).permute(2, 0, 1, 3, 4)
+        parts.append((out[:full], x[:, :, : full * chunk].reshape(bsz, heads, full, chunk, feat).permute(2, 0, 1, 3, 4)))
     if length > full * chunk:
-        out[full, :, :, : length - full * chunk] = x[:, :, full * chunk :]
+        parts.append((out[full, :, :, : length - full * chunk], x[:, :, full * chunk :]))
+    for dst, src in parts:
+        if relu:
+            torch.clamp_min(src, 0.0, out=dst)
+        else:
+            dst.copy_(src)
+    if pad is not None:
+        keep = torch.zeros(bsz, n_chunks * chunk, dtype=torch.bool, device=x.device)
+        keep[:, :length] = ~pad.bool()
+        out.mul_(keep.view(bsz, n_chunks, chunk).transpose(0, 1)[:, :, None, :, None])
     return out
 
 
@@ -153,37 +165,41 @@ def _chunk_view(buf: Tensor, start: int, stop: int, chunk: int) -> Tensor:
     return buf[start:stop].view((stop - start) // chunk, chunk, bsz, heads, feat).permute(0, 2, 3, 1, 4)
 
 
-def _running_sum_(states: Tensor, reverse: bool = False) -> Tensor:
-    """In-place prefix sum over dim 0 (a loop of in-place adds: much faster than cumsum here)."""
-    n = states.size(0)
-    if states[0].numel() < 4096:
-        return states.copy_(states.flip(0).cumsum(0).flip(0) if reverse else states.cumsum(0))
-    for i in range(n - 2, -1, -1) if reverse else range(1, n):
-        states[i].add_(states[i + 1 if reverse else i - 1])
-    return states
+def _running_sum(states: Tensor, reverse: bool = False) -> Tensor:
+    """Prefix sums (suffix sums with reverse) over dim 1 of (2, n+1, ...) states, as one product with a
+    triangular matrix of ones: as fast as a loop of in-place adds for segment-sized n and one parallel
+    region instead of n; ``cumsum`` over that dimension is several times slower."""
+    n1 = states.size(1)
+    if n1 == 1:
+        return states
+    tri = torch.ones(n1, n1, dtype=states.dtype, device=states.device).tril_()
+    flat = states.reshape(states.size(0), n1, -1)
+    return torch.matmul(tri.t() if reverse else tri, flat).view(states.shape)
 
 
 class _Segment:
     """Chunked inputs and per-chunk states of tokens [start, stop) (whole chunks; past T: zero padding).
 
     Tensors are chunked as n,B,H,C,F (chunk index outermost): each per-chunk product is one batched
-    matrix product over all chunks and heads, and a segment's states are (n+1, B*H, D, E) tensors whose
-    slot i, after an in-place running sum, is the state before chunk i (slot 0: the incoming state,
-    slot n: the outgoing one). Cos and sin parts, and value and denominator parts, are separate tensors.
+    matrix product over all chunks and heads. The states of a segment form (2, n+1, B*H, D, E) tensors
+    (cos part, sin part) whose slot i, after a running sum, is the state before chunk i
+    (slot 0: the incoming state, slot n: the outgoing one); the denominator sums are kept apart so that
+    every large product is D x D x C.
     """
 
-    def __init__(self, q, k, v, u, cos, sin, start, stop, chunk):
+    def __init__(self, q, k, v, u, cosc, sinc, start, stop, chunk, raw=False, k_pad=None):
+        """q, k, v: B,H,T,*; cosc, sinc: the angles' cos and sin chunked as n_all,B,1,C,1."""
         bsz, heads, _, dim = q.shape
         self.n = n = (stop - start) // chunk
         self.shape = (n, bsz, heads, chunk)
         self.bh, self.chunk, self.dim, self.e_dim = bsz * heads, chunk, dim, v.size(-1)
         self.g = n * bsz * heads
         sl = slice(start, stop)
-        self.qc = _to_chunks(q[:, :, sl], n, chunk)
-        self.kc = _to_chunks(k[:, :, sl], n, chunk)
+        self.qc = _to_chunks(q[:, :, sl], n, chunk, relu=raw)
+        self.kc = _to_chunks(k[:, :, sl], n, chunk, relu=raw, pad=k_pad[:, sl] if k_pad is not None else None)
         self.vc = _to_chunks(v[:, :, sl], n, chunk)
-        self.cosc = _to_chunks(cos[:, :, sl], n, chunk)
-        self.sinc = _to_chunks(sin[:, :, sl], n, chunk)
+        self.cosc = cosc[start // chunk : stop // chunk]
+        self.sinc = sinc[start // chunk : stop // chunk]
         self.uc = None if u is None else _to_chunks(u.expand(bsz, heads, -1, 1)[:, :, sl], n, chunk).view(self.g, chunk, 1)
 
     def mats(self):
@@ -195,27 +211,28 @@ class _Segment:
         return torch.bmm(q3, k3.transpose(1, 2)).mul_(decay)  # g,C,C
 
     def states(self, state):
-        """[k cos, k sin] (g,C,D each) and the running states s_v (2 x (n+1,BH,D,E)), s_z (2 x (n+1,BH,D,1))."""
+        """[k cos, k sin] (2,g,C,D) and the running states s_v (2,n+1,BH,D,E), s_z (2,n+1,BH,D,1)."""
         n, bh, g, c, dim, e_dim = self.n, self.bh, self.g, self.chunk, self.dim, self.e_dim
         _, _, v3 = self.mats()
-        kf = [(self.kc * ang).view(g, c, dim) for ang in (self.cosc, self.sinc)]
-        s_v = [v3.new_empty(n + 1, bh, dim, e_dim) for _ in range(2)]
-        s_z = [v3.new_empty(n + 1, bh, dim, 1) for _ in range(2)]
+        kf = self.kc.new_empty(2, *self.shape, dim)
+        torch.mul(self.kc, self.cosc, out=kf[0])
+        torch.mul(self.kc, self.sinc, out=kf[1])
+        kf = kf.view(2, g, c, dim)
+        s_v = v3.new_empty(2, n + 1, bh, dim, e_dim)
+        s_z = v3.new_empty(2, n + 1, bh, dim, 1)
         for part in range(2):
-            torch.bmm(kf[part].transpose(1, 2), v3, out=s_v[part][1:].view(g, dim, e_dim))
+            torch.bmm(kf[part].transpose(1, 2), v3, out=s_v[part, 1:].view(g, dim, e_dim))
             if self.uc is None:
-                torch.sum(kf[part].view(n, bh, c, dim), dim=2, out=s_z[part][1:].view(n, bh, dim))
+                torch.sum(kf[part].view(n, bh, c, dim), dim=2, out=s_z[part, 1:].view(n, bh, dim))
             else:
-                torch.bmm(kf[part].transpose(1, 2), self.uc, out=s_z[part][1:].view(g, dim, 1))
-            if state is None:
-                s_v[part][0].zero_()
-                s_z[part][0].zero_()
-            else:
-                s_v[part][0].copy_(state[0][part])
-                s_z[part][0].copy_(state[1][part])
-            _running_sum_(s_v[part])
-            _running_sum_(s_z[part])
-        return kf, s_v, s_z
+                torch.bmm(kf[part].transpose(1, 2), self.uc, out=s_z[part, 1:].view(g, dim, 1))
+        if state is None:
+            s_v[:, 0].zero_()
+            s_z[:, 0].zero_()
+        else:
+            s_v[:, 0].copy_(state[0])
+            s_z[:, 0].copy_(state[1])
+        return kf, _running_sum(s_v), _running_sum(s_z)
 
     def forward(self, decay, state, eps, y_out, den_out):
         """Write y = num / max(den, eps) into y_out (n,B,H,C,E view) and max(den, eps) into den_out (g,C,1);
@@ -236,20 +253,21 @@ class _Segment:
             m = (n - lo) * bh
             num_r = num.view(n, bh, c, e_dim)[lo:].view(m, c, e_dim)
             den_r = den_out.view(n, bh, c, 1)[lo:].view(m, c, 1)
-            for ang, sv, sz in zip((self.cosc, self.sinc), s_v, s_z):
+            for part, ang in enumerate((self.cosc, self.sinc)):
                 qf = (self.qc[lo:] * ang[lo:]).view(m, c, dim)
-                num_r.baddbmm_(qf, sv[lo:n].view(m, dim, e_dim))
-                den_r.baddbmm_(qf, sz[lo:n].view(m, dim, 1))
+                num_r.baddbmm_(qf, s_v[part, lo:n].view(m, dim, e_dim))
+                den_r.baddbmm_(qf, s_z[part, lo:n].view(m, dim, 1))
                 del qf
         clamped = den_out < eps
         den_out.clamp_min_(eps)
         torch.div(num.view(*self.shape, e_dim), den_out.view(*self.shape, 1), out=y_out)
-        return clamped, (torch.stack([s_v[0][n], s_v[1][n]]), torch.stack([s_z[0][n], s_z[1][n]]))
+        return clamped, (s_v[:, n].clone(), s_z[:, n].clone())
 
-    def backward(self, decay, state, gy, y, den, clamped, g_state, gq_out, gk_out, gv_out, gu_out):
+    def backward(self, decay, state, gy, y, den, clamped, g_state, gq_out, gk_out, gv_out, gu_out, relu_mask=False):
         """Gradients of the segment: write those of q, k, v (and u) into the given n,B,H,C,F views and
         return that of the incoming state. gy, y: n,B,H,C,E views; den, clamped: g,C,1; g_state: gradient
-        of the outgoing state (or None)."""
+        of the outgoing state (or None); relu_mask: q and k were ReLU-ed here (zero their gradients where
+        the chunked q, k are zero)."""
         n, bh, g, c, dim, e_dim = self.n, self.bh, self.g, self.chunk, self.dim, self.e_dim
         q3, k3, v3 = self.mats()
 
@@ -272,61 +290,62 @@ class _Segment:
         del gattn
 
         # Inter-chunk, queries: d q += cos (gnum S_cos^T + gden z_cos^T) + sin (...) with the states before
-        # each chunk; those states get [q cos; q sin]^T [gnum, gden] (slot i: before chunk i).
+        # each chunk; those states get [q cos; q sin]^T [gnum, gden] (slot i: before chunk i), written
+        # over the states once they have been read.
         kf, s_v, s_z = self.states(state)
-        g_sv = [v3.new_empty(n + 1, bh, dim, e_dim) for _ in range(2)]
-        g_sz = [v3.new_empty(n + 1, bh, dim, 1) for _ in range(2)]
+        g_sv, g_sz = s_v, torch.empty_like(s_z)
         lo = 0 if state is not None else 1
         if lo < n:
             m = (n - lo) * bh
             gq_r = gq.view(n, bh, c, dim)[lo:].view(m, c, dim)
             q_r = q3.view(n, bh, c, dim)[lo:].view(m, c, dim)
             # Denominator part, cos and sin at once: [gden cos, gden sin] (C x 2) [z_cos, z_sin]^T (2 x D).
-            cs = torch.cat([self.cosc[lo:], self.sinc[lo:]], dim=-1)
-            gd2 = (gden.view(*self.shape, 1)[lo:] * cs).view(m, c, 2)
-            gq_r.baddbmm_(gd2, torch.cat([s_z[0][lo:n], s_z[1][lo:n]], dim=-1).view(m, dim, 2).transpose(1, 2))
-            gz2 = torch.bmm(q_r.transpose(1, 2), gd2).view(n - lo, bh, dim, 2)
-            g_sz[0][lo:n].copy_(gz2[..., :1])
-            g_sz[1][lo:n].copy_(gz2[..., 1:])
-            del cs, gd2, gz2
-            for ang, sv, gsv in zip((self.cosc, self.sinc), s_v, g_sv):
+            gd2 = (gden.view(*self.shape, 1)[lo:] * torch.cat([self.cosc[lo:], self.sinc[lo:]], dim=-1)).view(m, c, 2)
+            gq_r.baddbmm_(gd2, s_z[:, lo:n].permute(1, 2, 0, 3, 4).reshape(m, 2, dim))
+            g_sz[:, lo:n].copy_(torch.bmm(q_r.transpose(1, 2), gd2).view(n - lo, bh, dim, 2).permute(3, 0, 1, 2).unsqueeze(-1))
+            del gd2
+            for part, ang in enumerate((self.cosc, self.sinc)):
                 gnf = (gnum[lo:] * ang[lo:]).view(m, c, e_dim)
-                gq_r.baddbmm_(gnf, sv[lo:n].view(m, dim, e_dim).transpose(1, 2))
-                torch.bmm(q_r.transpose(1, 2), gnf, out=gsv[lo:n].view(m, dim, e_dim))
+                gq_r.baddbmm_(gnf, s_v[part, lo:n].view(m, dim, e_dim).transpose(1, 2))
+                torch.bmm(q_r.transpose(1, 2), gnf, out=g_sv[part, lo:n].view(m, dim, e_dim))
                 del gnf
-        del s_v, s_z, gnum
-        gq_out.copy_(gq.view(*self.shape, dim))
+        del s_z, gnum
+        if relu_mask:  # through phi = ReLU: zero where the chunked q is zero
+            torch.ops.aten.threshold_backward.grad_input(gq.view(*self.shape, dim), self.qc, 0, grad_input=gq_out)
+        else:
+            gq_out.copy_(gq.view(*self.shape, dim))
         del gq
         # Running sums backwards: slot i+1 becomes the gradient of chunk i's own sums, slot 0 that of the
         # incoming state.
-        for part in range(2):
-            if lo > 0:
-                g_sv[part][0].zero_()
-                g_sz[part][0].zero_()
-            if g_state is not None:
-                g_sv[part][n].copy_(g_state[0][part])
-                g_sz[part][n].copy_(g_state[1][part])
-            else:
-                g_sv[part][n].zero_()
-                g_sz[part][n].zero_()
-            _running_sum_(g_sv[part], reverse=True)
-            _running_sum_(g_sz[part], reverse=True)
-        g_in = (torch.stack([g_sv[0][0], g_sv[1][0]]), torch.stack([g_sz[0][0], g_sz[1][0]])) if state is not None else None
+        if lo > 0:
+            g_sv[:, 0].zero_()
+            g_sz[:, 0].zero_()
+        if g_state is not None:
+            g_sv[:, n].copy_(g_state[0])
+            g_sz[:, n].copy_(g_state[1])
+        else:
+            g_sv[:, n].zero_()
+            g_sz[:, n].zero_()
+        g_sv, g_sz = _running_sum(g_sv, reverse=True), _running_sum(g_sz, reverse=True)
+        g_in = (g_sv[:, 0].clone(), g_sz[:, 0].clone()) if state is not None else None
 
         # Keys and values: d k += cos (v dS_cos^T + u dz_cos^T) + sin (...); d v += k cos dS_cos + k sin dS_sin.
         cs = torch.cat([self.cosc, self.sinc], dim=-1)
         u2 = (self.uc.view(*self.shape, 1) * cs if self.uc is not None else cs.expand(*self.shape, 2)).reshape(g, c, 2)
-        gk.baddbmm_(u2, torch.cat([g_sz[0][1:], g_sz[1][1:]], dim=-1).view(g, dim, 2).transpose(1, 2))
+        gk.baddbmm_(u2, g_sz[:, 1:].permute(1, 2, 0, 4, 3).reshape(g, 2, dim))
         del cs, u2
-        for ang, kfp, gsv, gsz in zip((self.cosc, self.sinc), kf, g_sv, g_sz):
-            gsv3 = gsv[1:].view(g, dim, e_dim)
+        for part, ang in enumerate((self.cosc, self.sinc)):
+            gsv3 = g_sv[part, 1:].view(g, dim, e_dim)
             vf = (self.vc * ang).view(g, c, e_dim)
             gk.baddbmm_(vf, gsv3.transpose(1, 2))
             del vf
-            gv.baddbmm_(kfp, gsv3)
+            gv.baddbmm_(kf[part], gsv3)
             if gu is not None:
-                gu.baddbmm_(kfp, gsz[1:].view(g, dim, 1))
-        gk_out.copy_(gk.view(*self.shape, dim))
+                gu.baddbmm_(kf[part], g_sz[part, 1:].view(g, dim, 1))
+        if relu_mask:  # through ReLU and the zeroed pads: zero where the chunked k is zero
+            torch.ops.aten.threshold_backward.grad_input(gk.view(*self.shape, dim), self.kc, 0, grad_input=gk_out)
+        else:
+            gk_out.copy_(gk.view(*self.shape, dim))
         gv_out.copy_(gv.view(*self.shape, e_dim))
         if gu is not None:
             gu_out.copy_(gu.view(*self.shape, 1))
@@ -350,21 +369,26 @@ def _join_state(parts, bsz: int, heads: int) -> Tensor:
 class _ChunkedCausalCosformer(torch.autograd.Function):
     """Causal cosFormer over chunks of C tokens, with a hand-written backward.
 
-    Inputs: q, k, v: B,H,T,D (any strides; q, k after phi, padded keys zero); u: B,H,T,1 (or B,1,T,1)
-    weights of the denominator, None for all ones; cos, sin: B,1,T,1 of the angles; decay: C x C;
-    state: B,H,2,D,E+1 or None, the sums sum_j [k_j cos_j; k_j sin_j] [v_j, u_j]^T over earlier tokens.
-    Returns the output B,H,T,E (a view of a time-major T,B,H,E buffer, the layout of fairseq's
-    activations) and the new state.
+    Inputs: q, k, v: B,H,T,D (any strides; q, k after phi, padded keys zero, unless ``raw``); u:
+    B,H,T,1 (or B,1,T,1) weights of the denominator, None for all ones; cos, sin: B,1,T,1 of the
+    angles; decay: C x C; state: B,H,2,D,E+1 or None, the sums sum_j [k_j cos_j; k_j sin_j] [v_j, u_j]^T
+    over earlier tokens. Returns the output B,H,T,E (a view of a time-major T,B,H,E buffer, the layout
+    of fairseq's activations) and the new state.
+
+    raw: q and k are the raw projections; phi = ReLU (and the zeroing of the pads in k_pad, B x T) is
+    applied here, fused with the chunking copies. own: nothing but this function uses q, k, v (the
+    module's case), so the backward overwrites them with their gradients.
 
     Inside a chunk the re-weighting is the shared C x C matrix ``decay``; across chunks each query
     reads the state of all earlier chunks through [q cos; q sin]. Work is done in segments of whole
     chunks (see ``_Segment``); the backward walks the segments in reverse, recomputing each one's
     internals from the state saved at its start, so that only q, k, v, u, the output, the clamped
-    denominator and one state per segment are kept: memory O(T (D + C)) per head, no T x D x D tensor.
+    denominator and one state per segment are kept: memory O(T D) per head plus one segment's
+    temporaries, no T x D x D tensor. The backward is not itself differentiable.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, u, cos, sin, decay, state, eps, chunk):
+    def forward(ctx, q, k, v, u, cos, sin, decay, state, eps, chunk, k_pad=None, raw=False, own=False):
         bsz, heads, length, dim = q.shape
         e_dim = v.size(-1)
         bh = bsz * heads
@@ -376,22 +400,32 @@ class _ChunkedCausalCosformer(torch.autograd.Function):
         den = v.new_empty(n * bh * chunk, 1)
         clamped = torch.empty(n * bh * chunk, 1, dtype=torch.bool, device=v.device)
         st = _split_state(state, bh, dim, e_dim)
+        cosc, sinc = _to_chunks(cos, n, chunk), _to_chunks(sin, n, chunk)
         starts = []
         for s0, s1 in bounds:
             starts.append(st)
-            seg_ = _Segment(q, k, v, u, cos, sin, s0, s1, chunk)
+            part = _Segment(q, k, v, u, cosc, sinc, s0, s1, chunk, raw, k_pad)
             r0, r1 = s0 * bh, s1 * bh
-            cl, st = seg_.forward(decay, st, eps, _chunk_view(y_buf, s0, s1, chunk), den[r0:r1].view(seg_.g, chunk, 1))
+            cl, st = part.forward(decay, st, eps, _chunk_view(y_buf, s0, s1, chunk), den[r0:r1].view(part.g, chunk, 1))
             clamped[r0:r1] = cl.view(-1, 1)
-            del seg_
-        ctx.save_for_backward(q, k, v, u, cos, sin, decay, den, clamped, y_buf)
+            del part
+        ctx.save_for_backward(q, k, v, u, cos, sin, decay, den, clamped, y_buf, k_pad)
         ctx.starts, ctx.bounds, ctx.has_state, ctx.chunk, ctx.length = starts, bounds, state is not None, chunk, length
+        ctx.raw, ctx.own = raw, own
         ctx.set_materialize_grads(False)
         return y_buf.permute(1, 2, 0, 3)[:, :, :length], _join_state(st, bsz, heads)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, gy, g_final):
-        q, k, v, u, cos, sin, decay, den, clamped, y_buf = ctx.saved_tensors
+        if ctx.own:
+            if getattr(ctx, "consumed", False):
+                raise RuntimeError(
+                    "cosformer's causal attention overwrites its saved inputs with their gradients: its graph "
+                    "cannot be backpropagated twice (retain_graph=True)"
+                )
+            ctx.consumed = True
+        q, k, v, u, cos, sin, decay, den, clamped, y_buf, k_pad = ctx.saved_tensors
         bsz, heads, length, dim = q.shape
         e_dim, bh, chunk = v.size(-1), bsz * heads, ctx.chunk
         padded = ctx.bounds[-1][1]
@@ -400,40 +434,53 @@ class _ChunkedCausalCosformer(torch.autograd.Function):
         if padded != length:
             gy = torch.cat([gy, gy.new_zeros(bsz, heads, padded - length, e_dim)], dim=2)
         need_u = u is not None and ctx.needs_input_grad[3]
-        grads = [v.new_empty(padded, bsz, heads, f) for f in (dim, dim, e_dim)]
+        # Segments are walked in reverse and each reads only its own rows of q, k and v: when they are
+        # ours, their gradients overwrite them row block by row block.
+        grads = []
+        for x in (q, k, v):
+            tm = x.permute(2, 0, 1, 3)
+            grads.append(tm if ctx.own and padded == length and tm.is_contiguous() else x.new_empty(padded, bsz, heads, x.size(-1)))
         gu = v.new_empty(padded, bsz, heads, 1) if need_u else None
         g_st = _split_state(g_final, bh, dim, e_dim) if g_final is not None else None
+        n = padded // chunk
+        cosc, sinc = _to_chunks(cos, n, chunk), _to_chunks(sin, n, chunk)
         for (s0, s1), st in zip(reversed(ctx.bounds), reversed(ctx.starts)):
-            seg_ = _Segment(q, k, v, u, cos, sin, s0, s1, chunk)
+            part = _Segment(q, k, v, u, cosc, sinc, s0, s1, chunk, ctx.raw, k_pad)
             r0, r1 = s0 * bh, s1 * bh
-            g_st = seg_.backward(
+            g_st = part.backward(
                 decay,
                 st,
-                gy[:, :, s0:s1].reshape(bsz, heads, seg_.n, chunk, e_dim).permute(2, 0, 1, 3, 4),
+                gy[:, :, s0:s1].reshape(bsz, heads, part.n, chunk, e_dim).permute(2, 0, 1, 3, 4),
                 _chunk_view(y_buf, s0, s1, chunk),
-                den[r0:r1].view(seg_.g, chunk, 1),
-                clamped[r0:r1].view(seg_.g, chunk, 1),
+                den[r0:r1].view(part.g, chunk, 1),
+                clamped[r0:r1].view(part.g, chunk, 1),
                 g_st,
                 *[_chunk_view(gr, s0, s1, chunk) for gr in grads],
                 _chunk_view(gu, s0, s1, chunk) if need_u else None,
+                relu_mask=ctx.raw,
             )
-            del seg_
+            del part
         gq, gk, gv = [gr.permute(1, 2, 0, 3)[:, :, :length] for gr in grads]
         if need_u:
             gu = gu.permute(1, 2, 0, 3)[:, :, :length]
         gstate = _join_state(g_st, bsz, heads) if ctx.has_state and g_st is not None else None
-        return gq, gk, gv, gu, None, None, None, gstate, None, None
+        return gq, gk, gv, gu, None, None, None, gstate, None, None, None, None, None
 
 
-def _causal_chunked(q, k, v, u, angle, horizon, eps, state, chunk_size):
-    """Causal cosFormer of q, k, v (B,H,T,*) with denominator weights u (B,H|1,T,1; None: ones)
-    and a state B,H,2,D,E+1 (last column: the denominator sums). Returns (B,H,T,E output, new state)."""
+def _causal_chunked(q, k, v, u, angle, horizon, eps, state, chunk_size, k_pad=None, raw=False, own=False):
+    """Causal cosFormer of q, k, v (B,H,T,*) with denominator weights u (B,H|1,T,1; None: ones) and a
+    state B,H,2,D,E+1 (last column: the denominator sums). Returns (B,H,T,E output, new state).
+    raw, own, k_pad: see ``_ChunkedCausalCosformer``."""
     cos_a, sin_a = torch.cos(angle), torch.sin(angle)
     if q.size(2) == 1:
+        if raw:
+            q, k = F.relu(q), F.relu(k)
+            if k_pad is not None:
+                k = k.masked_fill(k_pad.bool()[:, None, :, None], 0.0)
         return _causal_step(q, k, v, u, cos_a, sin_a, eps, state)
     chunk = max(1, min(chunk_size, q.size(2)))
     decay = _causal_decay(chunk, horizon, q.dtype, q.device)
-    return _ChunkedCausalCosformer.apply(q, k, v, u, cos_a, sin_a, decay, state, eps, chunk)
+    return _ChunkedCausalCosformer.apply(q, k, v, u, cos_a, sin_a, decay, state, eps, chunk, k_pad, raw, own)
 
 
 def _causal_step(q, k, v, u, cos_a, sin_a, eps, state):
@@ -619,16 +666,17 @@ class CosformerAttention(BaseAttention):
             raise ValueError(f"cosformer {self.placement} attention cannot apply an attn_mask (linear attention has no score matrix)")
         tgt_len, bsz, _ = query.shape
         compute_dtype = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
-        q = F.relu(self._split_heads(self.q_proj(query))).to(compute_dtype)
+        # W_q x; phi = ReLU is applied below, or, in causal self-attention, fused into the chunked form.
+        q = self._split_heads(self.q_proj(query)).to(compute_dtype)
 
         if self.encoder_decoder_attention:
-            out, weights = self._cross_attention(q, key, key_padding_mask, incremental_state, need_weights, compute_dtype)
+            out, weights = self._cross_attention(F.relu(q), key, key_padding_mask, incremental_state, need_weights, compute_dtype)
         elif self.causal:
             out, weights = self._causal_self_attention(q, query, key_padding_mask, incremental_state, need_weights, compute_dtype)
         else:
             if incremental_state is not None:
                 raise ValueError("cosformer encoder self-attention does not decode incrementally")
-            out, weights = self._bidirectional_self_attention(q, query, key_padding_mask, need_weights, compute_dtype)
+            out, weights = self._bidirectional_self_attention(F.relu(q), query, key_padding_mask, need_weights, compute_dtype)
 
         out = out.to(query.dtype).permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim)
         out = self.out_proj(out)
@@ -666,6 +714,7 @@ class CosformerAttention(BaseAttention):
         return out, weights
 
     def _causal_self_attention(self, q, x, key_padding_mask, incremental_state, need_weights, dtype):
+        """q: the raw query projection (B,H,T,D); phi is applied inside the causal form."""
         bsz, _, length, _ = q.shape
         buffer = self._get_input_buffer(incremental_state) if incremental_state is not None else {}
         if key_padding_mask is not None and key_padding_mask.size(1) != length:
@@ -681,27 +730,33 @@ class CosformerAttention(BaseAttention):
         end = (offset if offset is not None else 0) + n_real
         if int(end.max()) > self.horizon:
             raise _length_error(int(end.max()), self.horizon, self.placement)
-        # phi(K) with padded keys zeroed: every weight of a padded key is then zero, so the
+        # Raw q and k go in: phi and the zeroing of padded keys are fused into the causal form's
+        # chunking, and since nothing else holds these projections (nor v), its backward overwrites
+        # them with their gradients. With padded keys zero, every weight of a pad is zero, so the
         # values need no masking and the denominator weights are all ones.
-        k = F.relu(self._split_heads(self.k_proj(x))).to(dtype)
-        if key_padding_mask is not None:
-            k = k.masked_fill(key_padding_mask.bool()[:, None, :, None], 0.0)
+        k = self._split_heads(self.k_proj(x)).to(dtype)
         v = self._split_heads(self.v_proj(x)).to(dtype)
         angle = self._angles(pos, self.horizon, dtype)
-        out, new_state = _causal_chunked(q, k, v, None, angle, self.horizon, self.eps, state, self.chunk_size)
-        if incremental_state is not None:
-            buffer["state"] = new_state
-            buffer["position"] = end
-            self._set_input_buffer(incremental_state, buffer)
-        weights = None
         if need_weights:
             if incremental_state is not None:
                 raise ValueError(
                     "cosformer causal decoding keeps only a constant-size state and cannot return attention weights "
                     "incrementally; ask for weights in a full (teacher-forced) forward pass"
                 )
+            phi_q, phi_k = F.relu(q), F.relu(k)
+            if key_padding_mask is not None:
+                phi_k = phi_k.masked_fill(key_padding_mask.bool()[:, None, :, None], 0.0)
             horizon = torch.full((bsz,), self.horizon, device=q.device)
-            weights = explicit_weights(q, k, pos, pos, horizon, key_padding_mask, True, self.eps)
+            weights = explicit_weights(phi_q, phi_k, pos, pos, horizon, key_padding_mask, True, self.eps)
+        else:
+            weights = None
+        out, new_state = _causal_chunked(
+            q, k, v, None, angle, self.horizon, self.eps, state, self.chunk_size, k_pad=key_padding_mask, raw=True, own=True
+        )
+        if incremental_state is not None:
+            buffer["state"] = new_state
+            buffer["position"] = end
+            self._set_input_buffer(incremental_state, buffer)
         return out, weights
 
     def _cross_attention(self, q, key, key_padding_mask, incremental_state, need_weights, dtype):
