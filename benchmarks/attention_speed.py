@@ -688,6 +688,14 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
     for text, value, ok in targets(train, decode):
         row([text, value, "yes" if ok else ("**NO**" if ok is not None else "not measured")])
     add("")
+    add(
+        "Medians over few runs on a shared 2-core machine: a cell's runs that coincide with another job can be "
+        "several times slower (see the per-cell minima above). The *default malloc* peaks move by +-30 MB from "
+        "run to run with glibc's caching (repeated runs at T = 8192 gave 173-222 MB for cosformer and 172-225 MB "
+        "for softmax); the *fixed threshold* peaks, which follow the live allocations, are stable to a few MB "
+        "(and torch's profiler counts 135 MB of live tensors for cosformer against 153 MB for softmax at T = 8192)."
+    )
+    add("")
     if notes:
         add("Notes:")
         add("")
@@ -773,11 +781,13 @@ module and by `cosformer_causal`.
   are written straight in fairseq's time-major layout, so the reshapes around the layer are free.
 - **Decoding** (one new token with `incremental_state`) skips the chunk machinery: one outer product updates the
   2d x (d+1) state per head and one product reads it, so the cost per token does not depend on the prefix.
-- **Chunk size.** `DEFAULT_CHUNK_SIZE = 64`, from the sweep above and from timing the batched products alone
-  (the 21 of one forward+backward, single thread, T = 8192): about 130 ms at C = 64 against 145 ms at C = 32 (the
-  per-chunk state products, with an inner dimension of C, run slower) and 180 ms at C = 128 (the intra-chunk
-  part, 2 T C d per head and pass, doubles, and 128 x 128 score products ran slowly). For the whole layer the differences are small, because the four 512 x 512
-  projections (forward and backward) take most of its time. Any C gives the same result.
+- **Chunk size.** `DEFAULT_CHUNK_SIZE = 64`, from timing the batched products alone (the 21 of one
+  forward+backward, single thread, T = 8192): about 130 ms at C = 64 against 145 ms at C = 32 (the per-chunk
+  state products, with an inner dimension of C, run slower) and 180 ms at C = 128 (the intra-chunk part,
+  2 T C d per head and pass, doubles, and the 128 x 128 score products ran slowly), and from repeated
+  round-robin timings of the whole layer with 2 threads, where C = 64 came out 3-8 % ahead of 32 and 128. For the
+  whole layer the differences are small (a single sweep like the one above is within its noise), because the
+  four 512 x 512 projections (forward and backward) take most of its time. Any C gives the same result.
 """
 
 
