@@ -9,7 +9,12 @@ float32, CPU):
 * ``cosformer``: our cosFormer kind (chunked causal form);
 * ``cosformer_reference_cumsum``: the public reference's causal formulation
   (the authors' ``cosformer.py``), which materialises the T x 2d x d cumulative
-  sum of the cos/sin-weighted k v^T outer products; defined in this file.
+  sum of the cos/sin-weighted k v^T outer products; defined in this file;
+* ``extractor_she``, ``extractor_he``, ``extractor_we``, ``extractor_me``: the
+  Extractor kinds (Chen 2023) with a window of ``--extractor-lags`` lags
+  (default 128, the paper's context window); they have no heads;
+* ``bet``: the Bird-Eye Transformer's BET(SF) attention (Sha et al. 2022), when
+  registered.
 
 It reports forward+backward time (median of repeated runs after a warm-up),
 peak memory (fresh subprocess per cell), the cost per generated token of
@@ -39,8 +44,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-KINDS = ("softmax", "cosformer", "cosformer_reference_cumsum")
-DECODE_KINDS = ("softmax", "cosformer")
+EXTRACTOR_KINDS = ("extractor_she", "extractor_he", "extractor_we", "extractor_me")
+KINDS = ("softmax", "cosformer", "cosformer_reference_cumsum") + EXTRACTOR_KINDS + ("bet",)
+# Kinds with incremental decoding (the reference form has none).
+DECODE_KINDS = tuple(k for k in KINDS if k != "cosformer_reference_cumsum")
+DEFAULT_EXTRACTOR_LAGS = 128  # the Extractor paper's context window l
 EMBED_DIM = 512
 HEADS = 8
 HORIZON = 16384  # cosFormer's M (--cosformer-max-positions): covers the longest T
@@ -114,15 +122,19 @@ class ReferenceCumsumAttention(torch.nn.Module):
 class _Cfg:
     cosformer_max_positions = HORIZON
     max_target_positions = HORIZON
+    extractor_lags = DEFAULT_EXTRACTOR_LAGS
 
 
-def build(kind, chunk_size=None, seed=0):
+def build(kind, chunk_size=None, seed=0, lags=None):
     from fairseq_plugins.modules import build_attention
 
+    cfg = _Cfg()
+    if lags is not None:
+        cfg.extractor_lags = lags
     torch.manual_seed(seed)
     if kind == "cosformer_reference_cumsum":
-        return ReferenceCumsumAttention(build_attention("cosformer", "decoder_self", EMBED_DIM, HEADS, _Cfg()))
-    module = build_attention(kind, "decoder_self", EMBED_DIM, HEADS, _Cfg())
+        return ReferenceCumsumAttention(build_attention("cosformer", "decoder_self", EMBED_DIM, HEADS, cfg))
+    module = build_attention(kind, "decoder_self", EMBED_DIM, HEADS, cfg)
     if chunk_size is not None:
         module.chunk_size = chunk_size
     return module
@@ -136,12 +148,13 @@ def future_mask(length):
 class Cell:
     """One layer and its input for forward+backward runs."""
 
-    def __init__(self, kind, length, chunk_size=None):
+    def __init__(self, kind, length, chunk_size=None, lags=None):
         self.kind = kind
-        self.module = build(kind, chunk_size)
+        self.module = build(kind, chunk_size, lags=lags)
         self.x = torch.randn(length, 1, EMBED_DIM, requires_grad=True)
-        # fairseq's decoder builds its future mask once and reuses it: an input here.
-        self.mask = future_mask(length) if kind == "softmax" else None
+        # fairseq's decoder builds its future mask once and reuses it: an input here. Kinds that are
+        # causal by construction get none (the mixed decoder does not build it for them).
+        self.mask = future_mask(length) if getattr(self.module, "uses_future_mask", False) else None
 
     def step(self):
         out, _ = self.module(self.x, self.x, self.x, attn_mask=self.mask, need_weights=False)
@@ -155,9 +168,9 @@ class Cell:
         return time.perf_counter() - t0
 
 
-def _warm_up_libraries(kind):
+def _warm_up_libraries(kind, lags=None):
     """A tiny forward+backward, so that thread pools and BLAS buffers exist before any baseline."""
-    Cell(kind, 16).step()
+    Cell(kind, 16, lags=min(lags or DEFAULT_EXTRACTOR_LAGS, 16)).step()
 
 
 def _reset_peak_rss():
@@ -191,8 +204,8 @@ def _rss_bytes():
 
 def worker_memory(spec):
     """Peak RSS of forward+backward above the RSS after building module and input."""
-    _warm_up_libraries(spec["kind"])
-    cell = Cell(spec["kind"], spec["length"], spec.get("chunk_size"))
+    _warm_up_libraries(spec["kind"], spec.get("lags"))
+    cell = Cell(spec["kind"], spec["length"], spec.get("chunk_size"), spec.get("lags"))
     gc.collect()
     reset = _reset_peak_rss()
     baseline = _peak_rss_bytes() if reset else _rss_bytes()
@@ -207,8 +220,8 @@ def worker_time(spec):
     cells = {}
     for key in spec["cells"]:
         kind, _, chunk = key.partition(":")
-        _warm_up_libraries(kind)
-        cells[key] = Cell(kind, spec["length"], int(chunk) if chunk else None)
+        _warm_up_libraries(kind, spec.get("lags"))
+        cells[key] = Cell(kind, spec["length"], int(chunk) if chunk else None, spec.get("lags"))
     warm = {key: cell.timed_step() for key, cell in cells.items()}
     budget = spec.get("budget_s", CELL_BUDGET_S)
     wanted = {key: max(2, min(spec["repeats"], int(budget / max(w, 1e-4)))) for key, w in warm.items()}
@@ -224,14 +237,14 @@ def worker_decode(spec):
     """Cost per new token with incremental_state after prefixes of several lengths. Every (kind, prefix)
     pair first takes its prefix; then the pairs take single-token steps in turn, so that all see the
     same machine load."""
-    modules = {kind: build(kind).eval() for kind in spec["kinds"]}
+    modules = {kind: build(kind, lags=spec.get("lags")).eval() for kind in spec["kinds"]}
     states, results = {}, {kind: {} for kind in modules}
     with torch.no_grad():
         for prefix in spec["prefixes"]:
             x = torch.randn(prefix, 1, EMBED_DIM)
             for kind, module in modules.items():
                 states[kind, prefix] = {}
-                mask = future_mask(prefix) if kind == "softmax" else None
+                mask = future_mask(prefix) if getattr(module, "uses_future_mask", False) else None
                 module(x, x, x, incremental_state=states[kind, prefix], attn_mask=mask, need_weights=False)
                 results[kind][str(prefix)] = []
         for step in range(spec["warmup_steps"] + spec["steps"]):
@@ -272,9 +285,15 @@ def mem_available_bytes():
     return None
 
 
-def estimate_bytes(kind, length):
+def estimate_bytes(kind, length, lags=DEFAULT_EXTRACTOR_LAGS):
     """Rough peak estimate (float32), to skip cells that cannot fit."""
     head_dim = EMBED_DIM // HEADS
+    if kind == "extractor_she":
+        # l d x d extraction weights and their gradient, plus the activations and FFT buffers
+        return 2 * lags * EMBED_DIM * EMBED_DIM * 4 + 60 * length * EMBED_DIM * 4
+    if kind == "bet":
+        # two score matrices (M_dp and M') with their softmaxes and gradients, per head
+        return (6 * HEADS + 1) * length * length * 4
     if kind == "cosformer_reference_cumsum":
         # kv_, kv_cum and their gradients: ~4.5 tensors of (h, T, 2d, d) (4.7 GB measured at T = 4096).
         return 4.5 * HEADS * length * 2 * head_dim * head_dim * 4
@@ -395,7 +414,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)), help="sequence lengths T (comma-separated)")
     parser.add_argument("--repeats", type=int, default=5, help="timed forward+backward runs per cell after one warm-up (fewer for slow cells)")
-    parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated subset of {','.join(KINDS)}")
+    parser.add_argument("--kinds", default=None, help=f"comma-separated subset of {','.join(KINDS)} (default: all that are registered)")
+    parser.add_argument("--extractor-lags", type=int, default=DEFAULT_EXTRACTOR_LAGS, help="window l of the extractor kinds (default: %(default)s, the paper's)")
     parser.add_argument("--decode-prefixes", default=",".join(map(str, DEFAULT_PREFIXES)), help="prefix lengths for the per-token decoding cost ('' to skip)")
     parser.add_argument("--decode-steps", type=int, default=50, help="timed single-token steps per prefix")
     parser.add_argument("--chunk-sweep", default="32,64,128", help="cosformer chunk sizes to time at the largest T ('' to skip)")
@@ -413,10 +433,15 @@ def main(argv=None):
         args.lengths, args.repeats = "256,1024", 2
         args.decode_prefixes, args.decode_steps, args.chunk_sweep = "128,1024", 10, ""
     lengths = [int(t) for t in args.lengths.split(",") if t]
-    kinds = [k for k in args.kinds.split(",") if k]
-    unknown = [k for k in kinds if k not in KINDS]
+    from fairseq_plugins.modules import ATTENTION_REGISTRY
+
+    registered = [k for k in KINDS if k == "cosformer_reference_cumsum" or k in ATTENTION_REGISTRY]
+    kinds = [k for k in args.kinds.split(",") if k] if args.kinds else registered
+    unknown = [k for k in kinds if k not in registered]
     if unknown:
-        parser.error(f"unknown kinds {unknown}; choose from {KINDS}")
+        parser.error(f"unknown kinds {unknown}; choose from {','.join(registered)}")
+    if args.extractor_lags < 1:
+        parser.error("--extractor-lags must be >= 1")
     prefixes = [int(p) for p in args.decode_prefixes.split(",") if p]
     sweep = [int(c) for c in args.chunk_sweep.split(",") if c] if "cosformer" in kinds else []
 
@@ -429,11 +454,11 @@ def main(argv=None):
 
     train = {}  # (kind, T) -> {"times": [...], "peak": bytes, "peak_fixed": bytes} or {"error": ...}
     notes = []
-    base = {"threads": args.threads}
+    base = {"threads": args.threads, "lags": args.extractor_lags}
     for length in lengths:
         runnable = []
         for kind in kinds:
-            est, avail = estimate_bytes(kind, length), mem_available_bytes()
+            est, avail = estimate_bytes(kind, length, args.extractor_lags), mem_available_bytes()
             if est > MEMORY_LIMIT_BYTES or (avail is not None and est > 0.85 * avail):
                 limit = f"> {fmt_mem(MEMORY_LIMIT_BYTES)} limit" if est > MEMORY_LIMIT_BYTES else f"only {fmt_mem(avail)} available"
                 train[(kind, length)] = {"error": f"skipped: needs ~{fmt_mem(est)} ({limit})"}
@@ -491,7 +516,7 @@ def main(argv=None):
             decode = res["per_token"]
             for kind in dkinds:
                 for prefix in prefixes:
-                    print(f"decode {kind:10s} prefix={prefix:5d}  {fmt_time(statistics.median(decode[kind][str(prefix)]))} per token", flush=True)
+                    print(f"decode {kind:14s} prefix={prefix:5d}  {fmt_time(statistics.median(decode[kind][str(prefix)]))} per token", flush=True)
 
     env["load_end"] = load_average()
     elapsed = time.time() - started
@@ -538,7 +563,8 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
     add(
         f"- one causal self-attention layer (`decoder_self`): d = {EMBED_DIM}, {HEADS} heads, batch 1, float32; "
         f"input x (T x 1 x {EMBED_DIM}) with `requires_grad=True`, loss = `output.sum()`; cosFormer horizon M = {HORIZON}, "
-        f"chunk size C = {_default_chunk()}"
+        f"chunk size C = {_default_chunk()}; extractors: l = {args.extractor_lags} lags, convolution path chosen by "
+        "their cost rule (`--extractor-conv-impl auto`); extractors have no heads"
     )
     add("")
     add("Method:")
@@ -609,42 +635,31 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
             add(f"- T={length}: " + "; ".join(parts))
     add("")
 
-    # Memory table.
+    # Memory tables: one per allocator setting, a column per kind.
     add("## Peak memory of forward + backward (above the baseline)")
     add("")
-    header = ["T"]
-    for k in kinds:
-        header += [f"{k} (default malloc)", f"{k} (fixed threshold)"]
-    if "softmax" in kinds:
-        header += [f"{k} / softmax" for k in others]
-    if both:
-        header.append("reference / cosformer")
-    row(header)
-    row(["---:"] * len(header))
-    for length in lengths:
-        cells = [str(length)]
-        for k in kinds:
-            cell = train.get((k, length), {})
-            cells += [cell_text(k, length, cell.get("peak"), fmt_mem), cell_text(k, length, cell.get("peak_fixed"), fmt_mem)]
-
-        def ratio(a, b):
-            ca, cb = train.get((a, length), {}), train.get((b, length), {})
-            if ca.get("peak") is None or not cb.get("peak"):
-                return "-"
-            text = f"{ca['peak'] / cb['peak']:.2f}"
-            if ca.get("peak_fixed") is not None and cb.get("peak_fixed"):
-                text += f" / {ca['peak_fixed'] / cb['peak_fixed']:.2f}"
-            return text
-
+    for field, title in (("peak_fixed", "fixed mmap threshold (follows the live allocations)"), ("peak", "default malloc")):
+        add(f"{title[0].upper()}{title[1:]}:")
+        add("")
+        header = ["T"] + list(kinds)
         if "softmax" in kinds:
-            cells += [ratio(k, "softmax") for k in others]
-        if both:
-            cells.append(ratio("cosformer_reference_cumsum", "cosformer"))
-        row(cells)
-    add("")
+            header += [f"{k} / softmax" for k in others]
+        row(header)
+        row(["---:"] * len(header))
+        for length in lengths:
+            cells = [str(length)] + [cell_text(k, length, train.get((k, length), {}).get(field), fmt_mem) for k in kinds]
+            if "softmax" in kinds:
+                base_peak = train.get(("softmax", length), {}).get(field)
+                for k in others:
+                    peak = train.get((k, length), {}).get(field)
+                    cells.append(f"{peak / base_peak:.2f}" if peak is not None and base_peak else "-")
+            row(cells)
+        add("")
     add(
-        "Ratios: default malloc / fixed threshold. Below T = 4096 cosFormer's own temporaries (one segment of "
-        "chunks, up to about 30 MB, see below) outweigh its O(T d) tensors, hence more memory than softmax there."
+        "Below T = 4096 cosFormer's own temporaries (one segment of chunks, up to about 30 MB, see below) "
+        "outweigh its O(T d) tensors, hence more memory than softmax there. The extractors' memory is "
+        "O(T d) plus, for SHE, its l d x d weights' gradient (l = "
+        f"{args.extractor_lags}: {fmt_mem(args.extractor_lags * EMBED_DIM * EMBED_DIM * 4)})."
     )
     add("")
 
@@ -656,15 +671,20 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
             add(f"Failed: {decode['error']}")
         else:
             dkinds = [k for k in DECODE_KINDS if k in decode]
-            header = ["prefix P"] + dkinds + (["cosformer / softmax"] if len(dkinds) == 2 else [])
+            dothers = [k for k in dkinds if k != "softmax"] if "softmax" in dkinds else []
+            header = ["prefix P"] + dkinds + [f"{k} / softmax" for k in dothers]
             row(header)
             row(["---:"] * len(header))
             for prefix in prefixes:
-                vals = [statistics.median(decode[k][str(prefix)]) for k in dkinds]
-                cells = [str(prefix)] + [fmt_time(v) for v in vals]
-                if len(dkinds) == 2:
-                    cells.append(f"{vals[1] / vals[0]:.2f}")
+                vals = {k: statistics.median(decode[k][str(prefix)]) for k in dkinds}
+                cells = [str(prefix)] + [fmt_time(vals[k]) for k in dkinds]
+                cells += [f"{vals[k] / vals['softmax']:.2f}" for k in dothers]
                 row(cells)
+            add("")
+            add(
+                "Ratios are costs relative to softmax (below 1: cheaper per token). The extractors keep the last "
+                f"l = {args.extractor_lags} inputs, so their cost stops growing once the prefix exceeds l."
+            )
         add("")
 
     # Chunk sweep.
@@ -741,12 +761,22 @@ def targets(train, decode):
         out.append((f"cosformer vs reference cumsum at T=4096: >= 6x less peak memory ({label})", f"{r:.0f}x" if r else "-", r >= 6 if r else None))
     r = c8 / c4 if c4 and c8 else None
     out.append(("cosformer time(8192) / time(4096) <= 2.1", f"{r:.2f}" if r else "-", r <= 2.1 if r else None))
-    dec = decode.get("cosformer", {}) if isinstance(decode, dict) else {}
-    if "128" in dec and "4096" in dec:
-        r = statistics.median(dec["4096"]) / statistics.median(dec["128"])
-        out.append(("cosformer decoding cost per token, prefix 4096 / prefix 128 <= 1.2", f"{r:.2f}", r <= 1.2))
-    else:
-        out.append(("cosformer decoding cost per token, prefix 4096 / prefix 128 <= 1.2", "-", None))
+    # Linear kinds: constant decoding cost per token (cosFormer's state; the extractors' window of l inputs)
+    # and linear training time.
+    for kind in ("cosformer",) + EXTRACTOR_KINDS:
+        if kind != "cosformer" and not any(k == kind for k, _ in train):
+            continue
+        if kind != "cosformer":
+            t4, t8 = med(kind, 4096), med(kind, 8192)
+            r = t8 / t4 if t4 and t8 else None
+            out.append((f"{kind} time(8192) / time(4096) <= 2.1", f"{r:.2f}" if r else "-", r <= 2.1 if r else None))
+        dec = decode.get(kind, {}) if isinstance(decode, dict) else {}
+        text = f"{kind} decoding cost per token, prefix 4096 / prefix 128 <= 1.2"
+        if "128" in dec and "4096" in dec:
+            r = statistics.median(dec["4096"]) / statistics.median(dec["128"])
+            out.append((text, f"{r:.2f}", r <= 1.2))
+        else:
+            out.append((text, "-", None))
     return out
 
 
@@ -788,6 +818,16 @@ module and by `cosformer_causal`.
   round-robin timings of the whole layer with 2 threads, where C = 64 came out 3-8 % ahead of 32 and 128. For the
   whole layer the differences are small (a single sweep like the one above is within its noise), because the
   four 512 x 512 projections (forward and backward) take most of its time. Any C gives the same result.
+
+## How the extractors are computed
+
+`fairseq_plugins/modules/extractors.py`: the extraction (eqs. 23, 26, 28, 29 of Chen 2023) is a causal
+convolution over time with a kernel of l lags: d -> d channels for SHE, depthwise for WE and HE, one kernel
+shared by all channels for ME. A full pass takes `conv1d` (direct) or an FFT convolution, whichever the cost rule
+(`choose_conv_impl`: multiplications times a measured cost per multiplication) estimates faster for the batch,
+length and l; both are exact. Time and memory are O(T l d^2) / O(T l d) for the direct path and O(T log T d) for
+the FFT path: linear in T for a fixed window. Decoding keeps the last l inputs per layer, so a token costs
+O(l d^2) (SHE) or O(l d) whatever the prefix.
 """
 
 
