@@ -3,9 +3,11 @@ Extractor LM trains (fairseq-train), reports a perplexity (fairseq-eval-lm) and
 samples with top-p 0.6 (fairseq-interactive, the paper's qualitative check); an
 Extractor-decoder translation preset learns the synthetic task and
 beam-decodes it (fairseq-generate)."""
+import os
 import re
 
 import pytest
+import sentencepiece as spm
 
 from fairseq_plugins.cli.pipeline import (
     EVALUATE_ALL,
@@ -78,3 +80,39 @@ def test_extractor_decoder_translation_preset_learns_and_beam_decodes(tmp_path):
     decoded = generate(data_bin, result.checkpoint, beam=5)
     assert len(decoded.hypotheses) == SMALL_SPLITS["test"]
     assert decoded.bleu >= 90, f"BLEU {decoded.bleu}\n{decoded.log[-1500:]}"
+
+
+def test_readme_sampling_line_with_sentencepiece(tmp_path):
+    """The README's qualitative check, option for option: an Extractor LM trained
+    on sentencepiece BPE pieces samples from a raw-text prompt through
+    fairseq-interactive --bpe sentencepiece (top-p 0.6) and prints detokenised text."""
+    raw = write_lm_corpus(str(tmp_path / "raw"), splits=SMALL_SPLITS)
+    spm.SentencePieceTrainer.train(
+        input=os.path.join(raw, "train.txt"), model_prefix=str(tmp_path / "spm"), vocab_size=24, model_type="bpe",
+        character_coverage=1.0, minloglevel=2,
+    )
+    model_path = str(tmp_path / "spm.model")
+    processor = spm.SentencePieceProcessor(model_file=model_path)
+    encoded = tmp_path / "encoded"
+    encoded.mkdir()
+    for split in SMALL_SPLITS:
+        with open(os.path.join(raw, f"{split}.txt")) as src, open(encoded / f"{split}.txt", "w") as dst:
+            for line in src:
+                dst.write(" ".join(processor.encode(line.strip(), out_type=str)) + "\n")
+    data_bin = binarize_lm(str(encoded), str(tmp_path / "bin"))
+    checkpoint = train(data_bin, str(tmp_path / "checkpoints"), LM_ARCH, LM_OPTIONS, max_update=100).checkpoint
+    output = run(
+        fairseq_command("interactive") + [
+            data_bin, "--task", "language_modeling", "--user-dir", PLUGIN_DIR, "--path", checkpoint,
+            "--bpe", "sentencepiece", "--sentencepiece-model", model_path,
+            "--sampling", "--sampling-topp", "0.6", "--beam", "1", "--nbest", "1", "--cpu", "--seed", "1",
+        ],
+        input_text="w3 w4 w5\n",
+    )
+    detokenised = [line.split("\t")[2] for line in output.splitlines() if line.startswith("D-")]
+    assert len(detokenised) == 1, output[-2000:]
+    words = detokenised[0].split()
+    # raw words come back (no pieces, no "▁"), the prompt first, then the counting continues
+    assert words[:3] == ["w3", "w4", "w5"] and len(words) > 3, detokenised
+    assert all(re.fullmatch(r"w\d+", w) for w in words), detokenised
+    assert words[3] == "w6", detokenised
