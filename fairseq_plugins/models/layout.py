@@ -55,6 +55,35 @@ class DecoderLayoutConfig(FairseqDataclass):
             "direct (conv1d) or fft (rfft/irfft); choices: auto, direct, fft"
         },
     )
+    bet_score_weights: str = field(
+        default="per-head",
+        metadata={
+            "help": "Bird-Eye attention (bet): weights w of the token scores R_j = sigmoid(w^T [H_j; K_j]) (eq. 7): "
+            "per-head (each head its own w_h and score) or shared (one w over all heads, one score per token); "
+            "choices: per-head, shared (default: per-head)"
+        },
+    )
+    bet_no_diag_free: bool = field(
+        default=False,
+        metadata={
+            "help": "Bird-Eye attention (bet): use the ordinary causal mask (diagonal visible) for the re-weighted "
+            "attention A' instead of the diagonal-free mask (the paper's ablation; default: diagonal-free)"
+        },
+    )
+    softmax_diag_free: bool = field(
+        default=False,
+        metadata={
+            "help": "softmax decoder self-attention only: diagonal-free mask, token i attends to tokens j < i "
+            "(a token with no earlier real token attends to itself); excludes --softmax-diag-scale (default: off)"
+        },
+    )
+    softmax_diag_scale: float = field(
+        default=1.0,
+        metadata={
+            "help": "softmax decoder self-attention only: multiply the diagonal scores q_i.k_i/sqrt(d_h) by this finite "
+            "factor before the softmax (BET paper: 0.2 reduced, 2.0 magnified diagonal; default: 1.0, unchanged)"
+        },
+    )
 
 
 @dataclass

@@ -7,6 +7,7 @@ from .registry import (  # noqa: F401
     PLACEMENTS,
     AttentionConfigError,
     BaseAttention,
+    ConformanceVariant,
     build_attention,
     check_kind,
     register_attention,
@@ -14,3 +15,4 @@ from .registry import (  # noqa: F401
 )
 from . import softmax_attention, cosformer  # noqa: F401,E402  (registration side effects)
 from . import extractors  # noqa: F401,E402  (registration side effects)
+from . import bet_attention  # noqa: F401,E402  (registration side effects)

@@ -16,8 +16,8 @@ Placements:
   not fairseq's additive future mask is passed (see ``BaseAttention``);
 * ``encoder_decoder``: decoder queries over encoder keys and values.
 """
-from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Mapping, Optional, Tuple
 
 import torch
 from fairseq.incremental_decoding_utils import FairseqIncrementalState
@@ -44,17 +44,51 @@ class AttentionSpec:
     # computed in explicit loops from the paper's equations (used by the tests).
     naive_reference: Callable
     description: str
+    # Option variants the conformance suite runs besides the defaults:
+    # variant name -> ConformanceVariant (model-option overrides, placements).
+    conformance_variants: Mapping[str, "ConformanceVariant"] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConformanceVariant:
+    """Model options (``cfg`` attribute name -> value) that change a kind's
+    behaviour, run by the conformance suite in ``placements`` (default: every
+    placement of the kind; name only those where the options act)."""
+
+    overrides: Mapping[str, object]
+    placements: Optional[Tuple[str, ...]] = None
 
 
 ATTENTION_REGISTRY: Dict[str, AttentionSpec] = {}
 
 
-def register_attention(name: str, placements, naive_reference: Callable, description: str):
-    """Class decorator: register an attention kind under ``name``."""
+def register_attention(
+    name: str,
+    placements,
+    naive_reference: Callable,
+    description: str,
+    conformance_variants: Optional[Mapping[str, object]] = None,
+):
+    """Class decorator: register an attention kind under ``name``.
+
+    ``conformance_variants`` maps a variant name to the model options it sets
+    (a dict, run in every placement of the kind) or to a ``ConformanceVariant``
+    (options and the placements where they act); the conformance suite runs
+    every variant through every check, like the default configuration.
+    """
     placements = tuple(placements)
     unknown = [p for p in placements if p not in PLACEMENTS]
     if unknown:
         raise ValueError(f"unknown placements {unknown} for attention kind {name!r}; valid: {PLACEMENTS}")
+    variants = {}
+    for variant, value in (conformance_variants or {}).items():
+        if not isinstance(value, ConformanceVariant):
+            value = ConformanceVariant(dict(value))
+        variant_placements = tuple(value.placements) if value.placements is not None else placements
+        outside = [p for p in variant_placements if p not in placements]
+        if outside:
+            raise ValueError(f"conformance variant {variant!r} of attention kind {name!r} names placements {outside} the kind does not support")
+        variants[str(variant)] = ConformanceVariant(dict(value.overrides), variant_placements)
 
     def decorator(cls):
         if name in ATTENTION_REGISTRY:
@@ -65,7 +99,7 @@ def register_attention(name: str, placements, naive_reference: Callable, descrip
         if missing:
             raise TypeError(f"attention kind {name!r} lacks the attention interface: {missing}")
         cls.kind_name = name
-        ATTENTION_REGISTRY[name] = AttentionSpec(name, cls, placements, naive_reference, description)
+        ATTENTION_REGISTRY[name] = AttentionSpec(name, cls, placements, naive_reference, description, variants)
         return cls
 
     return decorator
@@ -143,6 +177,9 @@ class BaseAttention(FairseqIncrementalState, nn.Module):
     # False for kinds that have no attention distribution (e.g. Extractors):
     # they return None as weights even when need_weights=True.
     returns_attention_weights = True
+    # True when a query never attends to its own token (BET's diagonal-free
+    # mask), except where no other key is visible: losses on attention read it.
+    hides_diagonal = False
 
     def __init__(self, placement: str, embed_dim: int, num_heads: int, kdim: int, vdim: int):
         super().__init__()

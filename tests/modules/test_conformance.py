@@ -1,5 +1,7 @@
 """The conformance suite: every registered attention kind, in every placement it
-supports, must pass these checks. A new kind only registers itself (with a
+supports, must pass these checks, with its default options and with every
+option variant it declares (``conformance_variants`` of ``register_attention``;
+test ids ``kind[variant]-placement``). A new kind only registers itself (with a
 naive reference) to be covered here."""
 import argparse
 
@@ -18,10 +20,33 @@ MAX_POSITIONS = 12
 # float32 (fairseq.utils.softmax), hence 1e-6 rather than machine precision.
 TOL = 1e-6
 
-CASES = [(kind, placement) for kind, spec in sorted(ATTENTION_REGISTRY.items()) for placement in spec.placements]
-CASE_IDS = [f"{kind}-{placement}" for kind, placement in CASES]
-DECODING_CASES = [c for c in CASES if c[1] in (DECODER_SELF, ENCODER_DECODER)]
-DECODING_IDS = [f"{k}-{p}" for k, p in DECODING_CASES]
+def _cases():
+    """(kind, variant, placement): every kind with its default options (variant
+    None) and every option variant it declares, in the placements they act in."""
+    cases = []
+    for kind, spec in sorted(ATTENTION_REGISTRY.items()):
+        cases += [(kind, None, placement) for placement in spec.placements]
+        for variant, declared in spec.conformance_variants.items():
+            cases += [(kind, variant, placement) for placement in declared.placements]
+    return cases
+
+
+def kind_id(kind, variant):
+    return kind if variant is None else f"{kind}[{variant}]"
+
+
+def case_params(placements=None, with_placement=True):
+    return [
+        pytest.param(kind, variant, placement, id=f"{kind_id(kind, variant)}-{placement}" if with_placement else kind_id(kind, variant))
+        for kind, variant, placement in _cases()
+        if placements is None or placement in placements
+    ]
+
+
+CASES = case_params()
+DECODING_CASES = case_params((DECODER_SELF, ENCODER_DECODER))
+DECODER_SELF_CASES = case_params((DECODER_SELF,), with_placement=False)
+CROSS_CASES = case_params((ENCODER_DECODER,), with_placement=False)
 
 
 def model_cfg(**overrides):
@@ -31,9 +56,10 @@ def model_cfg(**overrides):
     return cfg
 
 
-def make(kind, placement, dtype=torch.float64, seed=0):
+def make(kind, variant, placement, dtype=torch.float64, seed=0):
     torch.manual_seed(seed)
-    module = build_attention(kind, placement, EMBED, HEADS, model_cfg())
+    overrides = {} if variant is None else ATTENTION_REGISTRY[kind].conformance_variants[variant].overrides
+    module = build_attention(kind, placement, EMBED, HEADS, model_cfg(**overrides))
     return module.to(dtype).eval()
 
 
@@ -68,24 +94,33 @@ def real_queries(placement, pad, tgt_len):
     return (~pad).T.unsqueeze(-1)
 
 
-@pytest.mark.parametrize("kind,placement", CASES, ids=CASE_IDS)
-def test_equals_naive_reference(kind, placement):
-    module = make(kind, placement)
+@pytest.mark.parametrize("kind,variant,placement", CASES)
+def test_equals_naive_reference(kind, variant, placement):
+    module = make(kind, variant, placement)
     query, memory = inputs(placement)
     pad = padding_for(placement, memory.size(0))
     out, _ = call(module, query, memory, pad)
     reference = ATTENTION_REGISTRY[kind].naive_reference(module, query, memory, memory, pad)
     mask = real_queries(placement, pad, query.size(0))
     assert torch.allclose(out * mask, reference * mask, atol=TOL, rtol=0), (out - reference).mul(mask).abs().max()
+    if placement == DECODER_SELF:
+        # and left padding (decoder inputs of left-padded batches); the outputs of
+        # padded queries are free (fairseq's own softmax gives NaN there)
+        pad = padding_for(placement, memory.size(0))
+        pad[1, :2] = True
+        out, _ = call(module, query, memory, pad)
+        reference = ATTENTION_REGISTRY[kind].naive_reference(module, query, memory, memory, pad)
+        mask = real_queries(placement, pad, query.size(0)).expand_as(out)
+        assert torch.allclose(out[mask], reference[mask], atol=TOL, rtol=0), (out[mask] - reference[mask]).abs().max()
     # and without any padding mask
     out, _ = call(module, query, memory)
     reference = ATTENTION_REGISTRY[kind].naive_reference(module, query, memory, memory, None)
     assert torch.allclose(out, reference, atol=TOL, rtol=0)
 
 
-@pytest.mark.parametrize("kind,placement", [c for c in CASES if c[1] == DECODER_SELF], ids=[f"{k}" for k, p in CASES if p == DECODER_SELF])
-def test_causality(kind, placement):
-    module = make(kind, placement)
+@pytest.mark.parametrize("kind,variant,placement", DECODER_SELF_CASES)
+def test_causality(kind, variant, placement):
+    module = make(kind, variant, placement)
     query, _ = inputs(placement, tgt_len=MAX_POSITIONS)
     out, _ = call(module, query, query)
     for t in range(query.size(0) - 1):
@@ -118,9 +153,9 @@ def step_by_step(module, query, memory, pad=None, reorder=None):
     return torch.cat(outputs, dim=0)
 
 
-@pytest.mark.parametrize("kind,placement", DECODING_CASES, ids=DECODING_IDS)
-def test_incremental_parity(kind, placement):
-    module = make(kind, placement)
+@pytest.mark.parametrize("kind,variant,placement", DECODING_CASES)
+def test_incremental_parity(kind, variant, placement):
+    module = make(kind, variant, placement)
     query, memory = inputs(placement, tgt_len=10)
     pad = padding_for(placement, memory.size(0)) if placement == ENCODER_DECODER else None
     full, _ = call(module, query, memory, pad)
@@ -128,9 +163,9 @@ def test_incremental_parity(kind, placement):
     assert torch.allclose(full, incremental, atol=TOL, rtol=0), (full - incremental).abs().max()
 
 
-@pytest.mark.parametrize("kind,placement", [c for c in DECODING_CASES if c[1] == DECODER_SELF], ids=[k for k, p in DECODING_CASES if p == DECODER_SELF])
-def test_incremental_parity_after_beam_reorder_self(kind, placement):
-    module = make(kind, placement)
+@pytest.mark.parametrize("kind,variant,placement", DECODER_SELF_CASES)
+def test_incremental_parity_after_beam_reorder_self(kind, variant, placement):
+    module = make(kind, variant, placement)
     query, memory = inputs(placement, tgt_len=10, bsz=4)
     new_order = torch.tensor([2, 0, 0, 3])  # a beam step keeps hypothesis 0 twice and drops 1
     incremental = step_by_step(module, query, memory, reorder=(4, new_order))
@@ -140,12 +175,12 @@ def test_incremental_parity_after_beam_reorder_self(kind, placement):
     assert torch.allclose(expected, incremental, atol=TOL, rtol=0), (expected - incremental).abs().max()
 
 
-@pytest.mark.parametrize("kind,placement", [c for c in DECODING_CASES if c[1] == ENCODER_DECODER], ids=[k for k, p in DECODING_CASES if p == ENCODER_DECODER])
+@pytest.mark.parametrize("kind,variant,placement", CROSS_CASES)
 @pytest.mark.parametrize("new_order", [[1, 1, 3, 2], [2, 3]], ids=["within-sentences", "sentence-finished"])
-def test_incremental_parity_after_beam_reorder_cross(kind, placement, new_order):
+def test_incremental_parity_after_beam_reorder_cross(kind, variant, placement, new_order):
     """Beam search over 2 sentences x 2 beams: the encoder output is repeated per
     beam, reorders move hypotheses within a sentence or drop finished sentences."""
-    module = make(kind, placement)
+    module = make(kind, variant, placement)
     beams = 2
     query, memory = inputs(placement, tgt_len=10, bsz=2)
     pad = torch.zeros(2, memory.size(0), dtype=torch.bool)
@@ -159,11 +194,11 @@ def test_incremental_parity_after_beam_reorder_cross(kind, placement, new_order)
     assert torch.allclose(expected, incremental, atol=TOL, rtol=0), (expected - incremental).abs().max()
 
 
-@pytest.mark.parametrize("kind,placement", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("kind,variant,placement", CASES)
 @pytest.mark.parametrize("side", ["left", "right"])
-def test_padding_invariance(kind, placement, side):
+def test_padding_invariance(kind, variant, placement, side):
     """One sequence alone == the same sequence batched with longer ones, padded."""
-    module = make(kind, placement)
+    module = make(kind, variant, placement)
     length, longer = 5, 9
     query_long, memory_long = inputs(placement, bsz=3, tgt_len=longer if placement != ENCODER_DECODER else 6, src_len=longer)
     gen = torch.Generator().manual_seed(5)
@@ -193,9 +228,9 @@ def test_padding_invariance(kind, placement, side):
     assert torch.allclose(alone[:, 0], batched[where, 0], atol=TOL, rtol=0), (alone[:, 0] - batched[where, 0]).abs().max()
 
 
-@pytest.mark.parametrize("kind,placement", CASES, ids=CASE_IDS)
-def test_every_parameter_receives_gradient(kind, placement):
-    module = make(kind, placement, dtype=torch.float32).train()
+@pytest.mark.parametrize("kind,variant,placement", CASES)
+def test_every_parameter_receives_gradient(kind, variant, placement):
+    module = make(kind, variant, placement, dtype=torch.float32).train()
     query, memory = inputs(placement, dtype=torch.float32, tgt_len=MAX_POSITIONS, src_len=MAX_POSITIONS)
     query.requires_grad_(True)
     pad = padding_for(placement, memory.size(0))
@@ -206,9 +241,9 @@ def test_every_parameter_receives_gradient(kind, placement):
         assert torch.isfinite(param.grad).all() and param.grad.abs().sum() > 0, f"{name} got a zero or non-finite gradient"
 
 
-@pytest.mark.parametrize("kind,placement", CASES, ids=CASE_IDS)
-def test_attention_weights_are_distributions(kind, placement):
-    module = make(kind, placement)
+@pytest.mark.parametrize("kind,variant,placement", CASES)
+def test_attention_weights_are_distributions(kind, variant, placement):
+    module = make(kind, variant, placement)
     query, memory = inputs(placement)
     pad = padding_for(placement, memory.size(0))
     out, weights = call(module, query, memory, pad, need_weights=True)

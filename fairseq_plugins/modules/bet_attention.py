@@ -1,0 +1,290 @@
+"""``bet``: Bird-Eye attention (Sha et al. 2022, "Bird-Eye Transformers for
+Text Generation Models"), for causal self-attention (``decoder_self``) only.
+
+Per head, with Q, K, V the projections of the layer input and d_h the head
+dimension:
+
+    M_dp = mask(Q K^T / sqrt(d_h))   ordinary causal mask, diagonal visible
+    A    = softmax(M_dp),  H = A V                                        (eq. 6)
+    R_j  = sigmoid(w^T [H_j ; K_j])  token j's score of being "high-level"  (eq. 7)
+    M'[i, j] = M_dp[i, j] * R_j      every key column rescaled by its score (eq. 8)
+    A'   = softmax(mask'(M')),  H' = A' V                             (eqs. 9-10)
+
+then the output projection of the concatenated heads. mask' is the
+diagonal-free mask: query i sees keys j < i only (a token attends to its
+history, "bird-eye" over the high-level tokens); a query that sees no other key
+(the first token, or under left padding the first real token) sees itself only
+(``causal_visibility`` in softmax_attention.py). ``--bet-no-diag-free`` uses the
+ordinary causal mask for A' instead (the paper's ablation).
+
+Decisions (the paper leaves them open):
+
+* Heads (``--bet-score-weights``): ``per-head`` (default): head h has its own
+  w_h in R^{2 d_h} over its own [H_j ; K_j] and its own score R_{h,j};
+  ``shared``: one w in R^{2d} over [H_j ; K_j] with H_j and K_j the
+  concatenations of all heads (head-major, as the output projection sees them),
+  one score per token used by every head. Both store w as ``score_weight``:
+  per-head H x 2 d_h (row h: [w_H ; w_K] of head h), shared 2d ([w_H ; w_K]).
+* No bias in eq. 7 (the paper has none): a bias would only shift every score
+  alike, a global temperature that the q/k projections can already learn.
+* w is initialised like a bias-free ``nn.Linear(2 d_h or 2d, 1)``:
+  U(-1/sqrt(fan_in), 1/sqrt(fan_in)), so the scores start near 0.5 (M' about
+  M_dp / 2) but differ from token to token and the score path has a gradient
+  from the first step (w = 0 would make every R exactly 0.5).
+* q/k/v/out projections as fairseq's MultiheadAttention (biases, its
+  xavier initialisation); attention dropout acts on A' only (A is an
+  intermediate of the scores, not an attention output); returned weights are A'
+  before dropout.
+* Padding: padded keys are hidden from both softmaxes. A query row with no
+  visible key (a pad before the first real token) gets zero weights, never NaN;
+  its H and R are never used (its key is hidden from every real query).
+
+Costs are those of softmax attention (two T x S softmaxes per head). Decoding
+caches keys, values and every past token's R (each depends only on positions up
+to that token), all with batch as dim 0, so the generic beam reorder applies.
+"""
+import math
+from typing import Optional, Tuple
+
+import torch
+from fairseq.modules.fairseq_dropout import FairseqDropout
+from fairseq.modules.quant_noise import quant_noise
+from torch import Tensor, nn
+
+from .registry import DECODER_SELF, AttentionConfigError, BaseAttention, register_attention
+from .softmax_attention import _option, causal_visibility, masked_softmax
+
+SCORE_WEIGHTS = ("per-head", "shared")
+
+
+def _naive_projections(module, query):
+    x = query.double()
+    params = {name: p.double() for name, p in module.named_parameters()}
+    q, k, v = (x @ params[f"{n}_proj.weight"].T + params[f"{n}_proj.bias"] for n in "qkv")
+    return params, q, k, v
+
+
+def naive_bet_token_scores(module, query, key_padding_mask=None):
+    """Eqs. 6-7 in explicit loops, in float64: R of every token, B x H x T
+    (per-head score weights) or B x 1 x T (shared)."""
+    tgt_len, bsz, _ = query.shape
+    heads, dim = module.num_heads, module.head_dim
+    params, q, k, v = _naive_projections(module, query)
+    w = params["score_weight"]
+    r = q.new_zeros(bsz, heads if module.score_weights == "per-head" else 1, tgt_len)
+    for b in range(bsz):
+        real = [True] * tgt_len if key_padding_mask is None else (~key_padding_mask[b].bool()).tolist()
+        hidden = []
+        for h in range(heads):
+            sl = slice(h * dim, (h + 1) * dim)
+            m_dp = q[:, b, sl] @ k[:, b, sl].T / math.sqrt(dim)
+            causal = torch.tensor([[real[j] and j <= i for j in range(tgt_len)] for i in range(tgt_len)])
+            a = torch.softmax(m_dp.masked_fill(~causal, float("-inf")), dim=-1).nan_to_num(0.0)
+            hidden.append(a @ v[:, b, sl])  # eq. 6: H = A V
+        for j in range(tgt_len):  # eq. 7: R_j = sigmoid(w^T [H_j ; K_j])
+            if module.score_weights == "per-head":
+                for h in range(heads):
+                    r[b, h, j] = torch.sigmoid(w[h] @ torch.cat([hidden[h][j], k[j, b, h * dim : (h + 1) * dim]]))
+            else:  # one w over the concatenation of all heads' H_j and K_j
+                r[b, 0, j] = torch.sigmoid(w @ torch.cat([torch.cat([hidden[h][j] for h in range(heads)]), k[j, b]]))
+    return r
+
+
+def naive_bet_attention(module, query, key, value, key_padding_mask=None):
+    """Eqs. 6-10 in explicit loops over batch, heads and tokens, in float64."""
+    tgt_len, bsz, _ = query.shape
+    heads, dim = module.num_heads, module.head_dim
+    params, q, k, v = _naive_projections(module, query)
+    r = naive_bet_token_scores(module, query, key_padding_mask)
+    out = q.new_zeros(tgt_len, bsz, heads * dim)
+    for b in range(bsz):
+        real = [True] * tgt_len if key_padding_mask is None else (~key_padding_mask[b].bool()).tolist()
+        for h in range(heads):
+            sl = slice(h * dim, (h + 1) * dim)
+            m_dp = q[:, b, sl] @ k[:, b, sl].T / math.sqrt(dim)
+            m_prime = m_dp * r[b, h if r.size(1) > 1 else 0][None, :]  # eq. 8: column j times R_j
+            allowed = torch.zeros(tgt_len, tgt_len, dtype=torch.bool)
+            for i in range(tgt_len):
+                for j in range(tgt_len):
+                    allowed[i, j] = real[j] and (j < i if module.diag_free else j <= i)
+                if module.diag_free and not allowed[i].any() and real[i]:
+                    allowed[i, i] = True  # no other visible key: the token itself
+            a_prime = torch.softmax(m_prime.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)  # eq. 9
+            out[:, b, sl] = a_prime @ v[:, b, sl]  # eq. 10: H' = A' V
+    return (out @ params["out_proj.weight"].T + params["out_proj.bias"]).to(query.dtype)
+
+
+@register_attention(
+    "bet",
+    placements=(DECODER_SELF,),
+    naive_reference=naive_bet_attention,
+    description="Bird-Eye attention (Sha et al. 2022): keys rescaled by learned token scores, diagonal-free mask (O(T^2))",
+    conformance_variants={
+        "shared": {"bet_score_weights": "shared"},
+        "no_diag_free": {"bet_no_diag_free": True},
+    },
+)
+class BetAttention(BaseAttention):
+    uses_future_mask = False
+
+    def __init__(
+        self,
+        placement: str,
+        embed_dim: int,
+        num_heads: int,
+        kdim: Optional[int] = None,
+        vdim: Optional[int] = None,
+        dropout: float = 0.0,
+        score_weights: str = "per-head",
+        diag_free: bool = True,
+        q_noise: float = 0.0,
+        qn_block_size: int = 8,
+    ):
+        kdim = kdim if kdim is not None else embed_dim
+        vdim = vdim if vdim is not None else embed_dim
+        super().__init__(placement, embed_dim, num_heads, kdim, vdim)
+        if placement != DECODER_SELF:
+            raise AttentionConfigError(f"bet is causal self-attention and only supports {DECODER_SELF}, not {placement}")
+        if kdim != embed_dim or vdim != embed_dim:
+            raise AttentionConfigError("bet is self-attention: kdim and vdim must equal embed_dim")
+        if score_weights not in SCORE_WEIGHTS:
+            raise AttentionConfigError(f"--bet-score-weights must be one of {', '.join(SCORE_WEIGHTS)}, got {score_weights!r}")
+        self.score_weights = score_weights
+        self.diag_free = bool(diag_free)
+        self.hides_diagonal = self.diag_free
+        self.scaling = self.head_dim**-0.5
+        self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
+        self.q_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
+        self.k_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
+        self.v_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
+        self.out_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
+        shape = (num_heads, 2 * self.head_dim) if score_weights == "per-head" else (2 * embed_dim,)
+        self.score_weight = nn.Parameter(torch.empty(shape))
+        self.reset_parameters()
+
+    @classmethod
+    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, cfg):
+        return cls(
+            placement,
+            embed_dim,
+            num_heads,
+            kdim=kdim,
+            vdim=vdim,
+            dropout=dropout,
+            score_weights=str(_option(cfg, "bet_score_weights", "per-head")),
+            diag_free=not bool(_option(cfg, "bet_no_diag_free", False)),
+            q_noise=_option(cfg, "quant_noise_pq", 0.0),
+            qn_block_size=_option(cfg, "quant_noise_pq_block_size", 8),
+        )
+
+    def reset_parameters(self):
+        # Projections as fairseq's MultiheadAttention.reset_parameters (q/k/v
+        # biases keep nn.Linear's initialisation there too); w as a bias-free
+        # nn.Linear(fan_in, 1) (module docstring).
+        for proj in (self.q_proj, self.k_proj, self.v_proj):
+            nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.out_proj.bias)
+        bound = 1.0 / math.sqrt(self.score_weight.size(-1))
+        nn.init.uniform_(self.score_weight, -bound, bound)
+
+    def extra_repr(self):
+        return super().extra_repr() + f", score_weights={self.score_weights}, diag_free={self.diag_free}"
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        length, bsz, _ = x.shape
+        return x.view(length, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)  # B,H,T,D
+
+    def token_scores(self, hidden: Tensor, keys: Tensor) -> Tensor:
+        """Eq. 7, R = sigmoid(w^T [H ; K]) for B,H,T,D hidden states and keys:
+        B,H,T (per-head) or B,1,T (shared: the heads' terms summed, i.e. w over
+        the concatenation of all heads)."""
+        if self.score_weights == "per-head":
+            w = self.score_weight.view(self.num_heads, 2, self.head_dim)
+        else:
+            w = self.score_weight.view(2, self.num_heads, self.head_dim).transpose(0, 1)
+        # float32 at least: the scores multiply the logits of the second softmax
+        dtype = torch.float32 if hidden.dtype in (torch.float16, torch.bfloat16) else hidden.dtype
+        hidden, keys, w = hidden.to(dtype), keys.to(dtype), w.to(dtype)
+        logits = torch.einsum("bhtd,hd->bht", hidden, w[:, 0]) + torch.einsum("bhtd,hd->bht", keys, w[:, 1])
+        if self.score_weights == "shared":
+            logits = logits.sum(dim=1, keepdim=True)
+        return torch.sigmoid(logits)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state=None,
+        need_weights: bool = True,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        if before_softmax:
+            raise ValueError("bet has two softmaxes (eqs. 6 and 9): before_softmax=True is not supported")
+        if need_head_weights:
+            need_weights = True
+        self._check_inputs(query, key, key_padding_mask)
+        self._check_no_arbitrary_mask(attn_mask)
+        if key is not None and key.shape != query.shape:
+            raise ValueError(
+                f"bet is self-attention only: key must be the query, got shapes {tuple(key.shape)} and {tuple(query.shape)}"
+            )
+        tgt_len, bsz, _ = query.shape
+        if key_padding_mask is not None and key_padding_mask.size(1) != tgt_len:
+            if incremental_state is None or key_padding_mask.size(1) < tgt_len:
+                raise ValueError(f"key_padding_mask has {key_padding_mask.size(1)} columns for {tgt_len} tokens")
+            key_padding_mask = key_padding_mask[:, -tgt_len:]  # fairseq may pass the mask of the whole prefix
+
+        q = self._split_heads(self.q_proj(query) * self.scaling)
+        k = self._split_heads(self.k_proj(query))
+        v = self._split_heads(self.v_proj(query))
+        buffer = self._get_input_buffer(incremental_state) if incremental_state is not None else {}
+        prev_key = buffer.get("prev_key")
+        if prev_key is not None:
+            k_all = torch.cat([prev_key, k], dim=2)
+            v_all = torch.cat([buffer["prev_value"], v], dim=2)
+        else:
+            k_all, v_all = k, v
+        src_len = k_all.size(2)
+        pad_all = self._padding_so_far(buffer.get("prev_key_padding_mask"), key_padding_mask, bsz, src_len - tgt_len, tgt_len)
+
+        scores = q @ k_all.transpose(-1, -2)  # B,H,T,S: Q K^T / sqrt(d_h)
+        causal = causal_visibility(tgt_len, src_len, pad_all, False, query.device).unsqueeze(1)
+        attn = masked_softmax(scores, causal)  # eq. 6, A (float32 for half inputs)
+        hidden = attn.to(v_all.dtype) @ v_all  # eq. 6, H = A V of the T new tokens
+        scores_new = self.token_scores(hidden, k)  # eq. 7, R of the new tokens
+        prev_scores = buffer.get("prev_score")
+        token_scores = scores_new if prev_scores is None else torch.cat([prev_scores, scores_new], dim=2)
+        rescaled = scores.to(token_scores.dtype) * token_scores.unsqueeze(2)  # eq. 8: column j times R_j
+        visible = causal if not self.diag_free else causal_visibility(tgt_len, src_len, pad_all, True, query.device).unsqueeze(1)
+        attn_prime = masked_softmax(rescaled, visible)  # eq. 9, A'
+        out = self.dropout_module(attn_prime.to(v_all.dtype)) @ v_all  # eq. 10, H' = A' V
+        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim))
+
+        if incremental_state is not None:
+            buffer["prev_key"], buffer["prev_value"], buffer["prev_score"] = k_all, v_all, token_scores
+            if pad_all is not None:
+                buffer["prev_key_padding_mask"] = pad_all
+            self._set_input_buffer(incremental_state, buffer)
+        weights = None
+        if need_weights:
+            # fairseq's conventions: H x B x T x S per head, else the head average.
+            weights = attn_prime.transpose(0, 1) if need_head_weights else attn_prime.mean(dim=1)
+        return out, weights
+
+    @staticmethod
+    def _padding_so_far(prev: Optional[Tensor], current: Optional[Tensor], bsz: int, prev_len: int, tgt_len: int) -> Optional[Tensor]:
+        """The padding of all keys (B x S), or None when nothing was ever padded."""
+        if prev is None and current is None:
+            return None
+        device = (prev if prev is not None else current).device
+        if prev is None:
+            prev = torch.zeros(bsz, prev_len, dtype=torch.bool, device=device)
+        if current is None:
+            current = torch.zeros(bsz, tgt_len, dtype=torch.bool, device=device)
+        return torch.cat([prev.bool(), current.bool()], dim=1)
