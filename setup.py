@@ -18,6 +18,7 @@ setup(
         "console_scripts": [
             "fairseq-plugins-cpu-train = fairseq_plugins.cli.cpu_distributed_train:main",
             "fairseq-plugins-demo = fairseq_plugins.cli.demo:main",
+            "fairseq-plugins-attention = fairseq_plugins.analysis.cli:main",
         ]
     },
 )

@@ -17,6 +17,7 @@ Usage::
 """
 from typing import List, Optional, Sequence
 
+from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
 
@@ -95,6 +96,12 @@ class AttentionRecorder:
                 return None
             self._caller_wanted[index] = (kwargs.get("need_weights", True), kwargs.get("need_head_weights", False))
             kwargs = dict(kwargs, need_weights=True, need_head_weights=True)
+            if isinstance(module, MultiheadAttention):
+                # fairseq's full-pass fast path (F.multi_head_attention_forward)
+                # averages the heads even when per-head weights are asked for;
+                # static_kv=True, a no-op without incremental state, selects its
+                # explicit path. (Our softmax kind does this itself.)
+                kwargs["static_kv"] = True
             return args, kwargs
 
         return hook
@@ -108,6 +115,11 @@ class AttentionRecorder:
             if head_weights is None:
                 raise AttentionRecordingError(f"{type(module).__name__} returned no weights although asked for them")
             # fairseq's per-head weights are H x B x T x S.
+            if head_weights.dim() != 4:
+                raise AttentionRecordingError(
+                    f"{type(module).__name__} returned weights of shape {tuple(head_weights.shape)} for "
+                    "need_head_weights=True; expected H x B x T x S"
+                )
             self.probs[index] = head_weights.transpose(0, 1)
             need_weights, need_head_weights = wanted
             if not need_weights and not need_head_weights:

@@ -61,3 +61,24 @@ def test_incremental_calls_are_not_recorded():
 def test_kinds_without_a_distribution_are_refused():
     with pytest.raises(AttentionRecordingError, match="without an attention distribution"):
         AttentionRecorder([module("extractor_we")])
+
+
+def test_fairseq_multihead_attention_gives_per_head_weights():
+    """fairseq's own MultiheadAttention (fairseq's transformer models): its full-pass
+    fast path would average the heads; the recorder selects the explicit path."""
+    from fairseq.modules import MultiheadAttention
+
+    torch.manual_seed(0)
+    attn = MultiheadAttention(EMBED, HEADS, self_attention=True).eval()
+    x = torch.randn(5, 3, EMBED)
+    mask = torch.triu(torch.full((5, 5), float("-inf")), 1)
+    with AttentionRecorder([attn]) as recorder:
+        out, weights = attn(query=x, key=x, value=x, attn_mask=mask, need_weights=False)
+    assert weights is None
+    probs = recorder.probs[0]
+    assert probs.shape == (3, HEADS, 5, 5)
+    assert torch.allclose(out, attn(query=x, key=x, value=x, attn_mask=mask, need_weights=False)[0], atol=1e-6)
+    assert torch.allclose(probs.sum(-1), torch.ones(3, HEADS, 5), atol=1e-6)
+    assert probs.triu(1).abs().max() == 0
+    # heads differ: not an average copied into every head
+    assert (probs[:, 0] - probs[:, 1]).abs().max() > 1e-3
