@@ -7,5 +7,7 @@ contain as safe globals for ``torch.load(weights_only=True)``.
 from . import checkpoint_compat  # noqa: F401
 from . import modules  # noqa: F401
 from . import models  # noqa: F401
+from . import tasks  # noqa: F401
+from . import criterions  # noqa: F401
 
 __version__ = "0.1.0"

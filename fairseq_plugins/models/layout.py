@@ -111,11 +111,16 @@ class EncoderDecoderLayoutConfig(DecoderLayoutConfig):
 
 
 LAYOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EncoderDecoderLayoutConfig)}
+DECODER_LAYOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DecoderLayoutConfig)}
 
 
-def set_layout_defaults(args):
-    """Fill unset layout options (architectures call this, fairseq style)."""
-    for name, default in LAYOUT_DEFAULTS.items():
+def set_layout_defaults(args, decoder_only: bool = False):
+    """Fill unset layout options (architectures call this, fairseq style).
+
+    ``decoder_only`` (language models): only the decoder's options, since a
+    language model's structured config has no encoder or cross-attention keys.
+    """
+    for name, default in (DECODER_LAYOUT_DEFAULTS if decoder_only else LAYOUT_DEFAULTS).items():
         if getattr(args, name, None) is None:
             setattr(args, name, default)
 

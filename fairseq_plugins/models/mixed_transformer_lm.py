@@ -42,7 +42,7 @@ class MixedTransformerLanguageModel(TransformerLanguageModel):
 # The plain "mixed_transformer_lm" architecture is registered by
 # register_model(dataclass=...); build_model fills its defaults with this.
 def mixed_transformer_lm_base(args):
-    set_layout_defaults(args)
+    set_layout_defaults(args, decoder_only=True)
     base_lm_architecture(args)
 
 

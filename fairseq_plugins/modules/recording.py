@@ -31,7 +31,9 @@ def decoder_self_attentions(decoder) -> List[nn.Module]:
     if layers is None:
         raise AttentionRecordingError(f"{type(decoder).__name__} has no `layers`: not a fairseq Transformer decoder")
     modules = []
-    for layer in layers:
+    # nn.ModuleList's own iterator: a LayerDropModuleList's (--decoder-layerdrop)
+    # drops layers at random in training mode.
+    for layer in nn.ModuleList.__iter__(layers):
         # Activation checkpointing / FSDP wrap layers; the wrapped module keeps self_attn.
         inner = getattr(layer, "module", layer)
         attn = getattr(inner, "self_attn", None) or getattr(layer, "self_attn", None)

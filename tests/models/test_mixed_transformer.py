@@ -228,3 +228,13 @@ def test_language_model_layout(data_dir):
     tokens = torch.randint(4, 20, (2, 10))
     out, _ = model(tokens)
     assert out.shape == (2, 10, len(model.decoder.dictionary))
+
+
+def test_plain_lm_architecture_builds_from_fairseq_train_structured_config(data_dir):
+    """fairseq-train builds dataclass models from a struct DictConfig, which has
+    no encoder/cross-attention keys for a language model."""
+    args, task, _ = build(data_dir, "mixed_transformer_lm", "--tokens-per-sample", "16", "--decoder-layers", "2", task="language_modeling")
+    cfg = convert_namespace_to_omegaconf(args)
+    assert OmegaConf.is_struct(cfg.model)
+    model = task.build_model(cfg.model)
+    assert [l.self_attn.kind_name for l in model.decoder.layers] == ["softmax", "softmax"]
