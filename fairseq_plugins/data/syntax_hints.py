@@ -19,9 +19,31 @@ Paths, next to the binarised data (``fairseq-preprocess --destdir``):
 
 * translation: ``{data}/{split}.{src}-{tgt}.{tgt}.hints.{bin,idx}``
 * language modelling: ``{data}/{split}.hints.{bin,idx}``
+
+Where the values come from (``data_prep/syntax_hints.py`` writes them with the
+functions below, which need no parser and are tested on hand-built trees):
+
+* The paper's rule (its indexing: the row whose input is x_t predicts x_{t+1}):
+  the hint of that row is the nearest ancestor of x_{t+1} in the dependency
+  tree that stands to the left of x_{t+1}; when there is none, the hint is x_t
+  itself (the row's own input).
+* Parses are over words, the model over subwords. Every subword belongs to a
+  word (``subword_words``): subword-nmt marks a token that continues into the
+  next one with a trailing ``@@``; sentencepiece marks a token that starts a
+  word with a leading ``▁``; ``none``: every whitespace-separated token is a word.
+* Word w's left ancestor (``left_ancestors``): walk up the heads from w
+  (parent, grandparent, ..., root) and take the first word with a smaller
+  index than w; none when the walk reaches a root first (a root, whose head is
+  itself, has none). Heads may form several trees (a parser may split a line
+  into sentences); each walk stays in its tree.
+* Every subword of word w gets as hint the LAST subword of w's left ancestor
+  (``hint_positions``), at target index s; that subword is the input of row
+  s + 1, so target index t gets d_t = t - (s + 1) >= 0 (``hint_distances``).
+  No left ancestor: d_t = 0. The end-of-sentence slot (index n): d_n = 0.
+  (A parent immediately to the left, s = t - 1, also gives 0.)
 """
 import os
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -113,3 +135,118 @@ def check_parallel(hints, target_sizes, hint_name: str, target_name: str):
             f"{int(target_sizes[line])} tokens there (tokens + end of sentence); "
             "produce the hints from the same text file that was binarised"
         )
+
+
+# ------------------------------------------------------- hint extraction ---
+BPE_STYLES = ("subword-nmt", "sentencepiece", "none")
+SUBWORD_NMT_CONTINUATION = "@@"
+SENTENCEPIECE_WORD_START = "\u2581"
+
+
+def subword_words(tokens: Sequence[str], bpe: str) -> Tuple[List[str], List[int]]:
+    """The words of a line of subword ``tokens`` and, for every token, the index of its word.
+
+    subword-nmt: a token ending in ``@@`` continues into the next token (the
+    word's text is the tokens without their ``@@``); a line must not end in a
+    continued token. sentencepiece: a token starting with ``\u2581`` starts a
+    word (the word's text drops that marker; a word made of the bare marker
+    alone keeps it, so no word is empty), the others continue the word before
+    them (a first token without the marker starts the first word). none: one
+    word per token.
+    """
+    if bpe not in BPE_STYLES:
+        raise ValueError(f"bpe must be one of {', '.join(BPE_STYLES)}, got {bpe!r}")
+    words: List[str] = []
+    word_of: List[int] = []
+    if bpe == "none":
+        return list(tokens), list(range(len(tokens)))
+    if bpe == "subword-nmt":
+        pieces: List[str] = []
+        for token in tokens:
+            word_of.append(len(words))
+            if token.endswith(SUBWORD_NMT_CONTINUATION):
+                pieces.append(token[: -len(SUBWORD_NMT_CONTINUATION)])
+            else:
+                pieces.append(token)
+                words.append("".join(pieces))
+                pieces = []
+        if pieces:
+            raise HintDataError(
+                f"subword-nmt: the last token {tokens[-1]!r} ends in '{SUBWORD_NMT_CONTINUATION}' "
+                "(continues into a word that is not there); is this the BPE'd text and --bpe right?"
+            )
+        return words, word_of
+    for token in tokens:  # sentencepiece
+        if token.startswith(SENTENCEPIECE_WORD_START) or not words:
+            words.append(token)
+        else:
+            words[-1] += token
+        word_of.append(len(words) - 1)
+    words = [word[1:] if word.startswith(SENTENCEPIECE_WORD_START) and len(word) > 1 else word for word in words]
+    return words, word_of
+
+
+def left_ancestors(heads: Sequence[int]) -> List[int]:
+    """For every word w, the nearest ancestor with a smaller index than w, or -1.
+
+    ``heads[w]`` is the index of w's head; a root is its own head. Raises
+    ``HintDataError`` for a head out of range or a cycle.
+    """
+    n = len(heads)
+    for word, head in enumerate(heads):
+        if not 0 <= head < n:
+            raise HintDataError(f"word {word}: head {head} is outside the sentence (0..{n - 1})")
+    ancestors = []
+    for word in range(n):
+        current, found = word, -1
+        for _ in range(n):
+            parent = heads[current]
+            if parent == current:  # reached a root
+                break
+            if parent < word:
+                found = parent
+                break
+            current = parent
+        else:
+            raise HintDataError(f"heads {list(heads)} contain a cycle (word {word} never reaches a root)")
+        ancestors.append(found)
+    return ancestors
+
+
+def hint_positions(word_of: Sequence[int], heads: Sequence[int]) -> List[int]:
+    """For every subword (target index t), the target index of its hint subword or -1.
+
+    ``word_of``: the word of every subword (``subword_words``), ``heads``: the
+    word-level heads. The hint of a subword of word w is the last subword of
+    w's left ancestor.
+    """
+    n_words = len(heads)
+    in_order = all(b - a in (0, 1) for a, b in zip(word_of, word_of[1:]))
+    covered = (word_of[0] == 0 and word_of[-1] == n_words - 1) if len(word_of) else n_words == 0
+    if not (in_order and covered):
+        raise HintDataError(
+            f"the subwords' words {list(word_of)} do not cover words 0..{n_words - 1} in order (one head per word)"
+        )
+    last_subword = {}
+    for position, word in enumerate(word_of):
+        last_subword[word] = position
+    ancestors = left_ancestors(heads)
+    return [last_subword[ancestors[word]] if ancestors[word] >= 0 else -1 for word in word_of]
+
+
+def hint_distances(word_of: Sequence[int], heads: Sequence[int]) -> List[int]:
+    """The n + 1 backward row distances of a line of n subwords (see the module docstring).
+
+    Target index t with its hint subword at s: d_t = t - (s + 1); no hint: 0;
+    the end-of-sentence slot: 0.
+    """
+    distances = [t - (s + 1) if s >= 0 else 0 for t, s in enumerate(hint_positions(word_of, heads))]
+    return distances + [0]
+
+
+def sentence_hint_distances(tokens: Sequence[str], heads: Sequence[int], bpe: str) -> List[int]:
+    """``hint_distances`` of a line of subword ``tokens`` whose words have ``heads``."""
+    words, word_of = subword_words(tokens, bpe)
+    if len(heads) != len(words):
+        raise HintDataError(f"{len(heads)} heads for {len(words)} words {words}")
+    return hint_distances(word_of, heads)
