@@ -234,7 +234,7 @@ def bpe_line(words, bpe):
 
 @pytest.fixture(scope="module")
 def toy_model(tmp_path_factory):
-    from test_train_parser import small_parser
+    from toy_treebank import small_parser
 
     return small_parser(tmp_path_factory) / "model-best"
 
