@@ -34,6 +34,8 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
+from fairseq_plugins.files import atomic_output  # noqa: F401  (re-exported: data_prep scripts use it from here)
+
 CHUNK = 1 << 20
 RECORD_NAME = "SHA256SUMS.local"
 
@@ -68,25 +70,6 @@ def require(module: str, package: str, purpose: str):
 
 
 # ------------------------------------------------------------------ files ---
-@contextlib.contextmanager
-def atomic_output(path: str, mode: str = "w"):
-    """Open ``path + '.partial'`` for writing; rename it to ``path`` on success.
-    A killed run leaves only the ``.partial`` file, which the next run overwrites."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    partial = path + ".partial"
-    kwargs = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
-    try:
-        with open(partial, mode, **kwargs) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(partial, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(partial)
-        raise
-
-
 def write_lines(path: str, lines: Iterable[str]) -> int:
     """Write one line per item (atomically); returns the number of lines."""
     count = 0

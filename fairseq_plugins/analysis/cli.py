@@ -17,7 +17,7 @@ import os
 import sys
 from typing import List, Optional
 
-from .atomic import atomic_open
+from ..files import atomic_output
 from .runner import AnalysisError, AnalysisResult, Loaded, analyse, load, sentence_attention
 from .stats import AttentionStatisticsError, LayerStatistics
 
@@ -195,7 +195,7 @@ def run(args) -> int:
     )
     print(markdown(result, per_head=args.per_head))
     if args.output_json:
-        with atomic_open(args.output_json, "w", encoding="utf-8") as f:
+        with atomic_output(args.output_json, "w") as f:
             json.dump(to_json(result, loaded, args), f, indent=2)
             f.write("\n")
     if sentence is not None:

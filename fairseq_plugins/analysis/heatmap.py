@@ -6,7 +6,7 @@ from typing import Dict, Optional, Sequence
 
 import torch
 
-from .atomic import atomic_open
+from ..files import atomic_output
 
 
 def _pyplot():
@@ -74,7 +74,7 @@ def write_heatmap(
             fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight (heads averaged)")
         if title:
             fig.suptitle(title, fontsize=10)
-        with atomic_open(path, "wb") as f:
+        with atomic_output(path, "wb") as f:
             fig.savefig(f, format="png", dpi=100)
     finally:
         plt.close(fig)
