@@ -1,0 +1,192 @@
+#!/usr/bin/env python
+"""Every attention kind on an accelerator (CUDA), checked against the CPU.
+
+For every registered kind in every placement it supports, the same module runs
+in float64 on the CPU (the reference) and in float32 on the device: outputs
+and input gradients must agree (real positions; right padding for decoder
+self-attention, left padding elsewhere), step-by-step decoding on the device
+must equal the device's full pass, and a bfloat16 autocast pass must stay
+finite and close. ``--speed`` adds forward+backward time and peak device
+memory of one decoder self-attention layer (d = 512, 8 heads, batch 1,
+float32) at several lengths, measured with CUDA events after a warm-up.
+
+    python benchmarks/device_check.py [--device cuda] [--speed] [--lengths 1024,4096,16384]
+
+Not a test (CI has no accelerator): run it where one is available. Exits 1
+when a check fails.
+"""
+import argparse
+import copy
+import math
+import os
+import sys
+import time
+
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+import fairseq_plugins  # noqa: E402,F401  (registers the kinds)
+from fairseq_plugins.modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, build_attention  # noqa: E402
+
+EMBED, HEADS, TGT, SRC, BSZ = 64, 4, 50, 40, 3
+TOL = 1e-4  # float32 on the device against float64 on the CPU, relative to the output scale
+
+
+class _Cfg:
+    max_target_positions = 256
+    max_source_positions = 256
+    cosformer_max_positions = None
+    extractor_lags = 64
+
+
+def _pad(placement, length):
+    pad = torch.zeros(BSZ, length, dtype=torch.bool)
+    if placement == DECODER_SELF:
+        pad[1, length - 7:] = True  # right padding (fairseq targets)
+    else:
+        pad[1, :5] = True  # left padding (fairseq sources)
+    return pad
+
+
+def _run(module, x, memory, pad, cross):
+    x = x.detach().requires_grad_(True)
+    memory = x if memory is None else memory.detach().requires_grad_(True)
+    out, _ = module(x, memory, memory, key_padding_mask=pad, static_kv=cross, need_weights=False)
+    real = (~pad).T.unsqueeze(-1) if not cross else torch.ones_like(out[..., :1], dtype=torch.bool)
+    (out * real).sum().backward()
+    grads = [x.grad] + ([] if memory is x else [memory.grad])
+    return out * real, grads
+
+
+def _rel(a, b):
+    return ((a.double().cpu() - b.double().cpu()).abs().max() / b.double().abs().max().clamp_min(1e-12)).item()
+
+
+def check_kind(kind, placement, device):
+    torch.manual_seed(0)
+    reference = build_attention(kind, placement, EMBED, HEADS, _Cfg()).double().eval()
+    on_device = copy.deepcopy(reference).float().to(device).eval()
+    cross = placement == ENCODER_DECODER
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(TGT, BSZ, EMBED, generator=gen, dtype=torch.float64)
+    memory = torch.randn(SRC, BSZ, EMBED, generator=gen, dtype=torch.float64) if cross else None
+    pad = _pad(placement, SRC if cross else TGT)
+    out_ref, grads_ref = _run(reference, x, memory, pad, cross)
+    out_dev, grads_dev = _run(
+        on_device, x.float().to(device), None if memory is None else memory.float().to(device), pad.to(device), cross
+    )
+    errors = {"output": _rel(out_dev, out_ref)}
+    for i, (g_dev, g_ref) in enumerate(zip(grads_dev, grads_ref)):
+        errors[f"grad{i}"] = _rel(g_dev, g_ref)
+    if placement == DECODER_SELF:  # step-by-step decoding on the device equals its full pass
+        with torch.no_grad():
+            xd, padd = x.float().to(device), pad.to(device)
+            full, _ = on_device(xd, xd, xd, key_padding_mask=padd, need_weights=False)
+            state, steps = {}, []
+            for t in range(TGT):
+                tok = xd[t : t + 1]
+                step, _ = on_device(tok, tok, tok, key_padding_mask=padd[:, t : t + 1], incremental_state=state, need_weights=False)
+                steps.append(step)
+            real = (~padd).T.unsqueeze(-1)
+            errors["decode"] = _rel(torch.cat(steps) * real, full * real)
+    if device.startswith("cuda"):
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            xd = x.float().to(device)
+            md = xd if memory is None else memory.float().to(device)
+            low, _ = on_device(xd, md, md, key_padding_mask=pad.to(device), static_kv=cross, need_weights=False)
+        real = (~pad).T.unsqueeze(-1).to(device) if not cross else torch.ones_like(low[..., :1], dtype=torch.bool)
+        low = low.float() * real
+        errors["bf16_finite"] = 0.0 if torch.isfinite(low).all() else math.inf
+        errors["bf16"] = _rel(low, out_ref)
+    return errors
+
+
+def speed(device, lengths, kinds):
+    results = []
+    for kind in kinds:
+        for length in lengths:
+            cfg = _Cfg()
+            cfg.max_target_positions = cfg.cosformer_max_positions = max(lengths)
+            cfg.extractor_lags = 128
+            torch.manual_seed(0)
+            module = build_attention(kind, DECODER_SELF, 512, 8, cfg).to(device)
+            x = torch.randn(length, 1, 512, device=device, requires_grad=True)
+            mask = torch.full((length, length), float("-inf"), device=device).triu_(1) if module.uses_future_mask else None
+
+            def step():
+                out, _ = module(x, x, x, attn_mask=mask, need_weights=False)
+                out.sum().backward()
+                x.grad = None
+                module.zero_grad(set_to_none=True)
+
+            try:
+                step()
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                times = []
+                for _ in range(5):
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    step()
+                    end.record()
+                    torch.cuda.synchronize()
+                    times.append(start.elapsed_time(end))
+                peak = torch.cuda.max_memory_allocated() - base
+                results.append((kind, length, sorted(times)[len(times) // 2], peak / 1e6, None))
+            except torch.cuda.OutOfMemoryError:
+                results.append((kind, length, None, None, "out of memory"))
+            del module, x, mask
+            torch.cuda.empty_cache()
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--speed", action="store_true", help="also time one decoder self-attention layer per kind")
+    parser.add_argument("--lengths", default="1024,4096,16384")
+    args = parser.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: this check needs an accelerator (--device)")
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 products, so that TOL means float32
+    torch.backends.cudnn.allow_tf32 = False
+    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device
+    print(f"# torch {torch.__version__}, device {name}")
+    failed = []
+    print("| kind | placement | output | input grads | decode | bf16 autocast |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for kind, spec in sorted(ATTENTION_REGISTRY.items()):
+        for placement in spec.placements:
+            errors = check_kind(kind, placement, args.device)
+            grads = max(v for k, v in errors.items() if k.startswith("grad"))
+            ok = errors["output"] < TOL and grads < TOL and errors.get("decode", 0) < TOL
+            ok = ok and errors.get("bf16_finite", 0) == 0 and errors.get("bf16", 0) < 5e-2
+            if not ok:
+                failed.append(f"{kind}/{placement}")
+            decode = f"{errors['decode']:.1e}" if "decode" in errors else "-"
+            bf16 = f"{errors['bf16']:.1e}" if "bf16" in errors else "-"
+            mark = "" if ok else " **FAILED**"
+            print(f"| {kind} | {placement} | {errors['output']:.1e} | {grads:.1e} | {decode} | {bf16}{mark} |")
+    print(f"\nrelative max errors (device float32 vs CPU float64; decode: step by step vs full pass; tolerance {TOL:g}, bf16 5e-2)")
+    if args.speed:
+        lengths = [int(t) for t in args.lengths.split(",") if t]
+        kinds = [k for k, s in sorted(ATTENTION_REGISTRY.items()) if DECODER_SELF in s.placements]
+        print(f"\n| kind | T | forward+backward (median of 5) | peak memory above inputs |")
+        print("| --- | ---: | ---: | ---: |")
+        for kind, length, ms, mb, error in speed(args.device, lengths, kinds):
+            print(f"| {kind} | {length} | {error or f'{ms:.2f} ms'} | {'-' if mb is None else f'{mb:.0f} MB'} |")
+    if failed:
+        print(f"\nFAILED: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    started = time.time()
+    code = main()
+    print(f"# {time.time() - started:.0f} s")
+    sys.exit(code)
