@@ -35,9 +35,16 @@ Decisions (the paper leaves them open):
   xavier initialisation); attention dropout acts on A' only (A is an
   intermediate of the scores, not an attention output); returned weights are A'
   before dropout.
-* Padding: padded keys are hidden from both softmaxes. A query row with no
-  visible key (a pad before the first real token) gets zero weights, never NaN;
-  its H and R are never used (its key is hidden from every real query).
+* Padding: padded keys are hidden from both softmaxes of every real query. A
+  query row with no visible key (a pad before the first real token) gets zero
+  weights, never NaN; its H and R are never used (its key is hidden from every
+  real query). Outputs at pad query positions are unspecified (no real position
+  reads them): the fused path below lets them see pad keys.
+* Speed: a full pass that returns no weights runs both softmaxes through
+  ``scaled_dot_product_attention`` (fused kernels; eq. 8 as attention with the
+  keys R_j k_j), with ``is_causal`` and no mask tensor at all when the batch has
+  no padding or right padding only (the diagonal-free mask is the causal mask
+  shifted by one key); weights, recording and decoding use the explicit form.
 
 Costs are those of softmax attention (two T x S softmaxes per head). Decoding
 caches keys, values and every past token's R (each depends only on positions up
@@ -47,6 +54,7 @@ import math
 from typing import Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from fairseq.modules.fairseq_dropout import FairseqDropout
 from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
@@ -253,17 +261,24 @@ class BetAttention(BaseAttention):
         src_len = k_all.size(2)
         pad_all = self._padding_so_far(buffer.get("prev_key_padding_mask"), key_padding_mask, bsz, src_len - tgt_len, tgt_len)
 
-        scores = q @ k_all.transpose(-1, -2)  # B,H,T,S: Q K^T / sqrt(d_h)
         causal = causal_visibility(tgt_len, src_len, pad_all, False, query.device).unsqueeze(1)
-        attn = masked_softmax(scores, causal)  # eq. 6, A (float32 for half inputs)
-        hidden = attn.to(v_all.dtype) @ v_all  # eq. 6, H = A V of the T new tokens
-        scores_new = self.token_scores(hidden, k)  # eq. 7, R of the new tokens
-        prev_scores = buffer.get("prev_score")
-        token_scores = scores_new if prev_scores is None else torch.cat([prev_scores, scores_new], dim=2)
-        rescaled = scores.to(token_scores.dtype) * token_scores.unsqueeze(2)  # eq. 8: column j times R_j
         visible = causal if not self.diag_free else causal_visibility(tgt_len, src_len, pad_all, True, query.device).unsqueeze(1)
-        attn_prime = masked_softmax(rescaled, visible)  # eq. 9, A'
-        out = self.dropout_module(attn_prime.to(v_all.dtype)) @ v_all  # eq. 10, H' = A' V
+        prev_scores = buffer.get("prev_score")
+        if not need_weights and incremental_state is None:
+            if pad_all is None or bool((pad_all[:, 1:].int() >= pad_all[:, :-1].int()).all()):
+                out, token_scores = self._fused_right_padded(q, k_all, v_all)
+            else:
+                out, token_scores = self._fused(q, k_all, v_all, causal, visible)
+            attn_prime = None
+        else:
+            scores = q @ k_all.transpose(-1, -2)  # B,H,T,S: Q K^T / sqrt(d_h)
+            attn = masked_softmax(scores, causal)  # eq. 6, A (float32 for half inputs)
+            hidden = attn.to(v_all.dtype) @ v_all  # eq. 6, H = A V of the T new tokens
+            scores_new = self.token_scores(hidden, k)  # eq. 7, R of the new tokens
+            token_scores = scores_new if prev_scores is None else torch.cat([prev_scores, scores_new], dim=2)
+            rescaled = scores.to(token_scores.dtype) * token_scores.unsqueeze(2)  # eq. 8: column j times R_j
+            attn_prime = masked_softmax(rescaled, visible)  # eq. 9, A'
+            out = self.dropout_module(attn_prime.to(v_all.dtype)) @ v_all  # eq. 10, H' = A' V
         out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim))
 
         if incremental_state is not None:
@@ -276,6 +291,49 @@ class BetAttention(BaseAttention):
             # fairseq's conventions: H x B x T x S per head, else the head average.
             weights = attn_prime.transpose(0, 1) if need_head_weights else attn_prime.mean(dim=1)
         return out, weights
+
+    def _fused_right_padded(self, q: Tensor, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+        """:meth:`_fused` without any mask tensor, for sequences without padding or
+        with right padding only (fairseq's targets): a real query never reaches a
+        pad key through a causal mask, so ``is_causal`` suffices (pad queries,
+        whose outputs no real position ever reads, may then see pad keys). The
+        diagonal-free mask is the causal mask shifted by one key: query i >= 1
+        attends to keys 0..i-1, and query 0 to itself only, so its output is v_0."""
+        hidden = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)  # eq. 6
+        token_scores = self.token_scores(hidden, k)  # eq. 7
+        rescaled_keys = (k.to(token_scores.dtype) * token_scores.unsqueeze(-1)).to(k.dtype)  # eq. 8
+        dropout = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
+        if not self.diag_free:
+            return F.scaled_dot_product_attention(q, rescaled_keys, v, is_causal=True, dropout_p=dropout, scale=1.0), token_scores
+        first = v[:, :, :1]  # query 0: weight 1 on itself (dropped out like any attention weight)
+        if dropout > 0:
+            first = first * F.dropout(torch.ones_like(first[..., :1]), dropout, training=True)
+        if q.size(2) == 1:
+            return first, token_scores
+        rest = F.scaled_dot_product_attention(
+            q[:, :, 1:], rescaled_keys[:, :, :-1], v[:, :, :-1], is_causal=True, dropout_p=dropout, scale=1.0
+        )  # eqs. 9-10 for queries 1..T-1
+        return torch.cat([first, rest], dim=2), token_scores
+
+    def _fused(self, q: Tensor, k: Tensor, v: Tensor, causal: Tensor, visible: Tensor) -> Tuple[Tensor, Tensor]:
+        """Eqs. 6-10 of a full pass without materialising the attention matrices:
+        both softmaxes go through ``scaled_dot_product_attention`` (fused kernels,
+        no T x S float tensors kept for the backward). Eq. 8 rescales column j of
+        Q K^T by R_j, which equals attending with the keys R_j k_j; q is already
+        scaled by 1/sqrt(d_h). Rows without any visible key (pads before the first
+        real token) get zero output, as in the explicit path."""
+        any_causal = causal.any(dim=-1, keepdim=True)
+        any_visible = visible.any(dim=-1, keepdim=True)
+        # a row with no visible key would give NaN in the fused kernel: let it see every key, zero it after
+        hidden = F.scaled_dot_product_attention(q, k, v, attn_mask=causal | ~any_causal, scale=1.0)  # eq. 6
+        hidden = hidden.masked_fill(~any_causal, 0.0)
+        token_scores = self.token_scores(hidden, k)  # eq. 7, B x (H or 1) x S
+        rescaled_keys = (k.to(token_scores.dtype) * token_scores.unsqueeze(-1)).to(k.dtype)  # eq. 8
+        dropout = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
+        out = F.scaled_dot_product_attention(
+            q, rescaled_keys, v, attn_mask=visible | ~any_visible, dropout_p=dropout, scale=1.0
+        )  # eqs. 9-10
+        return out.masked_fill(~any_visible, 0.0), token_scores
 
     @staticmethod
     def _padding_so_far(prev: Optional[Tensor], current: Optional[Tensor], bsz: int, prev_len: int, tgt_len: int) -> Optional[Tensor]:

@@ -248,7 +248,10 @@ def test_attention_weights_are_distributions(kind, variant, placement):
     pad = padding_for(placement, memory.size(0))
     out, weights = call(module, query, memory, pad, need_weights=True)
     out_plain, _ = call(module, query, memory, pad, need_weights=False)
-    assert torch.allclose(out, out_plain, atol=1e-12, rtol=0), "asking for weights changed the output"
+    # at real query positions (outputs at pad positions are never read, and a kind's
+    # fused path may compute them differently)
+    real = real_queries(placement, pad, query.size(0))
+    assert torch.allclose(out * real, out_plain * real, atol=1e-12, rtol=0), "asking for weights changed the output"
     if not module.returns_attention_weights:
         assert weights is None, "a kind without attention weights must return None"
         return
