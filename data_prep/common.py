@@ -4,7 +4,9 @@
   (official location first, then mirrors, each with retries; interrupted
   downloads resume with HTTP range requests), then verify it.
 * Checksums: a published checksum (sha256 or md5) is mandatory when we know
-  one and a mismatch is an error naming the file. Where none is known we never
+  one and a mismatch is an error naming the file (also for an archive in
+  ``--raw-dir`` next to its extracted files; files found already extracted
+  cannot be checked, which the log says). Where none is known we never
   invent one: the computed sha256 is printed with a note and recorded in
   ``<work-dir>/SHA256SUMS.local``, and later runs must match that record.
 * ``atomic_output`` / ``write_lines`` / ``binarize``: outputs appear only when
@@ -259,17 +261,29 @@ def extract(archive: str, dest_dir: str) -> str:
 
 
 def fetch(resource: Resource, raw_dir: Optional[str], work_dir: str, download_ok: bool = True,
-          retries: int = 3, mirrors: Sequence[str] = ()) -> Dict[str, str]:
+          retries: int = 3, mirrors: Sequence[str] = (), skipped: Optional[List[str]] = None) -> Dict[str, str]:
     """Paths of ``resource.members`` (or of the file itself when it has no
     members), from ``raw_dir`` when they are there, else from the release file
     (found in ``raw_dir`` or downloaded into ``work_dir/downloads``), verified
     and extracted. ``mirrors``: extra base URLs tried first (the file name is
-    appended). Returns {} for a missing optional resource."""
+    appended). Returns {} for a missing optional resource; its name is then
+    appended to ``skipped`` (when given) if a download was tried and failed
+    (a network problem a later run may not have), not when downloading is off."""
     wanted = list(resource.members) or [resource.name]
     found = {name: find_file(raw_dir, name) for name in wanted}
     if resource.members and all(found.values()):
-        log(f"{resource.name}: using {', '.join(wanted)} from {raw_dir} (files, not the release archive: "
-            "no checksum to verify)")
+        published = resource.sha256 or resource.md5
+        archive = find_file(raw_dir, resource.name) if published else None
+        if archive is not None:  # the release archive is there too: it must still match its published checksum
+            verify(archive, resource, work_dir)
+        if published:
+            algorithm = "sha256" if resource.sha256 else "md5"
+            log(f"{resource.name}: using {', '.join(wanted)} from {raw_dir}: files found already extracted cannot be "
+                f"verified (the published {algorithm} {published} is of the archive{'' if archive else ', not there'}); "
+                f"put {resource.name} in --raw-dir instead to have it checked")
+        else:
+            log(f"{resource.name}: using {', '.join(wanted)} from {raw_dir} (files, not the release archive: "
+                "no checksum to verify)")
         return found
     archive = find_file(raw_dir, resource.name)
     if archive is None:
@@ -294,6 +308,8 @@ def fetch(resource: Resource, raw_dir: Optional[str], work_dir: str, download_ok
             else:
                 if resource.optional:
                     log(f"warning: optional {resource.name} could not be downloaded; skipped ({'; '.join(errors)})")
+                    if skipped is not None:
+                        skipped.append(resource.name)
                     return {}
                 raise PrepError(f"could not download {resource.name} from any location:\n  " + "\n  ".join(errors))
     verify(archive, resource, work_dir)
@@ -318,7 +334,11 @@ class Steps:
     done: List[str] = field(default_factory=list)
     _chain: str = ""
 
-    def run(self, name: str, outputs: Sequence[str], action: Callable[[], None], **params) -> bool:
+    # An action returning this wrote complete outputs but must run again next time
+    # (e.g. an optional file it could not get now): no stamp is written.
+    NO_STAMP = "no stamp"
+
+    def run(self, name: str, outputs: Sequence[str], action: Callable[[], object], **params) -> bool:
         """Run ``action`` unless a stamp with the same fingerprint exists and all
         ``outputs`` exist. Returns True when the step ran."""
         fingerprint = json.dumps({"previous": self._chain, "step": name, "params": params}, sort_keys=True, default=str)
@@ -335,13 +355,17 @@ class Steps:
             start = time.time()
             with contextlib.suppress(FileNotFoundError):
                 os.remove(stamp)
-            action()
+            result = action()
             missing = [p for p in outputs if not os.path.exists(p)]
             if missing:
                 raise RuntimeError(f"step {name} did not write {missing}")
-            with atomic_output(stamp) as f:
-                f.write(self._chain + "\n")
-            log(f"[{index}/{self.total}] {name}: done in {time.time() - start:.1f} s")
+            if result is Steps.NO_STAMP:
+                log(f"[{index}/{self.total}] {name}: done in {time.time() - start:.1f} s, not stamped "
+                    "(it runs again next time)")
+            else:
+                with atomic_output(stamp) as f:
+                    f.write(self._chain + "\n")
+                log(f"[{index}/{self.total}] {name}: done in {time.time() - start:.1f} s")
             ran = True
         if self.stop_after == name:
             log(f"stopping after {name} (--stop-after)")
@@ -399,13 +423,13 @@ def argument_parser(name: str, description: str, default_dest: str) -> argparse.
     return parser
 
 
-def fetch_all(resources: Sequence[Resource], args) -> Dict[str, str]:
+def fetch_all(resources: Sequence[Resource], args, skipped: Optional[List[str]] = None) -> Dict[str, str]:
     """``fetch`` every resource with the shared options; one dict of basename -> path
-    (a missing optional resource contributes nothing)."""
+    (a missing optional resource contributes nothing; see ``fetch`` for ``skipped``)."""
     paths: Dict[str, str] = {}
     for resource in resources:
         paths.update(fetch(resource, args.raw_dir, args.work_dir, download_ok=not args.no_download,
-                           retries=args.retries, mirrors=args.mirror))
+                           retries=args.retries, mirrors=args.mirror, skipped=skipped))
     return paths
 
 

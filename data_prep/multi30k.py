@@ -2,7 +2,10 @@
 29,000 training pairs, val (1,014) as valid, test_2016_flickr (1,000) as
 fairseq's ``test`` and, where available, test_2017_flickr, test_2018_flickr
 and test_2017_mscoco as ``test1``, ``test2``, ``test3`` (``testsets.tsv``
-names them). One binarisation serves both directions (de-en and en-de: pass
+names them). A missing optional test set (not in ``--raw-dir``, download
+off or failed) is named in a warning with the files to add; the raw step is
+then left unstamped, so the next run looks for it again and binarises the
+test sets it finds. One binarisation serves both directions (de-en and en-de: pass
 ``-s en -t de`` to fairseq for the latter).
 
 Processing (Moses, as is common for this data set): punctuation
@@ -15,8 +18,8 @@ length cleaning (captions are short and every pair is kept); joint BPE with
 import os
 from typing import Optional, Sequence
 
-from .common import Resource, argument_parser, fetch_all, main_guard, read_lines, write_lines
-from .translation import TranslationConfig, add_bpe_arguments, prepare_translation
+from .common import Resource, argument_parser, fetch_all, log, main_guard, read_lines, write_lines
+from .translation import RawText, TranslationConfig, add_bpe_arguments, prepare_translation
 
 LANGS = ("de", "en")
 REQUIRED = ["train", "val", "test_2016_flickr"]
@@ -56,13 +59,23 @@ def prepare(args) -> str:
 
     def write_raw(raw_dir: str):
         resources = [resource(name, lang, name not in REQUIRED) for name in REQUIRED + EXTRA_TESTS for lang in LANGS]
-        files = fetch_all(resources, args)
+        failed = []  # optional files whose download failed
+        files = fetch_all(resources, args, skipped=failed)
         tests = ["test_2016_flickr"] + [name for name in EXTRA_TESTS if all(f"{name}.{lang}" in files for lang in LANGS)]
+        missing = [name for name in EXTRA_TESTS if name not in tests]
+        if missing:
+            names = ", ".join(f"{name}.{lang}(.gz)" for name in missing for lang in LANGS if f"{name}.{lang}" not in files)
+            why = f"download failed: {', '.join(failed)}" if failed else (
+                "not in --raw-dir and downloading is off" if args.no_download else "not found")
+            log(f"warning: Multi30k test sets missing: {', '.join(missing)} ({why}); the preparation goes on with "
+                f"{', '.join(tests)} (testsets.tsv lists them). To add them, put {names} (from "
+                f"https://github.com/{REPOSITORY}/tree/master/{RAW_PATH}) in --raw-dir or rerun with network access: "
+                "this step is left unstamped, so the next run looks for them again and binarises what it finds")
         for name in ["train", "val", *tests]:
             for lang in LANGS:
                 split = "valid" if name == "val" else name
                 write_lines(os.path.join(raw_dir, f"{split}.{lang}"), read_lines(files[f"{name}.{lang}"]))
-        return tests
+        return RawText(tests, complete=not missing)
 
     return prepare_translation(args, config, write_raw, {"release": REPOSITORY})
 

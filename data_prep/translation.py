@@ -60,6 +60,18 @@ class TranslationConfig:
         return (self.src, self.tgt)
 
 
+@dataclass
+class RawText:
+    """What ``write_raw`` may return: the test sets it wrote, in order, and
+    whether that is all it can ever find (``complete=False``: an optional test
+    set is missing now, e.g. its download failed; the raw step is then not
+    stamped, so the next run looks for it again, and a test set found later
+    reaches the binaries)."""
+
+    test_sets: Sequence[str]
+    complete: bool = True
+
+
 def add_bpe_arguments(parser, merges: int, sentencepiece: bool = False) -> None:
     parser.add_argument("--bpe-merges", type=int, default=merges, help="subword-nmt merge operations (joint BPE)")
     if sentencepiece:
@@ -71,7 +83,7 @@ def add_bpe_arguments(parser, merges: int, sentencepiece: bool = False) -> None:
 def prepare_translation(args, config: TranslationConfig, write_raw: Callable[[str], None], raw_step_params: dict) -> str:
     """Run the whole path. ``write_raw(raw_dir)`` fetches the release and writes
     the raw text files; it may return the test sets it found (default:
-    ``config.test_sets``)."""
+    ``config.test_sets``), as a list or a ``RawText``."""
     work, dest = args.work_dir, args.dest
     src, tgt = config.langs
     sentencepiece = config.bpe == "sentencepiece"
@@ -80,8 +92,14 @@ def prepare_translation(args, config: TranslationConfig, write_raw: Callable[[st
     test_list = os.path.join(work, "raw", "test_sets.txt")
 
     def raw():
-        names = write_raw(os.path.join(work, "raw")) or config.test_sets
+        result = write_raw(os.path.join(work, "raw"))
+        complete = True
+        if isinstance(result, RawText):
+            names, complete = list(result.test_sets), result.complete
+        else:
+            names = result or config.test_sets
         write_lines(test_list, names)
+        return None if complete else Steps.NO_STAMP
 
     first_splits = ["train"] + ([] if config.valid_every else ["valid"])
     steps.run("raw", [path("raw", s, l) for s in first_splits for l in config.langs] + [test_list], raw,
@@ -182,8 +200,9 @@ def prepare_translation(args, config: TranslationConfig, write_raw: Callable[[st
         published = f" (the paper reports {config.published_dict_size})" if config.published_dict_size else ""
         log(f"joint dictionary: {size} entries{published}")
 
+    # the test sets are part of the fingerprint: a test set found by a later run is binarised
     steps.run("binarize", [os.path.join(dest, "dict." + src + ".txt"), os.path.join(dest, "testsets.tsv")], binarise,
-              dest=os.path.abspath(dest))
+              dest=os.path.abspath(dest), test_sets=list(config.test_sets))
     for note in config.notes:
         log(f"note: {note}")
     return dest

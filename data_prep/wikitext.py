@@ -17,10 +17,15 @@ from .common import Resource, argument_parser, fetch, main_guard
 from .language_model import SPLITS, prepare_lm
 
 
+# The md5 of each release zip as torchtext publishes it (torchtext/datasets/wikitext{2,103}.py).
+MD5 = {"2": "542ccefacc6c27f945fb54453812b3cd", "103": "9ddaacaf6af0710eda8c456decff7832"}
+
+
 def resource(variant: str) -> Resource:
     name = f"wikitext-{variant}-v1.zip"
     return Resource(
-        name=name, members=[f"wiki.{split}.tokens" for split in SPLITS],
+        name=name, members=[f"wiki.{split}.tokens" for split in SPLITS], md5=MD5[variant],
+        checksum_source="torchtext's published md5 (torchtext.datasets.WikiText2/WikiText103)",
         urls=[f"https://wikitext.smerity.com/{name}",  # the author's current address
               f"https://s3.amazonaws.com/research.metamind.io/wikitext/{name}"],  # the original (fairseq's script)
     )

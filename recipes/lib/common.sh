@@ -10,7 +10,9 @@
 #   FP16                1 = --fp16 on GPU         (default 1 on GPU)
 #   MAX_TOKENS          tokens per batch per GPU/process
 #   TOKENS_PER_UPDATE   target tokens per update; UPDATE_FREQ defaults to
-#                       ceil(TOKENS_PER_UPDATE / (MAX_TOKENS x GPUs or processes))
+#                       ceil(TOKENS_PER_UPDATE / (MAX_TOKENS x GPUs or processes)), at least 1;
+#                       when MAX_TOKENS x workers x UPDATE_FREQ differs from it (rounding, many
+#                       GPUs) a warning gives the effective number
 #   UPDATE_FREQ         gradient accumulation steps (overrides the above)
 #   MAX_UPDATE LR WARMUP WEIGHT_DECAY DROPOUT LABEL_SMOOTHING CLIP_NORM SEED
 #   BATCH_MULTIPLE      training's --required-batch-size-multiple (default 1: fairseq's
@@ -23,6 +25,10 @@
 #   GEN_EXTRA_ARGS      more fairseq-generate / fairseq-eval-lm flags (word-split)
 #   BEAM LENPEN GEN_MAX_TOKENS SUBSETS   generation (translation)
 #   TOKENS_PER_SAMPLE CONTEXT_WINDOW     language models
+#   SYNTAX_HINTS        1 = BET(SG) (translation): --task translation_with_syntax --syntax-hints required
+#                       --criterion label_smoothed_cross_entropy_with_pointer; the hints come from
+#                       SPACY_MODEL=PARSER recipes/<dataset>/syntax_hints.sh (HINTS_BPE: default prepare.json's bpe)
+#   POINTER_LOSS_WEIGHT the pointer loss's lambda_p with SYNTAX_HINTS=1 (default 1.0)
 #   PYTHON              interpreter with fairseq (default: python on PATH)
 #   DRY_RUN             1 = print the fairseq-train command instead of running it
 set -euo pipefail
@@ -83,9 +89,26 @@ device_setup() {
         EVAL_DEVICE_ARGS=(--cpu)
         WORKERS=1
     fi
+    local per_step=$((MAX_TOKENS * WORKERS))
+    UPDATE_FREQ_SOURCE="set by UPDATE_FREQ"
     if [ -z "${UPDATE_FREQ:-}" ]; then
-        local per_step=$((MAX_TOKENS * WORKERS))
         UPDATE_FREQ=$(((TOKENS_PER_UPDATE + per_step - 1) / per_step))
+        UPDATE_FREQ_SOURCE="ceil(TOKENS_PER_UPDATE / (MAX_TOKENS x workers)), at least 1"
+    fi
+    # The batch the optimiser sees (at most: batches are filled up to MAX_TOKENS).
+    EFFECTIVE_TOKENS=$((per_step * UPDATE_FREQ))
+}
+
+# Training: a warning when rounding (or UPDATE_FREQ, or more workers than the
+# target needs) makes the tokens per update differ from TOKENS_PER_UPDATE.
+warn_tokens_per_update() {
+    if [ "$EFFECTIVE_TOKENS" -ne "$TOKENS_PER_UPDATE" ]; then
+        local unit=NUM_GPUS
+        [ "$NUM_GPUS" -gt 0 ] || unit=CPU_PROCS
+        echo "[recipe] warning: tokens per update = MAX_TOKENS=$MAX_TOKENS x $unit=$WORKERS x UPDATE_FREQ=$UPDATE_FREQ" \
+            "($UPDATE_FREQ_SOURCE) = $EFFECTIVE_TOKENS, not TOKENS_PER_UPDATE=$TOKENS_PER_UPDATE (the recipe's setting," \
+            "for which its learning rate and warm-up were chosen); choose MAX_TOKENS so that MAX_TOKENS x $unit divides" \
+            "TOKENS_PER_UPDATE to keep it, or accept the different batch" >&2
     fi
 }
 
@@ -128,7 +151,9 @@ prepare_dataset() {
 
 # Training flags shared by translation and language models.
 common_train_args() {
-    echo "[recipe] $WORKERS $( [ "$NUM_GPUS" -gt 0 ] && echo GPU || echo CPU) worker(s), --max-tokens $MAX_TOKENS --update-freq $UPDATE_FREQ" >&2
+    echo "[recipe] $WORKERS $( [ "$NUM_GPUS" -gt 0 ] && echo GPU || echo CPU) worker(s), --max-tokens $MAX_TOKENS --update-freq $UPDATE_FREQ" \
+        "(up to $EFFECTIVE_TOKENS tokens per update; TOKENS_PER_UPDATE=$TOKENS_PER_UPDATE)" >&2
+    warn_tokens_per_update
     TRAIN_ARGS=(
         "$DATA_BIN" --user-dir "$USER_DIR" --arch "$PRESET" --save-dir "$SAVE_DIR" --seed "${SEED:-1}"
         --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm "$CLIP_NORM" --weight-decay "$WEIGHT_DECAY"

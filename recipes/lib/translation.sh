@@ -17,8 +17,70 @@ train_translation() {  # [PRESET] [fairseq-train flags...]
     if [ "${SHARE_EMBEDDINGS:-all}" = decoder ]; then
         share=(--share-decoder-input-output-embed)
     fi
-    run_training --task translation --source-lang "$SRC" --target-lang "$TGT" "${share[@]}" \
-        --criterion label_smoothed_cross_entropy --label-smoothing "$LABEL_SMOOTHING"
+    local task=(--task translation) criterion=(--criterion label_smoothed_cross_entropy)
+    if [ "${SYNTAX_HINTS:-0}" = 1 ]; then  # BET(SG): hints of $TGT from syntax_hints.sh
+        local hints
+        hints=$(hint_prefix train)
+        if [ "${DRY_RUN:-0}" != 1 ] && [ ! -f "$hints.idx" ]; then
+            echo "[recipe] error: SYNTAX_HINTS=1 but $hints.bin/.idx is missing; write the hints first with" \
+                "SPACY_MODEL=... recipes/$DATASET/syntax_hints.sh (see recipes/README.md, BET(SG))" >&2
+            return 1
+        fi
+        task=(--task translation_with_syntax --syntax-hints required)
+        criterion=(--criterion label_smoothed_cross_entropy_with_pointer --pointer-loss-weight "${POINTER_LOSS_WEIGHT:-1.0}")
+        echo "[recipe] BET(SG): syntax hints of $TGT ($(dirname "$hints")/*.$SRC-$TGT.$TGT.hints), pointer loss weight ${POINTER_LOSS_WEIGHT:-1.0}" >&2
+    fi
+    run_training "${task[@]}" --source-lang "$SRC" --target-lang "$TGT" "${share[@]}" \
+        "${criterion[@]}" --label-smoothing "$LABEL_SMOOTHING"
+}
+
+# The hint dataset prefix of a fairseq subset, as the translation_with_syntax task
+# reads it (fairseq_plugins/data/syntax_hints.py, hint_dataset_prefix).
+hint_prefix() {  # SUBSET
+    echo "$DATA_BIN/$1.$SRC-$TGT.$TGT.hints"
+}
+
+# BET(SG) syntax hints of the target side ($TGT) of every split: train, valid and
+# every test subset of $DATA_BIN/testsets.tsv (test = the first test set, test1,
+# test2, ... the others), parsed from the BPE'd text the preparation binarised
+# ($WORK_DIR/bpe/<split or test set name>.$TGT) with $SPACY_MODEL, written next to
+# the binaries as $DATA_BIN/<subset>.$SRC-$TGT.$TGT.hints.{bin,idx,info.json}.
+# Flags go to data_prep/syntax_hints.py (e.g. --n-process 4); finished datasets
+# are not redone (the tool checks its input and model fingerprints).
+syntax_hints_translation() {  # [data_prep/syntax_hints.py flags...]
+    if wants_help "$@"; then
+        recipe_help
+        echo
+        "$PYTHON" "$REPO_ROOT/data_prep/syntax_hints.py" --help
+        return 0
+    fi
+    if [ -z "${SPACY_MODEL:-}" ]; then
+        echo "[recipe] error: set SPACY_MODEL to a spaCy pipeline with a dependency parser for $TGT (a folder such" \
+            "as OUTPUT_DIR/model-best of data_prep/train_parser.sh, or an installed package name)" >&2
+        return 2
+    fi
+    local settings="$DATA_BIN/prepare.json" bpe subset name text
+    if [ ! -f "$settings" ] || [ ! -f "$DATA_BIN/testsets.tsv" ]; then
+        echo "[recipe] error: $DATA_BIN is not prepared (no prepare.json/testsets.tsv); run recipes/$DATASET/prepare.sh first" >&2
+        return 2
+    fi
+    bpe=$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1])).get('bpe') or 'none')" "$settings")
+    : "${HINTS_BPE:=$bpe}"
+    # fairseq subset <TAB> text name: train, valid, then the test sets as binarised
+    local pairs
+    pairs=$(printf 'train\ttrain\nvalid\tvalid\n'; cat "$DATA_BIN/testsets.tsv")
+    while IFS=$'\t' read -r subset name; do
+        [ -n "$subset" ] || continue
+        text="$WORK_DIR/bpe/$name.$TGT"
+        if [ ! -f "$text" ]; then
+            echo "[recipe] error: $text (the BPE'd $TGT text of $subset) is missing; WORK_DIR must be the" \
+                "preparation's work folder (rerun recipes/$DATASET/prepare.sh)" >&2
+            return 2
+        fi
+        echo "[recipe] syntax hints of $subset ($name.$TGT, --bpe $HINTS_BPE) -> $(hint_prefix "$subset")" >&2
+        "$PYTHON" "$REPO_ROOT/data_prep/syntax_hints.py" --input "$text" --output "$(hint_prefix "$subset")" \
+            --spacy-model "$SPACY_MODEL" --bpe "$HINTS_BPE" "$@" < /dev/null
+    done <<< "$pairs"
 }
 
 # Beam search on every test subset of $DATA_BIN/testsets.tsv (or $SUBSETS),

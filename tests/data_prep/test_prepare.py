@@ -12,7 +12,7 @@ import time
 
 import pytest
 from prepared import ROOT_DIR, arguments, run_main
-from raw_samples import IWSLT_TEST_PARTS, enwik8_bytes, write_iwslt14, write_multi30k
+from raw_samples import IWSLT_TEST_PARTS, enwik8_bytes, write_iwslt14, write_multi30k, write_wikitext
 
 from data_prep.text import reference_segments
 
@@ -175,6 +175,71 @@ def test_failed_checksum_is_a_clear_error_naming_the_file(tmp_path):
     assert result.returncode == 2
     assert f"error: checksum mismatch for {tmp_path / 'raw' / 'test_2018_flickr.de.gz'}: md5 is" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_multi30k_test_sets_found_by_a_later_run_are_added(tmp_path, capsys):
+    """An optional test set missing at first (no file, no network) leaves the raw step unstamped; once its
+    files are there, the next run writes and binarises it (the binarize fingerprint names the test sets)."""
+    raw = tmp_path / "raw"
+    write_multi30k(str(raw), gzipped_extra=False)
+    argv = arguments("multi30k", str(tmp_path))
+    run_main("multi30k", argv)
+    testsets = os.path.join(tmp_path, "data-bin", "testsets.tsv")
+    assert lines(testsets) == ["test\ttest_2016_flickr"]
+    err = capsys.readouterr().err
+    assert "Multi30k test sets missing: test_2017_flickr, test_2018_flickr, test_2017_mscoco" in err
+    assert "test_2017_mscoco.en(.gz)" in err and "in --raw-dir or rerun with network access" in err
+    assert "raw: done in" in err and "not stamped" in err
+    write_multi30k(str(raw))  # the same train/val/test_2016_flickr, now with the other test sets
+    run_main("multi30k", argv)
+    assert lines(testsets) == ["test\ttest_2016_flickr", "test1\ttest_2017_flickr", "test2\ttest_2018_flickr",
+                               "test3\ttest_2017_mscoco"]
+    assert os.path.exists(os.path.join(tmp_path, "data-bin", "test3.de-en.en.bin"))
+    assert lines(os.path.join(tmp_path, "data-bin", "refs", "test3.en")) == lines(os.path.join(tmp_path, "work", "raw",
+                                                                                               "test_2017_mscoco.en"))
+    err = capsys.readouterr().err
+    assert "learn_bpe: up to date" in err and "test sets missing" not in err
+    run_main("multi30k", argv)
+    assert " ...\n" not in capsys.readouterr().err  # complete now: nothing left to do
+
+
+def test_download_failure_of_an_optional_file_is_reported(tmp_path):
+    from data_prep.common import Resource, fetch
+
+    skipped = []
+    optional = Resource("extra.gz", urls=["http://127.0.0.1:9/extra.gz"], members=["extra"], optional=True)
+    assert fetch(optional, None, str(tmp_path), retries=1, skipped=skipped) == {}
+    assert skipped == ["extra.gz"]
+
+
+def test_wikitext_archive_with_the_wrong_checksum_is_refused(tmp_path):
+    import zipfile
+
+    from data_prep.wikitext import resource
+
+    assert resource("2").md5 == "542ccefacc6c27f945fb54453812b3cd"
+    assert resource("103").md5 == "9ddaacaf6af0710eda8c456decff7832"
+    (tmp_path / "raw").mkdir()
+    archive = tmp_path / "raw" / "wikitext-2-v1.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for split in ("train", "valid", "test"):
+            zf.writestr(f"wikitext-2/wiki.{split}.tokens", " = Made up = \n")
+    result = cli("wikitext2", "--raw-dir", str(tmp_path / "raw"), "--work-dir", str(tmp_path / "work"), "--dest",
+                 str(tmp_path / "bin"), "--no-download")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: checksum mismatch for {archive}: md5 is" in result.stderr
+    assert "542ccefacc6c27f945fb54453812b3cd" in result.stderr
+    # the archive next to extracted files is still checked; extracted files alone cannot be, and the log says so
+    write_wikitext(str(tmp_path / "raw"), "2")
+    os.rename(tmp_path / "raw" / "wikitext-2", tmp_path / "raw" / "files")
+    result = cli("wikitext2", "--raw-dir", str(tmp_path / "raw"), "--work-dir", str(tmp_path / "work"), "--dest",
+                 str(tmp_path / "bin"), "--no-download")
+    assert result.returncode == 2 and f"checksum mismatch for {archive}" in result.stderr
+    archive.unlink()
+    result = cli("wikitext2", "--raw-dir", str(tmp_path / "raw"), "--work-dir", str(tmp_path / "work"), "--dest",
+                 str(tmp_path / "bin"), "--no-download")
+    assert result.returncode == 0, result.stderr
+    assert "cannot be verified" in result.stderr and "md5" in result.stderr
 
 
 def test_missing_tool_is_a_clear_error(tmp_path):

@@ -77,6 +77,51 @@ def test_translation_recipe(prepare_sample, tmp_path, dataset, preset, flags, ov
         assert "case:lc" in out  # the preparation lower-cases
 
 
+def test_multi30k_syntax_hints_recipe(prepare_sample, tmp_path, tmp_path_factory):
+    """BET(SG) through the recipe: syntax_hints.sh writes the hints of every subset's target text (the BPE'd
+    text the preparation binarised) next to a copy of the binaries, then train.sh with SYNTAX_HINTS=1 trains
+    translation_with_syntax with the pointer loss (a stock softmax decoder, two updates)."""
+    import shutil
+
+    from toy_treebank import small_parser
+
+    prepared = prepare_sample("multi30k")
+    data_bin = tmp_path / "data-bin"
+    shutil.copytree(prepared.dest, data_bin)  # the session's preparation stays as it is
+    model = small_parser(tmp_path_factory) / "model-best"
+    env = environment(prepared, tmp_path, DATA_BIN=str(data_bin), SPACY_MODEL=str(model), MAX_UPDATE="2")
+    recipe("multi30k", "syntax_hints.sh", env=env)
+    subsets = ["train", "valid"] + [line.split("\t")[0] for line in (data_bin / "testsets.tsv").read_text().splitlines()]
+    assert len(subsets) == 6  # test, test1..test3
+    for subset in subsets:  # the default direction, de-en: hints of the English side
+        info = json.loads((data_bin / f"{subset}.de-en.en.hints.info.json").read_text())
+        assert (data_bin / f"{subset}.de-en.en.hints.bin").exists()
+        name = subset if subset in ("train", "valid") else dict(
+            line.split("\t") for line in (data_bin / "testsets.tsv").read_text().splitlines())[subset]
+        assert info["input"] == os.path.join(prepared.work_dir, "bpe", f"{name}.en")
+    dry = recipe("multi30k", "train.sh", "transformer_iwslt_de_en", env=dict(env, DRY_RUN="1", SYNTAX_HINTS="1",
+                                                                              POINTER_LOSS_WEIGHT="0.5"))
+    assert "--task translation_with_syntax --syntax-hints required" in dry
+    assert "--criterion label_smoothed_cross_entropy_with_pointer --pointer-loss-weight 0.5" in dry
+    assert "--task translation " not in dry and "--criterion label_smoothed_cross_entropy " not in dry
+    plain = recipe("multi30k", "train.sh", env=dict(env, DRY_RUN="1"))
+    assert "--task translation " in plain and "--criterion label_smoothed_cross_entropy " in plain
+    recipe("multi30k", "train.sh", "bet_sg_iwslt_de_en", *TINY_TRANSLATION, env=dict(env, SYNTAX_HINTS="1"))
+    log = (tmp_path / "checkpoints" / "train.log").read_text()
+    assert "loaded syntax hints" in log and "pointer_loss" in log
+
+
+def test_syntax_hints_recipe_needs_a_model_and_the_hints(prepare_sample, tmp_path):
+    prepared = prepare_sample("multi30k")
+    env = environment(prepared, tmp_path, DATA_BIN=str(tmp_path / "missing"), SPACY_MODEL="")
+    result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "syntax_hints.sh")], capture_output=True,
+                            text=True, env=env)
+    assert result.returncode != 0 and "SPACY_MODEL" in result.stderr
+    result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "train.sh")], capture_output=True, text=True,
+                            env=dict(env, SYNTAX_HINTS="1"))
+    assert result.returncode != 0 and "syntax_hints.sh" in result.stderr
+
+
 LANGUAGE_MODELS = [
     ("wikitext103", "mixed_transformer_lm_tiny", "perplexity"),
     ("wikitext2", "cosformer_lm_tiny", "perplexity"),
@@ -114,6 +159,25 @@ def test_overrides_reach_fairseq(tmp_path):
     assert "cpu_distributed_train --nprocs 2 --" in command and "--cpu" not in command
     assert "--arch cosformer_iwslt_de_en" in command and "--max-tokens 1000 --update-freq 3" in command
     assert "--seed 5" in command and "--share-decoder-input-output-embed" in command
+
+
+def test_rounded_update_frequency_is_a_warning_with_the_effective_tokens(tmp_path):
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, DATA_BIN=str(tmp_path))
+    script = os.path.join(RECIPES, "iwslt14_de_en", "train.sh")
+    # 4,096 tokens per update (the recipe's setting) on 8 GPUs of 4,096 tokens: UPDATE_FREQ cannot go below 1
+    result = subprocess.run(["bash", script], capture_output=True, text=True, env=dict(env, NUM_GPUS="8"), check=True)
+    assert "--update-freq 1 " in result.stdout
+    assert ("warning: tokens per update = MAX_TOKENS=4096 x NUM_GPUS=8 x UPDATE_FREQ=1 (ceil(TOKENS_PER_UPDATE / "
+            "(MAX_TOKENS x workers)), at least 1) = 32768, not TOKENS_PER_UPDATE=4096") in result.stderr
+    # 25,000 on 2 GPUs: rounded up to 4 x 8,192 = 32,768
+    result = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "train.sh")], capture_output=True, text=True,
+                            env=dict(env, NUM_GPUS="2"), check=True)
+    assert "= 32768, not TOKENS_PER_UPDATE=25000" in result.stderr
+    # exact: no warning, the effective number in the summary line
+    result = subprocess.run(["bash", script], capture_output=True, text=True,
+                            env=dict(env, NUM_GPUS="2", MAX_TOKENS="1024"), check=True)
+    assert "--update-freq 2 " in result.stdout and "warning" not in result.stderr
+    assert "up to 4096 tokens per update; TOKENS_PER_UPDATE=4096" in result.stderr
 
 
 def test_help_lists_the_overrides():
