@@ -189,19 +189,12 @@ class BetAttention(BaseAttention):
         # Projections as fairseq's MultiheadAttention.reset_parameters (q/k/v
         # biases keep nn.Linear's initialisation there too); w as a bias-free
         # nn.Linear(fan_in, 1) (module docstring).
-        for proj in (self.q_proj, self.k_proj, self.v_proj):
-            nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
-        nn.init.xavier_uniform_(self.out_proj.weight)
-        nn.init.zeros_(self.out_proj.bias)
+        self._reset_projections()
         bound = 1.0 / math.sqrt(self.score_weight.size(-1))
         nn.init.uniform_(self.score_weight, -bound, bound)
 
     def extra_repr(self):
         return super().extra_repr() + f", score_weights={self.score_weights}, diag_free={self.diag_free}"
-
-    def _split_heads(self, x: Tensor) -> Tensor:
-        length, bsz, _ = x.shape
-        return x.view(length, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)  # B,H,T,D
 
     def token_scores(self, hidden: Tensor, keys: Tensor) -> Tensor:
         """Eq. 7, R = sigmoid(w^T [H ; K]) for B,H,T,D hidden states and keys:

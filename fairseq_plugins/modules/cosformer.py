@@ -628,19 +628,11 @@ class CosformerAttention(BaseAttention):
         )
 
     def reset_parameters(self):
-        # Same initialisation as fairseq's MultiheadAttention.
-        for proj in (self.q_proj, self.k_proj, self.v_proj):
-            nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
-            nn.init.zeros_(proj.bias)
-        nn.init.xavier_uniform_(self.out_proj.weight)
-        nn.init.zeros_(self.out_proj.bias)
+        # fairseq's MultiheadAttention initialisation, q/k/v biases zero.
+        self._reset_projections(zero_qkv_bias=True)
 
     def extra_repr(self):
         return super().extra_repr() + f", horizon={self.horizon}, chunk_size={self.chunk_size}"
-
-    def _split_heads(self, x: Tensor) -> Tensor:
-        length, bsz, _ = x.shape
-        return x.view(length, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
 
     def forward(
         self,

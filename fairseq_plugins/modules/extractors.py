@@ -184,6 +184,44 @@ def choose_conv_impl(lag_shape: str, batch: int, length: int, taps: int, channel
     return "fft" if fft < direct else "direct"
 
 
+class _mkldnn_disabled:
+    """Context in which torch's convolutions do not use oneDNN (mkldnn)."""
+
+    def __enter__(self):
+        self.previous = torch._C._get_mkldnn_enabled()
+        torch._C._set_mkldnn_enabled(False)
+
+    def __exit__(self, *exc):
+        torch._C._set_mkldnn_enabled(self.previous)
+        return False
+
+
+class _DenseConv1dWithoutOneDNN(torch.autograd.Function):
+    """SHE's dense conv1d (no padding, stride 1) with forward *and* backward run
+    outside oneDNN. On CPU (torch 2.13) oneDNN picks its reference (naive)
+    backward-data kernel for d = 512, 128 taps from about 4,000 positions on
+    (minutes per pass, benchmarks/attention_speed.py found it); torch's own
+    implementation (im2col + GEMM) is as fast at shorter lengths and stays so.
+    The backward backend is chosen when backward runs, hence the Function."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        with _mkldnn_disabled():
+            return F.conv1d(x, weight)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight = ctx.saved_tensors
+        grad_x = grad_w = None
+        with _mkldnn_disabled():
+            if ctx.needs_input_grad[0]:
+                grad_x = torch.nn.grad.conv1d_input(x.shape, weight, grad_out)
+            if ctx.needs_input_grad[1]:
+                grad_w = torch.nn.grad.conv1d_weight(x, weight.shape, grad_out)
+        return grad_x, grad_w
+
+
 # ------------------------------------------------------------------ modules ---
 class Extractor(BaseAttention):
     """Shared parts of the four kinds. The extraction weights ``ext_weight`` are
@@ -306,7 +344,7 @@ class Extractor(BaseAttention):
         # conv1d correlates: output t uses input t + s of the padded sequence
         # with weight[..., s], i.e. lag taps - s: flip the lag axis.
         if self.lag_shape == "matrix":
-            out = F.conv1d(x, kernel.flip(0).permute(2, 1, 0))  # weight: d_out x d_in x taps
+            out = _DenseConv1dWithoutOneDNN.apply(x, kernel.flip(0).permute(2, 1, 0))  # weight: d_out x d_in x taps
         else:  # depthwise (d x 1 x taps); ME's one kernel repeated for every channel
             weight = kernel.flip(0).t() if self.lag_shape == "vector" else kernel.flip(0).expand(dim, taps)
             out = F.conv1d(x, weight.unsqueeze(1), groups=dim)

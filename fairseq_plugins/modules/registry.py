@@ -16,6 +16,7 @@ Placements:
   not fairseq's additive future mask is passed (see ``BaseAttention``);
 * ``encoder_decoder``: decoder queries over encoder keys and values.
 """
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Mapping, Optional, Tuple
 
@@ -217,6 +218,23 @@ class BaseAttention(FairseqIncrementalState, nn.Module):
                     buffer[key] = value.index_select(0, new_order)
             incremental_state = self._set_input_buffer(incremental_state, buffer)
         return incremental_state
+
+    # -- helpers for kinds with fairseq-style q/k/v/out projections --
+    def _split_heads(self, x: Tensor) -> Tensor:
+        """T x B x (H d) -> B x H x T x d."""
+        length, bsz, _ = x.shape
+        return x.view(length, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+
+    def _reset_projections(self, zero_qkv_bias: bool = False):
+        """q_proj, k_proj, v_proj, out_proj initialised as fairseq's
+        MultiheadAttention.reset_parameters (which keeps nn.Linear's q/k/v biases;
+        ``zero_qkv_bias`` zeroes them)."""
+        for proj in (self.q_proj, self.k_proj, self.v_proj):
+            nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
+            if zero_qkv_bias:
+                nn.init.zeros_(proj.bias)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.out_proj.bias)
 
     # -- argument checks shared by all kinds --
     def _check_inputs(self, query: Tensor, key: Optional[Tensor], key_padding_mask: Optional[Tensor]):
