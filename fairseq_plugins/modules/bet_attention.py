@@ -236,10 +236,7 @@ class BetAttention(BaseAttention):
                 f"bet is self-attention only: key must be the query, got shapes {tuple(key.shape)} and {tuple(query.shape)}"
             )
         tgt_len, bsz, _ = query.shape
-        if key_padding_mask is not None and key_padding_mask.size(1) != tgt_len:
-            if incremental_state is None or key_padding_mask.size(1) < tgt_len:
-                raise ValueError(f"key_padding_mask has {key_padding_mask.size(1)} columns for {tgt_len} tokens")
-            key_padding_mask = key_padding_mask[:, -tgt_len:]  # fairseq may pass the mask of the whole prefix
+        key_padding_mask = self._step_padding(key_padding_mask, tgt_len, incremental_state)
 
         q = self._split_heads(self.q_proj(query) * self.scaling)
         k = self._split_heads(self.k_proj(query))

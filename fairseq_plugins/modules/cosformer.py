@@ -709,10 +709,7 @@ class CosformerAttention(BaseAttention):
         """q: the raw query projection (B,H,T,D); phi is applied inside the causal form."""
         bsz, _, length, _ = q.shape
         buffer = self._get_input_buffer(incremental_state) if incremental_state is not None else {}
-        if key_padding_mask is not None and key_padding_mask.size(1) != length:
-            if incremental_state is None or key_padding_mask.size(1) < length:
-                raise ValueError(f"key_padding_mask has {key_padding_mask.size(1)} columns for {length} tokens")
-            key_padding_mask = key_padding_mask[:, -length:]  # fairseq may pass the mask of the whole prefix
+        key_padding_mask = self._step_padding(key_padding_mask, length, incremental_state)
         if key_padding_mask is not None:
             _check_contiguous(key_padding_mask)
         offset = buffer.get("position")

@@ -410,14 +410,6 @@ class Extractor(BaseAttention):
             out = self.out_proj(out)  # eq. 25
         return out.transpose(0, 1), None
 
-    def _step_padding(self, key_padding_mask: Optional[Tensor], length: int, incremental_state) -> Optional[Tensor]:
-        """fairseq passes, when decoding, the padding of the current token (B x 1) or of the whole prefix."""
-        if key_padding_mask is None or key_padding_mask.size(1) == length:
-            return key_padding_mask
-        if incremental_state is None or key_padding_mask.size(1) < length:
-            raise ValueError(f"key_padding_mask has {key_padding_mask.size(1)} columns for {length} tokens")
-        return key_padding_mask[:, -length:]
-
 
 # -------------------------------------------------------- naive references ---
 def _naive_extractor(module: Extractor, query: Tensor, key_padding_mask: Optional[Tensor], lag_term) -> Tensor:

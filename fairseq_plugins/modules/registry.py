@@ -236,6 +236,15 @@ class BaseAttention(FairseqIncrementalState, nn.Module):
         nn.init.xavier_uniform_(self.out_proj.weight)
         nn.init.zeros_(self.out_proj.bias)
 
+    def _step_padding(self, key_padding_mask: Optional[Tensor], length: int, incremental_state) -> Optional[Tensor]:
+        """The padding of the ``length`` new tokens of causal self-attention (B x length).
+        When decoding, fairseq passes the padding of the current token or of the whole prefix."""
+        if key_padding_mask is None or key_padding_mask.size(1) == length:
+            return key_padding_mask
+        if incremental_state is None or key_padding_mask.size(1) < length:
+            raise ValueError(f"key_padding_mask has {key_padding_mask.size(1)} columns for {length} tokens")
+        return key_padding_mask[:, -length:]
+
     # -- argument checks shared by all kinds --
     def _check_inputs(self, query: Tensor, key: Optional[Tensor], key_padding_mask: Optional[Tensor]):
         if query.dim() != 3 or query.size(-1) != self.embed_dim:
