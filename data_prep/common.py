@@ -1,8 +1,9 @@
 """Shared machinery of the data preparation scripts.
 
-* ``Resource`` / ``fetch``: find a release file in ``--raw-dir`` or download it
-  (official location first, then mirrors, each with retries; interrupted
-  downloads resume with HTTP range requests), then verify it.
+* ``Resource`` / ``fetch``: find a release file in ``--raw-dir`` (under our
+  name for it or its official file name) or download it (official location
+  first, then mirrors, each with retries; interrupted downloads resume with
+  HTTP range requests), then verify it.
 * Checksums: a published checksum (sha256 or md5) is mandatory when we know
   one and a mismatch is an error naming the file (also for an archive in
   ``--raw-dir`` next to its extracted files; files found already extracted
@@ -14,9 +15,16 @@
 * ``Steps``: resumable pipeline. Every step writes a stamp with a fingerprint
   of its parameters and of the steps before it once its outputs are complete; a
   second run skips stamped steps, a run killed halfway redoes only the step it
-  was in (whose outputs were never renamed into place), a changed parameter
-  redoes that step and every step after it.
+  was in (whose outputs were never renamed into place), or only the part of it
+  (``Steps.run_each``: one stamp per split), a changed parameter redoes that
+  step and every step after it.
 * ``progress``: tqdm progress bars on stderr.
+* ``require`` / ``main_guard``: a missing Python package is a one-line error
+  naming it and how to install it (``make setup``, or pip with the version
+  requirements.txt pins). Third-party modules are imported where they are
+  used, never when a data_prep module is imported, so that this error can
+  be given (the script data_prep/syntax_hints.py imports them at its top and
+  reports a missing one the same way).
 """
 import argparse
 import contextlib
@@ -26,6 +34,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -34,12 +43,16 @@ import urllib.error
 import urllib.request
 import zipfile
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
-
-from fairseq_plugins.files import atomic_output  # noqa: F401  (re-exported: data_prep scripts use it from here)
+from typing import Callable, Dict, Iterable, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
 CHUNK = 1 << 20
 RECORD_NAME = "SHA256SUMS.local"
+ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Import name -> the distribution that provides it, where the two differ.
+DISTRIBUTIONS = {"fairseq": "fairseq-fixed", "fairseq_cli": "fairseq-fixed", "subword_nmt": "subword-nmt",
+                 "hydra": "hydra-core", "sklearn": "scikit-learn"}
+PIN_FILES = ("requirements.txt", "constraints.txt", "Makefile")  # where `make setup` takes the versions from
+OUR_PACKAGES = ("data_prep", "fairseq_plugins")  # not installable: a missing one of these is a bug
 
 
 class PrepError(RuntimeError):
@@ -52,7 +65,7 @@ def log(message: str) -> None:
 
 def progress(iterable=None, total=None, desc: str = "", unit: str = "it", **kwargs):
     """A tqdm bar on stderr (refreshed every 30 s when stderr is not a terminal)."""
-    from tqdm import tqdm
+    tqdm = require("tqdm", "tqdm", "progress bars").tqdm
 
     interval = 0.5 if sys.stderr.isatty() else 30.0
     kwargs.setdefault("disable", total is not None and total < 20000)  # no bars for small files
@@ -60,15 +73,68 @@ def progress(iterable=None, total=None, desc: str = "", unit: str = "it", **kwar
                 dynamic_ncols=True, leave=False, **kwargs)
 
 
+def pinned(distribution: str) -> Tuple[Optional[str], Optional[str]]:
+    """(``distribution==version``, the file of PIN_FILES that pins it), or (None, None)."""
+    pattern = re.compile(rf"(?<![\w.-]){re.escape(distribution)}==[\w.+!]+", re.IGNORECASE)
+    for name in PIN_FILES:
+        path = os.path.join(ROOT_DIR, name)
+        if os.path.exists(path):
+            match = pattern.search(open(path, encoding="utf-8").read())
+            if match:
+                return match.group(0), name
+    return None, None
+
+
+def distribution_of(module: str) -> str:
+    top = module.split(".")[0]
+    return DISTRIBUTIONS.get(top, top.replace("_", "-"))
+
+
+def missing_package(distribution: str, purpose: str, module: Optional[str] = None) -> PrepError:
+    """The error for a package that is not installed: what to install, and how."""
+    pin, source = pinned(distribution)
+    if source == "Makefile":  # installed by `make setup` outside requirements.txt (fairseq-fixed: without its dependency list)
+        how = f"run `make setup` (it installs {pin}; see the Makefile)"
+    elif pin:
+        how = f"run `make setup`, or pip install -c constraints.txt {pin} (the version {source} pins)"
+    else:
+        how = "run `make setup` (pip install -c constraints.txt -r requirements.txt)"
+    module_note = f" (module {module})" if module and module != distribution else ""
+    return PrepError(f"{purpose} needs the Python package '{distribution}'{module_note}, which is not installed: {how}")
+
+
 def require(module: str, package: str, purpose: str):
-    """Import ``module`` or fail with the pip command that installs it."""
+    """Import ``module`` (of the distribution ``package``) or raise a ``PrepError`` naming what is
+    missing (``package``, or a dependency of it) and how to install it."""
     try:
         return importlib.import_module(module)
-    except ImportError as error:
-        raise PrepError(
-            f"{purpose} needs the Python package '{package}' (pinned in requirements.txt): "
-            f"pip install -c constraints.txt -r requirements.txt  [{error}]"
-        ) from None
+    except ModuleNotFoundError as error:
+        missing = (error.name or module).split(".")[0]
+        if missing in OUR_PACKAGES:
+            raise
+        distribution = package if missing == module.split(".")[0] else distribution_of(missing)
+        raise missing_package(distribution, purpose, missing) from None
+
+
+def fail_for_missing_module(error: ModuleNotFoundError, purpose: str) -> NoReturn:
+    """``fail`` with ``missing_package`` for a module that is not installed; one of
+    our own packages missing is a bug, not an installation problem: re-raised."""
+    if not error.name or error.name.split(".")[0] in OUR_PACKAGES:
+        raise error
+    fail(missing_package(distribution_of(error.name), purpose, error.name.split(".")[0]))
+
+
+def fail(error: PrepError) -> NoReturn:
+    """Report a ``PrepError`` as one line on stderr and exit with status 2."""
+    print(f"error: {error}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def atomic_output(path: str, mode: str = "w"):
+    """``fairseq_plugins.files.atomic_output`` (one implementation for data_prep and the analysis tool),
+    imported when first used: the fairseq_plugins package imports torch and fairseq, and a data_prep
+    module must import without them so that a missing one is reported as such."""
+    return require("fairseq_plugins.files", "fairseq-fixed", "data_prep").atomic_output(path, mode)
 
 
 # ------------------------------------------------------------------ files ---
@@ -121,10 +187,17 @@ def exclusive(work_dir: str):
 # -------------------------------------------------------------- checksums ---
 @dataclass
 class Resource:
-    """One file of a public release: ``name`` is its file name on disk,
-    ``urls`` the official location first, then mirrors. ``members``: the file
-    names (basenames) the dataset needs from it once extracted; a raw directory
-    that already holds them all (anywhere below it) is used as it is."""
+    """One file of a public release: ``name`` is its file name on disk (in
+    ``--raw-dir`` and as downloaded), ``urls`` the official location first,
+    then mirrors. ``members``: the file names (basenames) the dataset needs
+    from it once extracted; a raw directory that already holds them all
+    (anywhere below it) is used as it is.
+
+    ``raw_names``: other names under which the file is found in ``--raw-dir``
+    (its official file name, another tool's name for it). ``shared_raw_names``:
+    official names that other releases' files have too (WMT's ``test.tgz``): a
+    file of that name is this release only if its published checksum matches
+    (so one is required); any other is left alone, and the log says so."""
 
     name: str
     urls: Sequence[str]
@@ -134,6 +207,22 @@ class Resource:
     checksum_source: str = ""
     size: Optional[int] = None
     optional: bool = False
+    raw_names: Sequence[str] = ()
+    shared_raw_names: Sequence[str] = ()
+
+    def __post_init__(self):
+        if self.shared_raw_names and not self.published():
+            raise ValueError(f"{self.name}: shared_raw_names {list(self.shared_raw_names)} need a published checksum "
+                             "to tell this release from others")
+
+    def published(self) -> Optional[Tuple[str, str]]:
+        """(algorithm, value) of the published checksum (sha256 preferred), or None."""
+        if self.sha256:
+            return "sha256", self.sha256
+        return ("md5", self.md5) if self.md5 else None
+
+    def accepted_names(self) -> List[str]:
+        return list(dict.fromkeys([self.name, *self.raw_names, *self.shared_raw_names]))
 
 
 def _records(work_dir: str) -> Dict[str, str]:
@@ -225,15 +314,42 @@ def download(url: str, dest: str, retries: int = 3, timeout: float = 60.0, backo
     raise OSError(f"{url}: {last_error}")
 
 
-def find_file(root: Optional[str], name: str) -> Optional[str]:
-    """The first file called ``name`` below ``root`` (sorted walk), or None."""
+def _files_named(root: Optional[str], name: str) -> Iterator[str]:
     if not root or not os.path.isdir(root):
-        return None
+        return
     for directory, subdirs, files in os.walk(root):
         subdirs.sort()
         if name in files:
-            return os.path.join(directory, name)
-    return None
+            yield os.path.join(directory, name)
+
+
+def find_file(root: Optional[str], name: str) -> Optional[str]:
+    """The first file called ``name`` below ``root`` (sorted walk), or None."""
+    return next(_files_named(root, name), None)
+
+
+def find_files(root: Optional[str], name: str) -> List[str]:
+    """Every file called ``name`` below ``root`` (sorted walk)."""
+    return list(_files_named(root, name))
+
+
+def find_release(resource: Resource, raw_dir: Optional[str]) -> Tuple[Optional[str], List[str]]:
+    """The release file in ``raw_dir`` under one of its accepted names (or None), and notes on
+    the files of a shared name found there that are not this release (their checksum differs)."""
+    for name in [resource.name, *resource.raw_names]:
+        path = find_file(raw_dir, name)
+        if path is not None:
+            return path, []
+    others = []
+    for name in resource.shared_raw_names:
+        algorithm, expected = resource.published()
+        for path in find_files(raw_dir, name):
+            actual = file_digest(path, algorithm)
+            if actual.lower() == expected.lower():
+                return path, others
+            others.append(f"{path} is not this release's {name} ({algorithm} {actual}, not the published {expected}: "
+                          "another release's, or a damaged copy)")
+    return None, others
 
 
 def extract(archive: str, dest_dir: str) -> str:
@@ -272,29 +388,35 @@ def fetch(resource: Resource, raw_dir: Optional[str], work_dir: str, download_ok
     wanted = list(resource.members) or [resource.name]
     found = {name: find_file(raw_dir, name) for name in wanted}
     if resource.members and all(found.values()):
-        published = resource.sha256 or resource.md5
-        archive = find_file(raw_dir, resource.name) if published else None
+        published = resource.published()
+        archive, others = find_release(resource, raw_dir) if published else (None, [])
+        for note in others:
+            log(f"{resource.name}: not used: {note}")
         if archive is not None:  # the release archive is there too: it must still match its published checksum
             verify(archive, resource, work_dir)
         if published:
-            algorithm = "sha256" if resource.sha256 else "md5"
             log(f"{resource.name}: using {', '.join(wanted)} from {raw_dir}: files found already extracted cannot be "
-                f"verified (the published {algorithm} {published} is of the archive{'' if archive else ', not there'}); "
-                f"put {resource.name} in --raw-dir instead to have it checked")
+                f"verified (the published {published[0]} {published[1]} is of the archive{'' if archive else ', not there'}); "
+                f"put {' or '.join(resource.accepted_names())} in --raw-dir instead to have it checked")
         else:
             log(f"{resource.name}: using {', '.join(wanted)} from {raw_dir} (files, not the release archive: "
                 "no checksum to verify)")
         return found
-    archive = find_file(raw_dir, resource.name)
+    archive, others = find_release(resource, raw_dir)
+    for note in others:
+        log(f"{resource.name}: not used: {note}")
     if archive is None:
         archive = os.path.join(work_dir, "downloads", resource.name)
         if not os.path.exists(archive):
             if not download_ok:
+                names = ", ".join(resource.accepted_names())
                 if resource.optional:
-                    log(f"warning: optional {resource.name} is not in {raw_dir}; skipped")
+                    log(f"warning: optional {resource.name} is not in {raw_dir} (as {names}); skipped")
                     return {}
-                raise PrepError(f"{resource.name} (or its files {', '.join(wanted)}) is not in --raw-dir {raw_dir} "
-                                "and downloading is off")
+                location = f" ({resource.urls[0]})" if resource.urls else ""
+                files = f", or its files {', '.join(wanted)}" if resource.members else ""
+                raise PrepError(f"{resource.name}{location} is not in --raw-dir {raw_dir} and downloading is off; "
+                                f"accepted names: {names}{files}" + "".join(f"; {note}" for note in others))
             os.makedirs(os.path.dirname(archive), exist_ok=True)
             urls = [m.rstrip("/") + "/" + resource.name for m in mirrors] + list(resource.urls)
             errors = []
@@ -341,45 +463,76 @@ class Steps:
     def run(self, name: str, outputs: Sequence[str], action: Callable[[], object], **params) -> bool:
         """Run ``action`` unless a stamp with the same fingerprint exists and all
         ``outputs`` exist. Returns True when the step ran."""
-        fingerprint = json.dumps({"previous": self._chain, "step": name, "params": params}, sort_keys=True, default=str)
-        self._chain = hashlib.sha256(fingerprint.encode()).hexdigest()
-        index = len(self.done) + 1
-        stamp = os.path.join(self.work_dir, ".stamps", f"{name}.done")
+        self._chain = self._fingerprint(self._chain, name, params)
         self.done.append(name)
-        current = os.path.exists(stamp) and open(stamp).read().strip() == self._chain
+        ran = self._run_stamped(name, name, len(self.done), outputs, action, self._chain)
+        self._stop_if_asked(name)
+        return ran
+
+    def run_each(self, name: str, parts: Sequence[str], outputs: Callable[[str], Sequence[str]],
+                 action: Callable[[str], object], **params) -> List[str]:
+        """One step made of independent parts (e.g. one per split), each run as
+        ``action(part)`` with its own stamp (``<name>.<part>.done``): a run killed
+        inside the step redoes only the part it was in. The step's place in the
+        chain does not depend on its parts, so a part added later (a test set
+        found by a later run) runs alone and the later steps keep their stamps.
+        Returns the parts that ran."""
+        previous = self._chain
+        self.done.append(name)
+        index = len(self.done)
+        ran = [part for part in parts
+               if self._run_stamped(f"{name}.{part}", f"{name} {part}", index, outputs(part), lambda part=part: action(part),
+                                    self._fingerprint(previous, name, dict(params, part=part)))]
+        self._chain = self._fingerprint(previous, name, params)
+        self._stop_if_asked(name)
+        return ran
+
+    @staticmethod
+    def _fingerprint(previous: str, name: str, params: dict) -> str:
+        fingerprint = json.dumps({"previous": previous, "step": name, "params": params}, sort_keys=True, default=str)
+        return hashlib.sha256(fingerprint.encode()).hexdigest()
+
+    def _run_stamped(self, stamp_name: str, label: str, index: int, outputs: Sequence[str], action: Callable[[], object],
+                     fingerprint: str) -> bool:
+        stamp = os.path.join(self.work_dir, ".stamps", f"{stamp_name}.done")
+        current = os.path.exists(stamp) and open(stamp).read().strip() == fingerprint
         if current and all(os.path.exists(p) for p in outputs):
-            log(f"[{index}/{self.total}] {name}: up to date")
-            ran = False
+            log(f"[{index}/{self.total}] {label}: up to date")
+            return False
+        log(f"[{index}/{self.total}] {label} ...")
+        start = time.time()
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(stamp)
+        result = action()
+        missing = [p for p in outputs if not os.path.exists(p)]
+        if missing:
+            raise RuntimeError(f"step {label} did not write {missing}")
+        if result is Steps.NO_STAMP:
+            log(f"[{index}/{self.total}] {label}: done in {time.time() - start:.1f} s, not stamped "
+                "(it runs again next time)")
         else:
-            log(f"[{index}/{self.total}] {name} ...")
-            start = time.time()
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(stamp)
-            result = action()
-            missing = [p for p in outputs if not os.path.exists(p)]
-            if missing:
-                raise RuntimeError(f"step {name} did not write {missing}")
-            if result is Steps.NO_STAMP:
-                log(f"[{index}/{self.total}] {name}: done in {time.time() - start:.1f} s, not stamped "
-                    "(it runs again next time)")
-            else:
-                with atomic_output(stamp) as f:
-                    f.write(self._chain + "\n")
-                log(f"[{index}/{self.total}] {name}: done in {time.time() - start:.1f} s")
-            ran = True
+            with atomic_output(stamp) as f:
+                f.write(fingerprint + "\n")
+            log(f"[{index}/{self.total}] {label}: done in {time.time() - start:.1f} s")
+        return True
+
+    def _stop_if_asked(self, name: str) -> None:
         if self.stop_after == name:
             log(f"stopping after {name} (--stop-after)")
             raise SystemExit(0)
-        return ran
 
 
 # --------------------------------------------------------------- binarise ---
 def binarize(destdir: str, trainpref: str, validpref: Optional[str], testpref: Optional[str], source_lang: Optional[str] = None,
-             target_lang: Optional[str] = None, joined: bool = True, workers: int = 1, extra: Sequence[str] = ()) -> None:
+             target_lang: Optional[str] = None, joined: bool = True, workers: int = 1, extra: Sequence[str] = (),
+             complete: Optional[Callable[[str], None]] = None) -> None:
     """fairseq-preprocess (in this process) into ``destdir``, atomically.
-    Without ``target_lang``: ``--only-source`` (language modelling)."""
-    from fairseq import options
-    from fairseq_cli import preprocess
+    Without ``target_lang``: ``--only-source`` (language modelling).
+    ``complete(folder)`` adds the destination's other files (settings, references)
+    to the folder before it is renamed into place, so that a killed run never
+    leaves a destination without them."""
+    options = require("fairseq.options", "fairseq-fixed", "binarisation (fairseq-preprocess)")
+    preprocess = require("fairseq_cli.preprocess", "fairseq-fixed", "binarisation (fairseq-preprocess)")
 
     partial = destdir + ".partial"
     shutil.rmtree(partial, ignore_errors=True)
@@ -395,6 +548,8 @@ def binarize(destdir: str, trainpref: str, validpref: Optional[str], testpref: O
     preprocess.main(options.get_preprocessing_parser().parse_args(argv))
     with contextlib.suppress(FileNotFoundError):
         os.remove(os.path.join(partial, "preprocess.log"))  # holds the temporary path; the rest is deterministic
+    if complete is not None:
+        complete(partial)
     if os.path.isdir(destdir):
         shutil.rmtree(destdir)
     os.replace(partial, destdir)
@@ -435,13 +590,15 @@ def fetch_all(resources: Sequence[Resource], args, skipped: Optional[List[str]] 
 
 def main_guard(prepare: Callable[[argparse.Namespace], str], parser: argparse.ArgumentParser,
                argv: Optional[Sequence[str]] = None) -> str:
-    """Parse, lock the work directory, run; a ``PrepError`` becomes a one-line error and exit status 2."""
+    """Parse, lock the work directory, run; a ``PrepError`` becomes a one-line error and exit status 2,
+    and so does a module that is not installed (also one that an imported package needs)."""
     args = parser.parse_args(argv)
     try:
         with exclusive(args.work_dir):
             dest = prepare(args)
     except PrepError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2)
+        fail(error)
+    except ModuleNotFoundError as error:
+        fail_for_missing_module(error, parser.prog)
     log(f"ready: {dest}")
     return dest

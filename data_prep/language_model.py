@@ -2,7 +2,9 @@
 writes ``text/{train,valid,test}.txt`` (one line per line of the corpus,
 tokens separated by spaces), then ``fairseq-preprocess --only-source`` builds
 the dictionary from train and binarises all three splits. ``prepare.json`` in
-the destination records the unit the perplexity is counted in."""
+the destination records the unit the perplexity is counted in; it is written
+into the destination before that is renamed into place, so a killed run never
+leaves binaries without it."""
 import json
 import os
 from typing import Callable
@@ -21,11 +23,13 @@ def prepare_lm(args, write_text: Callable[[str], None], unit: str, raw_step_para
     steps.run("text", list(text.values()), lambda: write_text(os.path.join(work, "text")),
               raw_dir=os.path.abspath(args.raw_dir) if args.raw_dir else None, **raw_step_params)
 
-    def binarise():
-        binarize(dest, text["train"], text["valid"], text["test"], workers=args.workers)
-        with atomic_output(os.path.join(dest, "prepare.json")) as f:
+    def write_settings(staging: str):
+        with atomic_output(os.path.join(staging, "prepare.json")) as f:
             json.dump({"dataset": os.path.basename(dest.rstrip("/")), "unit": unit, **raw_step_params}, f, indent=1, sort_keys=True)
             f.write("\n")
+
+    def binarise():
+        binarize(dest, text["train"], text["valid"], text["test"], workers=args.workers, complete=write_settings)
         log(f"dictionary: {dictionary_size(dest)} symbols")
 
     steps.run("binarize", [os.path.join(dest, "dict.txt"), os.path.join(dest, "prepare.json")], binarise,

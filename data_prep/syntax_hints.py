@@ -37,22 +37,37 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 if __package__ in (None, ""):  # run as a script: python data_prep/syntax_hints.py
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
-from fairseq.tokenizer import tokenize_line  # noqa: E402
-
-from data_prep.common import PrepError, atomic_output, exclusive, file_digest, log, progress, require  # noqa: E402
-from fairseq_plugins.data.syntax_hints import (  # noqa: E402
-    BPE_STYLES,
-    SENTENCEPIECE_WORD_START,
-    SUBWORD_NMT_CONTINUATION,
-    HintDataError,
-    check_parallel,
-    hint_dataset_exists,
-    hint_distances,
-    load_hint_dataset,
-    subword_words,
-    write_hint_dataset,
+from data_prep.common import (  # noqa: E402
+    PrepError,
+    atomic_output,
+    exclusive,
+    fail_for_missing_module,
+    file_digest,
+    log,
+    progress,
+    require,
 )
+
+try:
+    import numpy as np
+    from fairseq.tokenizer import tokenize_line
+
+    from fairseq_plugins.data.syntax_hints import (
+        BPE_STYLES,
+        SENTENCEPIECE_WORD_START,
+        SUBWORD_NMT_CONTINUATION,
+        HintDataError,
+        check_parallel,
+        hint_dataset_exists,
+        hint_distances,
+        load_hint_dataset,
+        subword_words,
+        write_hint_dataset,
+    )
+except ModuleNotFoundError as error:  # run as a script: a one-line error naming the package to install
+    if __name__ != "__main__":
+        raise
+    fail_for_missing_module(error, "data_prep/syntax_hints.py")
 
 # Bump when the hint values of the same input and parser change (the rule, the word mapping).
 HINT_RULE_VERSION = 1

@@ -43,7 +43,7 @@ _CACHE: dict = {}  # per process: tools are built once, not per pickled task
 def _moses_tools(lang: str):
     if ("moses", lang) not in _CACHE:
         sacremoses = require("sacremoses", "sacremoses", "Moses tokenisation")
-        import regex
+        regex = require("regex", "regex", "remove-non-printing-char")
 
         _CACHE["moses", lang] = (
             sacremoses.MosesPunctNormalizer(lang=lang, perl_parity=True),

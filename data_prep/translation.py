@@ -108,17 +108,16 @@ def prepare_translation(args, config: TranslationConfig, write_raw: Callable[[st
     splits = first_splits + config.test_sets
     final_splits = ["train", "valid", *config.test_sets]
 
-    def tokenize():
-        for split in splits:
-            for lang in config.langs:
-                options = dict(config.moses_train if split == "train" else config.moses_eval)
-                if sentencepiece:
-                    options["tokenize"] = False
-                moses_file(path("raw", split, lang), path("tok", split, lang), MosesPipeline(lang, **options), args.workers)
-        line_count_report([path("tok", s, src) for s in splits])
+    def tokenize(split: str):  # one stamp per split: a killed run redoes only the split it was in
+        for lang in config.langs:
+            options = dict(config.moses_train if split == "train" else config.moses_eval)
+            if sentencepiece:
+                options["tokenize"] = False
+            moses_file(path("raw", split, lang), path("tok", split, lang), MosesPipeline(lang, **options), args.workers)
+        line_count_report([path("tok", split, src)])
 
-    steps.run("tokenize", [path("tok", s, l) for s in splits for l in config.langs], tokenize,
-              moses_train=config.moses_train, moses_eval=config.moses_eval, sentencepiece=sentencepiece)
+    steps.run_each("tokenize", splits, lambda split: [path("tok", split, l) for l in config.langs], tokenize,
+                   moses_train=config.moses_train, moses_eval=config.moses_eval, sentencepiece=sentencepiece)
 
     def clean_train(stage_in: str, stage_out: str, suffix: str = ""):
         clean_corpus(path(stage_in, "train" + suffix, src), path(stage_in, "train" + suffix, tgt), path(stage_out, "train", src),
@@ -161,26 +160,21 @@ def prepare_translation(args, config: TranslationConfig, write_raw: Callable[[st
         steps.run("learn_bpe", [codes], lambda: learn_bpe([path("text", "train", l) for l in config.langs], codes,
                                                           config.bpe_merges, args.workers), merges=config.bpe_merges)
 
-    def encode():
-        clean_after = config.clean_stage == "bpe"
-        for split in final_splits:
-            for lang in config.langs:
-                target = path("bpe", "train.unclean" if clean_after and split == "train" else split, lang)
-                if sentencepiece:
-                    apply_sentencepiece(codes, path("text", split, lang), target)
-                else:
-                    apply_bpe(codes, path("text", split, lang), target, args.workers)
+    def encode(split: str):  # one stamp per split, as tokenize
+        clean_after = config.clean_stage == "bpe" and split == "train"
+        for lang in config.langs:
+            target = path("bpe", "train.unclean" if clean_after else split, lang)
+            if sentencepiece:
+                apply_sentencepiece(codes, path("text", split, lang), target)
+            else:
+                apply_bpe(codes, path("text", split, lang), target, args.workers)
         if clean_after:
             clean_train("bpe", "bpe", suffix=".unclean")
 
-    steps.run("apply_bpe", [path("bpe", s, l) for s in final_splits for l in config.langs], encode,
-              clean=config.clean_stage, clean_max=config.clean_max)
+    steps.run_each("apply_bpe", final_splits, lambda split: [path("bpe", split, l) for l in config.langs], encode,
+                   clean=config.clean_stage, clean_max=config.clean_max)
 
-    def binarise():
-        tests = ",".join(os.path.join(work, "bpe", name) for name in config.test_sets)
-        binarize(dest + ".bin", os.path.join(work, "bpe", "train"), os.path.join(work, "bpe", "valid"), tests, src, tgt,
-                 joined=True, workers=args.workers)
-        staging = dest + ".bin"
+    def complete(staging: str):  # the destination's other files, written before it is renamed into place
         os.makedirs(os.path.join(staging, "refs"))
         subsets = [("test" if i == 0 else f"test{i}", name) for i, name in enumerate(config.test_sets)]
         for subset, name in subsets:
@@ -193,15 +187,17 @@ def prepare_translation(args, config: TranslationConfig, write_raw: Callable[[st
         with atomic_output(os.path.join(staging, "prepare.json")) as f:
             json.dump({"dataset": os.path.basename(dest.rstrip("/")), **asdict(config)}, f, indent=1, sort_keys=True)
             f.write("\n")
-        if os.path.isdir(dest):
-            shutil.rmtree(dest)
-        os.replace(staging, dest)
+
+    def binarise():
+        tests = ",".join(os.path.join(work, "bpe", name) for name in config.test_sets)
+        binarize(dest, os.path.join(work, "bpe", "train"), os.path.join(work, "bpe", "valid"), tests, src, tgt,
+                 joined=True, workers=args.workers, complete=complete)
         size = dictionary_size(dest, src)
         published = f" (the paper reports {config.published_dict_size})" if config.published_dict_size else ""
         log(f"joint dictionary: {size} entries{published}")
 
     # the test sets are part of the fingerprint: a test set found by a later run is binarised
-    steps.run("binarize", [os.path.join(dest, "dict." + src + ".txt"), os.path.join(dest, "testsets.tsv")], binarise,
+    steps.run("binarize", [os.path.join(dest, name) for name in (f"dict.{src}.txt", "testsets.tsv", "prepare.json")], binarise,
               dest=os.path.abspath(dest), test_sets=list(config.test_sets))
     for note in config.notes:
         log(f"note: {note}")

@@ -9,20 +9,28 @@ after fairseq's examples/translation/prepare-wmt14en2de.sh:
 * joint BPE (subword-nmt) learnt on train en + de and applied to every split,
   then clean-corpus (1 to 250 tokens, ratio 1.5) on the BPE'd training pairs;
   or, with ``--bpe sentencepiece``, a joint sentencepiece BPE model on the
-  untokenised (normalised) text;
+  untokenised text, every split (train, valid and test alike) through
+  normalize-punctuation and remove-non-printing-char;
 * one joined dictionary; ``refs/`` holds the references exactly as sacreBLEU
   reads the SGML files, so the recipe's sacreBLEU equals ``sacrebleu -t``.
 
 Unlike fairseq's script (valid = every 100th training pair), valid is the
 previous year's newstest, as in the papers.
 
-Dev and test archives are sacreBLEU's: their md5 checksums come from the
-installed sacreBLEU's dataset table and are verified.
+Dev and test archives are sacreBLEU's: their URLs and md5 checksums come from
+the installed sacreBLEU's dataset registry (``sacrebleu.dataset.DATASETS``)
+and are verified. Every other location the registry gives for a file of the
+same md5 is a mirror (sacreBLEU 2.6.0, the pinned version, gives one
+location per archive; the statmt.org ones are also tried on www.statmt.org). In ``--raw-dir`` an
+archive is found under its official name (``test-full.tgz``; ``test.tgz``,
+the name of several years' archives, is told apart by its md5), under
+sacreBLEU's name for it (``wmt14_full.test-full.tgz``, ``wmt16.test.tgz``)
+or under ours (``wmt14-full-test.tgz``), or as its extracted SGML files.
 """
 import os
 from typing import List, Sequence, Tuple
 
-from .common import Resource, argument_parser, fetch_all, main_guard, read_lines, write_lines
+from .common import Resource, argument_parser, fetch_all, main_guard, read_lines, require, write_lines
 from .text import reference_segments, sgm_segments
 from .translation import TranslationConfig, add_bpe_arguments, prepare_translation
 
@@ -32,6 +40,10 @@ SRC, TGT = "en", "de"
 def statmt(path: str) -> List[str]:
     """An archive on statmt.org: the address the fairseq scripts use, then the www host over https."""
     return [f"http://statmt.org/{path}", f"https://www.statmt.org/{path}"]
+
+
+# Official names that several years' WMT archives have (wmt13, wmt16 and wmt17's test.tgz).
+SHARED_NAMES = ("test.tgz",)
 
 
 def corpus(name: str, urls: Sequence[str], prefix: str) -> Resource:
@@ -44,16 +56,25 @@ COMMONCRAWL = corpus("training-parallel-commoncrawl.tgz", statmt("wmt13/training
 
 def sacrebleu_test(key: str, name: str) -> Tuple[Resource, str, str]:
     """The en-de source and reference SGML files of sacreBLEU's test set ``key``,
-    with sacreBLEU's URL and published md5. Returns (resource, src file, ref file)."""
-    from sacrebleu.dataset import DATASETS
-
-    dataset = DATASETS[key]
+    with sacreBLEU's URL, its published md5 and the names the archive may have
+    in ``--raw-dir``. Returns (resource, src file, ref file)."""
+    sacrebleu = require("sacrebleu", "sacrebleu", "the WMT test sets (sacreBLEU's registry)")
+    datasets = require("sacrebleu.dataset", "sacrebleu", "the WMT test sets (sacreBLEU's registry)").DATASETS
+    dataset = datasets[key]
     src_file, ref_file = (os.path.basename(p) for p in dataset.langpairs["en-de"][:2])
-    url = dataset.data[0]
-    urls = list(dict.fromkeys([url, url.replace("https://statmt.org", "http://www.statmt.org")]))
-    resource = Resource(name=name, urls=urls,
-                        members=[src_file, ref_file], md5=dataset.md5[0],
-                        checksum_source=f"sacreBLEU {__import__('sacrebleu').__version__} dataset table, {key}")
+    url, md5 = dataset.data[0], dataset.md5[0]
+    # mirrors: any other location the registry publishes for a file of this md5
+    same_file = [u for entry in datasets.values() for u, m in zip(entry.data, getattr(entry, "md5", None) or []) if m == md5]
+    urls = list(dict.fromkeys([url, *same_file, url.replace("https://statmt.org", "http://www.statmt.org")]))
+    official = os.path.basename(url)
+    sacrebleu_name = f"{key.replace('/', '_')}.{official}"  # where sacreBLEU keeps it (~/.sacrebleu/<key>/raw/)
+    resource = Resource(
+        name=name, urls=urls, members=[src_file, ref_file], md5=md5,
+        checksum_source=f"sacreBLEU {sacrebleu.__version__}'s dataset registry, sacrebleu.dataset.DATASETS[{key!r}]",
+        # test.tgz is the name of several years' archives: only a test.tgz with this md5 is this one
+        raw_names=([] if official in SHARED_NAMES else [official]) + [sacrebleu_name],
+        shared_raw_names=[official] if official in SHARED_NAMES else [],
+    )
     return resource, src_file, ref_file
 
 
@@ -68,8 +89,10 @@ def prepare_wmt(args, train: Sequence[Resource], valid_key: str, test_key: str, 
         bpe=getattr(args, "bpe", "subword-nmt"), bpe_merges=args.bpe_merges, spm_vocab_size=getattr(args, "spm_vocab_size", 32000),
         published_dict_size=published_dict_size, notes=list(notes),
     )
-    if config.bpe == "sentencepiece":  # no Moses tokens, no cleaning on token counts of pieces beyond 250
+    if config.bpe == "sentencepiece":  # no Moses tokens, no cleaning on token counts of pieces beyond 250;
+        # the model is learnt on normalised text, so every split it encodes is normalised alike
         config.moses_train = dict(normalize_punctuation=True, remove_non_printing=True)
+        config.moses_eval = dict(config.moses_train)
 
     def write_raw(raw_dir: str):
         files = fetch_all([*train, valid, test], args)

@@ -9,6 +9,7 @@ umlauts, so Moses tokenisation, cleaning and BPE all have work to do."""
 import gzip
 import os
 import random
+import tarfile
 from typing import Dict, List, Tuple
 
 GERMAN = ["das", "Haus", "ist", "groß", "und", "die", "Straße", "führt", "über", "Brücke", "wir", "sehen", "einen",
@@ -105,6 +106,15 @@ def write_newstest2013(raw_dir: str, size: int = 10) -> None:
     data = pairs(size, seed=2013)
     write_sgm(os.path.join(raw_dir, "test", "newstest2013-src.en.sgm"), [en for _, en in data], "newstest2013", "src", "en")
     write_sgm(os.path.join(raw_dir, "test", "newstest2013-src.de.sgm"), [de for de, _ in data], "newstest2013", "src", "de")
+
+
+def pack(archive: str, root: str, folders: List[str]) -> str:
+    """A .tgz of ``root``'s ``folders``, as the WMT test archives hold theirs (test/..., test-full/...)."""
+    os.makedirs(os.path.dirname(archive), exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        for folder in folders:
+            tar.add(os.path.join(root, folder), arcname=folder)
+    return archive
 
 
 # --------------------------------------------------------------- Multi30k ---

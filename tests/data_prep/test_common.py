@@ -167,6 +167,33 @@ def test_steps_skip_done_work_and_redo_what_a_changed_parameter_affects(tmp_path
     assert calls[4:] == ["b", "c"]  # a changed parameter redoes its step and the later ones
 
 
+def test_steps_with_a_stamp_per_part(tmp_path):
+    """run_each: a part whose output is missing (killed inside it) or that is new (a test set found later)
+    runs alone; the steps after it keep their stamps; a changed parameter redoes every part."""
+    calls = []
+
+    def pipeline(splits, option=1):
+        steps = Steps(str(tmp_path), total=2)
+
+        def tokenize(split):
+            calls.append(split)
+            (tmp_path / f"tok.{split}").write_text(split)
+
+        steps.run_each("tokenize", splits, lambda split: [str(tmp_path / f"tok.{split}")], tokenize, option=option)
+        steps.run("text", [str(tmp_path / "text")], lambda: (calls.append("text"), (tmp_path / "text").write_text("t")))
+
+    pipeline(["train", "valid"])
+    assert calls == ["train", "valid", "text"]
+    assert sorted(os.listdir(tmp_path / ".stamps")) == ["text.done", "tokenize.train.done", "tokenize.valid.done"]
+    (tmp_path / "tok.valid").unlink()
+    pipeline(["train", "valid"])
+    assert calls[3:] == ["valid"]
+    pipeline(["train", "valid", "test"])
+    assert calls[4:] == ["test"]  # the new part only; "text" keeps its stamp (its place in the chain is unchanged)
+    pipeline(["train", "valid", "test"], option=2)
+    assert calls[5:] == ["train", "valid", "test", "text"]
+
+
 def test_one_preparation_per_work_dir(tmp_path):
     with common.exclusive(str(tmp_path)):
         with pytest.raises(PrepError, match="another preparation is running"):

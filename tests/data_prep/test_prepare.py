@@ -1,20 +1,27 @@
 """Every preparation on a sample in its release's raw format (--raw-dir):
-what it writes, that a second run does nothing, that a run killed halfway and
-restarted ends with the same bytes as an uninterrupted one, and clear errors
-for a failed checksum or a missing tool."""
+what it writes, that a second run does nothing, that a run killed at several
+points (inside a step, inside one split of a step, while the destination is
+completed) and restarted ends with the same bytes as an uninterrupted one,
+the WMT test archives under their official names, and clear errors for a
+failed checksum or a missing tool."""
+import dataclasses
 import gzip
+import hashlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from typing import List, Sequence
 
 import pytest
-from prepared import ROOT_DIR, arguments, run_main
-from raw_samples import IWSLT_TEST_PARTS, enwik8_bytes, write_iwslt14, write_multi30k, write_wikitext
+from prepared import ROOT_DIR, SAMPLES, arguments, run_main
+from raw_samples import IWSLT_TEST_PARTS, enwik8_bytes, pack, write_multi30k, write_wikitext, write_wmt_test
 
-from data_prep.text import reference_segments
+from data_prep.text import MosesPipeline, reference_segments
 
 
 def lines(path):
@@ -127,39 +134,120 @@ def test_second_run_does_nothing(prepare_sample, name, capsys):
     assert {path: os.stat(os.path.join(p.root, path)).st_mtime_ns for path in tree(p.root)} == before
 
 
-SLOW_BPE = """
-import sys, time
-sys.path.insert(0, {root!r})
+KILLED_RUN = """
+import os, sys, time
+sys.path[:0] = [{root!r}, {tests!r}]
+
+def stop_here():  # the kill point: tell the test, then wait for its SIGKILL
+    open({marker!r}, "w").close()
+    time.sleep(600)
+
+{patch}
+from prepared import run_main
+run_main({name!r}, {argv!r})
+"""
+
+# Kill points: code run in the child before the preparation, calling stop_here() where it is to be killed.
+BPE_HALF_WRITTEN = """
 import subword_nmt.learn_bpe as learn_bpe
 def stuck(infile, outfile, *args, **kwargs):
-    outfile.write('#version: 0.2\\nhalf written\\n'); outfile.flush(); time.sleep(600)
+    outfile.write("#version: 0.2\\nhalf written\\n"); outfile.flush(); stop_here()
 learn_bpe.learn_bpe = stuck
-from data_prep.iwslt14 import main
-main({argv!r})
 """
+TOKENIZING_VALID_DE = """
+import data_prep.translation as translation
+tokenize_file = translation.moses_file
+def moses_file(src, dst, *args):
+    if dst.endswith(os.path.join("tok", "valid.de")):
+        with open(dst + ".partial", "w") as f:
+            f.write("half written\\n")
+        stop_here()
+    return tokenize_file(src, dst, *args)
+translation.moses_file = moses_file
+"""
+AFTER_FAIRSEQ_PREPROCESS = """
+from fairseq_cli import preprocess
+binarise = preprocess.main
+def main(args):
+    binarise(args)
+    stop_here()
+preprocess.main = main
+"""
+WRITING_PREPARE_JSON = """
+import json
+dump = json.dump
+def dump_or_stop(obj, fp, *args, **kwargs):
+    if os.path.basename(getattr(fp, "name", "")).startswith("prepare.json"):
+        stop_here()
+    return dump(obj, fp, *args, **kwargs)
+json.dump = dump_or_stop
+"""
+
+
+def killed_run(name: str, patch: str, root) -> List[str]:
+    """Write dataset ``name``'s sample below ``root``, run its preparation in a child process with
+    ``patch`` applied and SIGKILL it at the patch's stop_here(). Returns the preparation's arguments."""
+    SAMPLES[name].write(os.path.join(root, "raw"))
+    argv = arguments(name, str(root))
+    marker = os.path.join(root, "killed-here")
+    code = KILLED_RUN.format(root=ROOT_DIR, tests=os.path.dirname(os.path.abspath(__file__)), marker=marker,
+                             patch=patch, name=name, argv=argv)
+    process = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    deadline = time.time() + 90
+    while not os.path.exists(marker) and time.time() < deadline and process.poll() is None:
+        time.sleep(0.1)
+    try:
+        assert os.path.exists(marker), process.stderr.read() if process.poll() is not None else "timed out"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        process.stderr.close()
+    return argv
+
+
+def assert_same_outputs(root, reference_root, folders: Sequence[str]) -> None:
+    """Byte-identical files (and the same file names) below every folder of both roots."""
+    for folder in folders:
+        resumed, uninterrupted = tree(os.path.join(root, folder)), tree(os.path.join(reference_root, folder))
+        assert sorted(resumed) == sorted(uninterrupted), folder
+        for path in resumed:
+            assert resumed[path] == uninterrupted[path], f"{folder}/{path} differs"
 
 
 def test_killed_halfway_and_rerun_gives_identical_outputs(prepare_sample, tmp_path):
     reference = prepare_sample("iwslt14_de_en")
-    write_iwslt14(str(tmp_path / "raw"))
-    argv = arguments("iwslt14_de_en", str(tmp_path))
-    process = subprocess.Popen([sys.executable, "-c", SLOW_BPE.format(root=ROOT_DIR, argv=argv)],
-                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    partial_codes = tmp_path / "work" / "bpe" / "code.partial"
-    deadline = time.time() + 60
-    while not partial_codes.exists() and time.time() < deadline and process.poll() is None:
-        time.sleep(0.1)
-    assert partial_codes.exists(), process.stderr.read() if process.poll() is not None else "timed out"
+    argv = killed_run("iwslt14_de_en", BPE_HALF_WRITTEN, tmp_path)
+    assert (tmp_path / "work" / "bpe" / "code.partial").exists()
     assert (tmp_path / "work" / ".stamps" / "text.done").exists()
-    process.send_signal(signal.SIGKILL)
-    process.wait()
     assert not (tmp_path / "data-bin").exists() and not (tmp_path / "work" / "bpe" / "code").exists()
     run_main("iwslt14_de_en", argv)
-    for folder in ("data-bin", os.path.join("work", "text"), os.path.join("work", "bpe")):
-        resumed, uninterrupted = tree(tmp_path / folder), tree(os.path.join(reference.root, folder))
-        assert sorted(resumed) == sorted(uninterrupted)
-        for path in resumed:
-            assert resumed[path] == uninterrupted[path], f"{folder}/{path} differs"
+    assert_same_outputs(tmp_path, reference.root, ["data-bin", os.path.join("work", "text"), os.path.join("work", "bpe")])
+
+
+def test_wmt_killed_inside_tokenisation_redoes_only_that_split(prepare_sample, tmp_path, capsys):
+    reference = prepare_sample("wmt14_en_de")
+    argv = killed_run("wmt14_en_de", TOKENIZING_VALID_DE, tmp_path)
+    stamps, tok = tmp_path / "work" / ".stamps", tmp_path / "work" / "tok"
+    assert (stamps / "tokenize.train.done").exists() and not (stamps / "tokenize.valid.done").exists()
+    assert (tok / "valid.en").exists() and (tok / "valid.de.partial").exists() and not (tok / "valid.de").exists()
+    capsys.readouterr()
+    run_main("wmt14_en_de", argv)
+    err = capsys.readouterr().err
+    assert "tokenize train: up to date" in err  # the finished split is kept ...
+    assert "tokenize valid ..." in err and "tokenize test ..." in err  # ... the interrupted one and the rest are done
+    work_folders = [os.path.join("work", stage) for stage in ("tok", "text", "bpe")]
+    assert_same_outputs(tmp_path, reference.root, ["data-bin", *work_folders])
+
+
+@pytest.mark.parametrize("kill_point", [AFTER_FAIRSEQ_PREPROCESS, WRITING_PREPARE_JSON], ids=["after-preprocess", "prepare-json"])
+def test_lm_killed_inside_binarisation_never_leaves_a_destination_without_its_settings(prepare_sample, tmp_path, kill_point):
+    reference = prepare_sample("wikitext2")
+    argv = killed_run("wikitext2", kill_point, tmp_path)
+    dest, stamps = tmp_path / "data-bin", tmp_path / "work" / ".stamps"
+    assert not dest.exists() or (dest / "prepare.json").exists()
+    assert (stamps / "text.done").exists() and not (stamps / "binarize.done").exists()
+    run_main("wikitext2", argv)
+    assert_same_outputs(tmp_path, reference.root, ["data-bin", os.path.join("work", "text")])
 
 
 def cli(module, *args, pre=""):
@@ -242,12 +330,126 @@ def test_wikitext_archive_with_the_wrong_checksum_is_refused(tmp_path):
     assert "cannot be verified" in result.stderr and "md5" in result.stderr
 
 
-def test_missing_tool_is_a_clear_error(tmp_path):
-    write_iwslt14(str(tmp_path / "raw"), train_pairs=30)
-    result = cli("iwslt14", "--raw-dir", str(tmp_path / "raw"), "--work-dir", str(tmp_path / "work"), "--dest",
-                 str(tmp_path / "bin"), pre="sys.modules['sacremoses'] = None; ")
-    assert result.returncode == 2
-    assert "error: Moses tokenisation needs the Python package 'sacremoses'" in result.stderr
+def pinned_in_requirements(package: str) -> str:
+    return re.search(rf"^{re.escape(package)}==\S+$", open(os.path.join(ROOT_DIR, "requirements.txt")).read(), re.M).group(0)
+
+
+@pytest.mark.parametrize("module, package, purpose, name, flags", [
+    ("tqdm", "tqdm", "progress bars", "iwslt14_de_en", []),
+    ("sacremoses", "sacremoses", "Moses tokenisation", "iwslt14_de_en", []),
+    ("subword_nmt", "subword-nmt", "BPE", "iwslt14_de_en", []),
+    ("sacrebleu", "sacrebleu", "the WMT test sets (sacreBLEU's registry)", "wmt14_en_de", []),
+    ("sentencepiece", "sentencepiece", "sentencepiece", "wmt14_en_de", ["--bpe", "sentencepiece", "--spm-vocab-size", "120"]),
+])
+def test_missing_package_is_a_one_line_error_naming_it_and_its_pinned_version(
+        prepare_sample, tmp_path, monkeypatch, capsys, module, package, purpose, name, flags):
+    from data_prep import text
+
+    raw = prepare_sample(name).raw_dir
+    monkeypatch.setitem(sys.modules, module, None)  # import fails as if it were not installed
+    monkeypatch.setattr(text, "_CACHE", {})  # no Moses tools built by earlier tests
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit:
+        run_main(name, ["--raw-dir", raw, "--work-dir", str(tmp_path / "work"), "--dest", str(tmp_path / "bin"),
+                        "--workers", "1", "--no-download", *flags])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and "Traceback" not in err
+    module_note = f" (module {module})" if module != package else ""
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        f"error: {purpose} needs the Python package '{package}'{module_note}, which is not installed: run `make setup`, "
+        f"or pip install -c constraints.txt {pinned_in_requirements(package)} (the version requirements.txt pins)"]
+
+
+def test_missing_fairseq_is_a_one_line_error_not_an_import_traceback(tmp_path):
+    """fairseq (and torch) are imported where they are used, not when a data_prep module is imported."""
+    write_wikitext(str(tmp_path / "raw"), "2")
+    result = cli("wikitext2", "--raw-dir", str(tmp_path / "raw"), "--work-dir", str(tmp_path / "work"), "--dest",
+                 str(tmp_path / "bin"), "--no-download", pre="sys.modules['fairseq'] = None; ")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    pin = re.search(r"fairseq-fixed==[\w.]+", open(os.path.join(ROOT_DIR, "Makefile")).read()).group(0)
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: data_prep needs the Python package 'fairseq-fixed' (module fairseq), which is not installed: "
+        f"run `make setup` (it installs {pin}; see the Makefile)"]
+
+
+def test_syntax_hints_script_without_fairseq_is_a_one_line_error():
+    code = (f"import runpy, sys; sys.modules['fairseq'] = None; sys.argv = ['syntax_hints.py', '--help']; "
+            f"runpy.run_path({os.path.join(ROOT_DIR, 'data_prep', 'syntax_hints.py')!r}, run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("error: data_prep/syntax_hints.py needs the Python package 'fairseq-fixed' (module fairseq)")
+
+
+# ---------------------------------------------------- WMT test archives ---
+def md5(path) -> str:
+    return hashlib.md5(open(path, "rb").read()).hexdigest()
+
+
+def test_wmt_test_archive_under_its_official_name_is_verified_against_sacrebleus_md5(tmp_path):
+    from sacrebleu.dataset import DATASETS
+
+    from data_prep.common import PrepError, fetch
+    from data_prep.wmt import sacrebleu_test
+
+    resource, src_file, ref_file = sacrebleu_test("wmt14/full", "wmt14-full-test.tgz")
+    assert (resource.md5, resource.urls[0]) == (DATASETS["wmt14/full"].md5[0], DATASETS["wmt14/full"].data[0])
+    assert "dataset registry, sacrebleu.dataset.DATASETS['wmt14/full']" in resource.checksum_source
+    write_wmt_test(str(tmp_path / "sample"), "test-full", 2014, "deen")
+    archive = pack(str(tmp_path / "raw" / "test-full.tgz"), str(tmp_path / "sample"), ["test-full"])
+    with pytest.raises(PrepError, match=rf"checksum mismatch for {re.escape(archive)}: md5 is [0-9a-f]{{32}}, the published "
+                                        rf"value is {resource.md5} \(sacreBLEU .*'s dataset registry"):
+        fetch(resource, str(tmp_path / "raw"), str(tmp_path / "work"), download_ok=False)
+    # an archive that matches the published md5 (ours, standing in for the release) is found under every accepted name
+    made_up = dataclasses.replace(resource, md5=md5(archive))
+    for name in ("test-full.tgz", "wmt14_full.test-full.tgz", "wmt14-full-test.tgz"):
+        raw = tmp_path / name / "raw"
+        raw.mkdir(parents=True)
+        shutil.copyfile(archive, raw / name)
+        paths = fetch(made_up, str(raw), str(tmp_path / name / "work"), download_ok=False)
+        assert open(paths[ref_file], "rb").read() == open(tmp_path / "sample" / "test-full" / ref_file, "rb").read()
+
+
+def test_wmt_test_tgz_of_several_years_is_told_apart_by_its_md5(tmp_path, capsys):
+    from data_prep.common import PrepError, fetch
+    from data_prep.wmt import sacrebleu_test
+
+    raw = tmp_path / "raw"
+    archives, resources = {}, {}
+    for year, key in ((2016, "wmt16"), (2017, "wmt17")):  # both official archives are called test.tgz
+        write_wmt_test(str(tmp_path / key), "test", year, "ende")
+        archives[key] = pack(str(raw / key / "test.tgz"), str(tmp_path / key), ["test"])
+        resources[key] = dataclasses.replace(sacrebleu_test(key, f"{key}-test.tgz")[0], md5=md5(archives[key]))
+    for year, key in ((2016, "wmt16"), (2017, "wmt17")):
+        paths = fetch(resources[key], str(raw), str(tmp_path / "work"), download_ok=False)
+        ref = f"newstest{year}-ende-ref.de.sgm"
+        assert open(paths[ref], "rb").read() == open(tmp_path / key / "test" / ref, "rb").read()
+    assert (f"wmt17-test.tgz: not used: {archives['wmt16']} is not this release's test.tgz (md5 {md5(archives['wmt16'])}, "
+            f"not the published {md5(archives['wmt17'])}: another release's, or a damaged copy)") in capsys.readouterr().err
+    # only the other year's test.tgz there and downloading off: the error names the accepted names, and why that file is not it
+    os.remove(archives["wmt16"])
+    with pytest.raises(PrepError) as error:
+        fetch(resources["wmt16"], str(raw), str(tmp_path / "work2"), download_ok=False)
+    assert str(error.value) == (
+        f"wmt16-test.tgz (https://data.statmt.org/wmt16/translation-task/test.tgz) is not in --raw-dir {raw} and downloading "
+        "is off; accepted names: wmt16-test.tgz, wmt16.test.tgz, test.tgz, or its files newstest2016-ende-src.en.sgm, "
+        f"newstest2016-ende-ref.de.sgm; {archives['wmt17']} is not this release's test.tgz (md5 {md5(archives['wmt17'])}, "
+        f"not the published {resources['wmt16'].md5}: another release's, or a damaged copy)")
+
+
+def test_wmt14_from_the_official_archives_in_raw_dir(prepare_sample, tmp_path, monkeypatch):
+    """test.tgz (newstest2013) and test-full.tgz (newstest2014) as statmt.org names them: the same binaries
+    as from their extracted files (sacreBLEU's md5s replaced by those of the made-up archives)."""
+    from sacrebleu.dataset import DATASETS
+
+    reference = prepare_sample("wmt14_en_de")
+    raw = tmp_path / "raw"
+    SAMPLES["wmt14_en_de"].write(str(raw))
+    for key, name, folder in (("wmt13", "test.tgz", "test"), ("wmt14/full", "test-full.tgz", "test-full")):
+        archive = pack(str(raw / "archives" / name), str(raw), [folder])
+        shutil.rmtree(raw / folder)
+        monkeypatch.setattr(DATASETS[key], "md5", [md5(archive)])
+    run_main("wmt14_en_de", arguments("wmt14_en_de", str(tmp_path)))
+    assert_same_outputs(tmp_path, reference.root, ["data-bin"])
 
 
 def test_wmt_with_sentencepiece(prepare_sample, tmp_path):
@@ -258,6 +460,14 @@ def test_wmt_with_sentencepiece(prepare_sample, tmp_path):
     assert settings["bpe"] == "sentencepiece" and os.path.exists(tmp_path / "bin" / "spm.model")
     pieces = lines(tmp_path / "work" / "bpe" / "train.en")
     assert any("\u2581" in line for line in pieces) and not any("@-@" in line for line in pieces)  # raw text, no Moses tokens
+    # every split the model sees goes through the same normalisation (and no tokenisation)
+    for lang in ("en", "de"):
+        normalise = MosesPipeline(lang, tokenize=False, normalize_punctuation=True, remove_non_printing=True)
+        for split in ("train", "valid", "test"):
+            raw_text = lines(tmp_path / "work" / "raw" / f"{split}.{lang}")
+            assert lines(tmp_path / "work" / "tok" / f"{split}.{lang}") == [normalise(line) for line in raw_text], (split, lang)
+    test_en = lines(tmp_path / "work" / "raw" / "test.en")
+    assert any(MosesPipeline("en", tokenize=False, normalize_punctuation=True)(line) != line for line in test_en)  # it has work to do
 
 
 def test_enwik8_of_the_wrong_size_is_refused(tmp_path):
