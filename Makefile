@@ -9,7 +9,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 BUILD_TOOLS := cython==3.3.1 numpy==1.26.4 setuptools==84.2.1 wheel==0.48.0
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench bench-speed bench-decode bench-quality clean
 
 setup: $(STAMP)
 
@@ -32,8 +32,20 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q tests
 
-bench: setup
-	$(PY) benchmarks/attention_speed.py
+# Benchmarks (never part of `make test`). BENCH_ARGS=--quick for a smoke run of minutes.
+# bench-speed: one attention layer of every kind, time and memory vs T -> docs/benchmarks.md (+ PNG plot)
+# bench-quality: every kind trained on the shared real data -> docs/results.md (hours on 2 CPU cores; resumable)
+# bench-decode: beam search and LM sampling throughput -> docs/decode_speed.md (reuses bench-quality's models)
+bench: bench-speed
+
+bench-speed: setup
+	$(PY) benchmarks/attention_speed.py $(if $(filter --quick,$(BENCH_ARGS)),,--output docs/benchmarks.md) $(BENCH_ARGS)
+
+bench-quality: setup
+	$(PY) benchmarks/quality.py $(BENCH_ARGS)
+
+bench-decode: setup
+	$(PY) benchmarks/decode_speed.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,258 @@
+#!/usr/bin/env python
+"""Decoding throughput of every decoder kind (``make bench-decode``).
+
+1. Translation: ``fairseq-generate --beam 5`` (through the Multi30k recipe's
+   ``generate.sh``) on Multi30k test 2016 flickr, for models of one size that
+   differ only in their attention: softmax, the mFormer layout, cosFormer
+   decoder self-attention, each Extractor as decoder self-attention, and
+   BET(SF). The checkpoints are the ``multi30k`` rows of
+   ``benchmarks/quality.py`` (trained first when missing, same budget).
+   Reported: fairseq's own "Translated N sentences (M tokens) in S s" line
+   (model loading excluded), median of the repeats, sentences/s and
+   tokens/s, and the ratio to softmax.
+2. Language-model sampling: fairseq's ``SequenceGenerator`` with sampling
+   (beam 1, full distribution), generating exactly L tokens for
+   L = 128, 256, 512, 1024 from models in the Extractor paper's LM setting
+   (d = 128, 4 layers) with each kind of self-attention and 1,025 positions,
+   on the tiny Shakespeare byte dictionary. Reported: tokens/s at each L, and
+   the marginal cost per token between successive L (softmax's grows with
+   the prefix, cosFormer's and the Extractors' do not). The weights are
+   freshly initialised: the cost of a step does not depend on their values.
+
+    python benchmarks/decode_speed.py                 # both parts, writes docs/decode_speed.md
+    python benchmarks/decode_speed.py --quick         # smoke run: small data, 2 rows, L up to 256
+"""
+import argparse
+import datetime
+import os
+import shlex
+import statistics
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+BENCHMARKS = os.path.dirname(os.path.abspath(__file__))
+if BENCHMARKS not in sys.path:
+    sys.path.insert(0, BENCHMARKS)
+
+import quality  # noqa: E402  (benchmarks/quality.py: the trained rows, their data and the recipes)
+from quality import REPO, Context, log, provenance, relative  # noqa: E402
+
+sys.path.insert(0, REPO)
+from fairseq_plugins.files import atomic_output  # noqa: E402
+
+TRANSLATION_ROWS = ("softmax", "mformer", "cosformer_decoder", "extractor_she_decoder", "extractor_he_decoder",
+                    "extractor_we_decoder", "extractor_me_decoder", "bet_sf")
+QUICK_TRANSLATION_ROWS = ("softmax", "cosformer_decoder")
+LM_KINDS = {  # name -> (--arch, extra flags): the Extractor paper's LM setting, as in quality.py's LM rows
+    "softmax (4 heads)": ("softmax_1head_lm", ("--decoder-attention-heads", "4")),
+    "cosformer (4 heads)": ("softmax_1head_lm", ("--decoder-attention-kinds", "cosformer", "--decoder-attention-heads", "4")),
+    "extractor_she": ("extractor_she_lm", ()),
+    "extractor_he": ("extractor_he_lm", ()),
+    "extractor_we": ("extractor_we_lm", ()),
+    "extractor_me": ("extractor_me_lm", ()),
+    "bet (4 heads)": ("softmax_1head_lm", ("--decoder-attention-kinds", "bet", "--decoder-attention-heads", "4")),
+}
+QUICK_LM_KINDS = ("softmax (4 heads)", "cosformer (4 heads)", "extractor_me")
+LENGTHS = (128, 256, 512, 1024)
+QUICK_LENGTHS = (64, 128, 256)
+
+
+# ---------------------------------------------------------------------------
+# 1. Beam search with fairseq-generate
+# ---------------------------------------------------------------------------
+
+
+def translation_throughput(ctx: Context, rows: Sequence[str], repeats: int) -> Dict[str, dict]:
+    suite = quality.SUITES["multi30k"]
+    quality.prepare(ctx, suite)
+    by_name = {row.name: row for row in suite.rows}
+    trained = {name: quality.run_row(ctx, suite, by_name[name]) for name in rows}
+    runs: Dict[str, List[dict]] = {name: [] for name in rows}
+    for repeat in range(repeats):  # round-robin: every model sees the same machine load
+        for name in rows:
+            save_dir = os.path.join(ctx.work_dir, "checkpoints", suite.name, name)
+            out_dir = os.path.join(ctx.work_dir, "decode_speed", name, f"run{repeat}")
+            env = quality.recipe_env(ctx, suite, {**quality.suite_env(ctx, suite), "SAVE_DIR": save_dir,
+                                                  "OUT_DIR": out_dir, "BEAM": "5"})
+            log(f"translation {name}: beam 5, run {repeat + 1}/{repeats}")
+            ctx.run("decode", env, [f"recipes/{suite.recipe}/generate.sh", by_name[name].arch], record=repeat == 0 and name == rows[0])
+            with open(os.path.join(out_dir, "generate-test.txt"), encoding="utf-8") as f:
+                runs[name].append(quality.parse_generate_speed(f.read()))
+    results = {}
+    for name in rows:
+        median = statistics.median(run["seconds"] for run in runs[name])
+        run = runs[name][0]
+        results[name] = {"sentences": run["sentences"], "tokens": run["tokens"], "seconds": median,
+                         "sentences_per_second": run["sentences"] / median, "tokens_per_second": run["tokens"] / median,
+                         "runs": [r["seconds"] for r in runs[name]], "params": trained[name]["params"],
+                         "sacrebleu": trained[name]["score"].get("sacrebleu")}
+    return results
+
+
+# ---------------------------------------------------------------------------
+# 2. Language-model sampling with fairseq's SequenceGenerator
+# ---------------------------------------------------------------------------
+
+
+def build_lm(data_bin: str, arch: str, flags: Sequence[str], positions: int, seed: int = 1):
+    """A freshly initialised LM built the way fairseq-train builds it (task, arch, flags)."""
+    from fairseq import options, tasks, utils
+
+    utils.import_user_module(argparse.Namespace(user_dir=os.path.join(REPO, "fairseq_plugins")))
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        data_bin, "--task", "language_modeling", "--user-dir", os.path.join(REPO, "fairseq_plugins"), "--arch", arch,
+        "--tokens-per-sample", str(positions), "--max-target-positions", str(positions), "--seed", str(seed),
+        *flags])
+    torch.manual_seed(seed)
+    task = tasks.setup_task(args)
+    model = task.build_model(args)
+    return task, model.eval()
+
+
+def sample_seconds(task, model, length: int, batch: int = 1) -> float:
+    """Wall time of SequenceGenerator sampling exactly ``length`` tokens (min_len = max_len)."""
+    from fairseq import search
+    from fairseq.sequence_generator import SequenceGenerator
+
+    dictionary = task.target_dictionary
+    generator = SequenceGenerator([model], dictionary, beam_size=1, max_len_a=0, max_len_b=length, min_len=length,
+                                  search_strategy=search.Sampling(dictionary, sampling_topk=-1, sampling_topp=-1.0))
+    sample = {"net_input": {"src_tokens": torch.full((batch, 1), dictionary.eos(), dtype=torch.long),
+                            "src_lengths": torch.ones(batch, dtype=torch.long)}}
+    with torch.no_grad():
+        started = time.perf_counter()
+        hypotheses = generator.generate([model], sample)
+        elapsed = time.perf_counter() - started
+    produced = hypotheses[0][0]["tokens"].numel()
+    if produced != length + 1:  # the tokens and the final end-of-sentence
+        raise RuntimeError(f"asked for {length} tokens, SequenceGenerator produced {produced - 1}")
+    return elapsed
+
+
+def lm_sampling(ctx: Context, kinds: Sequence[str], lengths: Sequence[int], repeats: int) -> Dict[str, dict]:
+    suite = quality.SUITES["shakespeare"]
+    data_bin = quality.prepare(ctx, suite)
+    positions = max(lengths) + 1
+    models = {name: build_lm(data_bin, *LM_KINDS[name], positions=positions) for name in kinds}
+    for name, (task, model) in models.items():
+        sample_seconds(task, model, 16)  # warm-up (thread pools, first-call allocations)
+    seconds: Dict[str, Dict[int, List[float]]] = {name: {length: [] for length in lengths} for name in kinds}
+    for repeat in range(repeats):
+        for length in lengths:
+            for name, (task, model) in models.items():  # round-robin, as above
+                seconds[name][length].append(sample_seconds(task, model, length))
+        log(f"LM sampling: repeat {repeat + 1}/{repeats} done")
+    results = {}
+    for name in kinds:
+        median = {length: statistics.median(seconds[name][length]) for length in lengths}
+        params = sum(p.numel() for p in models[name][1].parameters())
+        results[name] = {"seconds": median, "params": params,
+                         "tokens_per_second": {length: length / median[length] for length in lengths}}
+    return results
+
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
+
+
+def render(translation: Optional[dict], lm: Optional[dict], lengths: Sequence[int], command: str, ctx: Context,
+           threads: int) -> str:
+    meta = provenance()
+    lines = ["# Decoding throughput", "",
+             f"Written by `{command}` (edit the script, not this file) on {datetime.date.today().isoformat()}: "
+             f"git {meta['git']}, torch {meta['torch']}, fairseq {meta['fairseq']}, {meta['cores']} cores, "
+             f"`torch.set_num_threads({threads})` for sampling; load average at the end {meta['load_average']}. "
+             "CPU, float32. Every model of a table ran in turn in each repeat (the same machine load).", ""]
+    if translation:
+        first = next(iter(translation.values()))
+        lines += ["## Beam search: fairseq-generate --beam 5, Multi30k test 2016 flickr", "",
+                  f"{first['sentences']} sentences; models of `benchmarks/quality.py`'s Multi30k suite "
+                  f"(`{' '.join(quality.SUITES['multi30k'].model_args)}`, "
+                  f"{quality.suite_env(ctx, quality.SUITES['multi30k'])['MAX_UPDATE']} updates), the recipe's generation "
+                  "settings (batches of up to `GEN_MAX_TOKENS` source tokens, output length at most 1.2 x source + 10). "
+                  "Time: fairseq's own count (model loading excluded), median of "
+                  f"{len(first['runs'])} runs. Output lengths differ between models, so tokens/s is the fairer column.", "",
+                  "| model | params | sentences/s | tokens/s | tokens generated | x softmax (tokens/s) | test sacreBLEU |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        base = translation.get("softmax", {}).get("tokens_per_second")
+        for name, r in translation.items():
+            ratio = f"{r['tokens_per_second'] / base:.2f}" if base else "-"
+            bleu = f"{r['sacrebleu']:.2f}" if r.get("sacrebleu") is not None else "-"
+            lines.append(f"| {name} | {r['params'] / 1e6:.2f}M | {r['sentences_per_second']:.1f} | "
+                         f"{r['tokens_per_second']:.0f} | {r['tokens']} | {ratio} | {bleu} |")
+        lines.append("")
+        commands = ctx.commands.get("decode", [])
+        if commands:
+            lines += ["Command (one model; the others differ in `SAVE_DIR` and the preset):", "", "```bash",
+                      commands[0], "```", ""]
+    if lm:
+        lines += ["## Language-model sampling: tokens/s against generated length", "",
+                  "fairseq's `SequenceGenerator` (beam 1, sampling from the full distribution, batch 1) generating "
+                  "exactly L tokens after the end-of-sentence symbol; the Extractor paper's LM setting (d = 128, "
+                  "4 layers, FFN 512, learned positions) with 1,025 positions, the tiny Shakespeare byte "
+                  "dictionary, fresh weights. Median of the repeats.", "",
+                  "| model | params | " + " | ".join(f"L = {n}" for n in lengths) + " |",
+                  "| --- | ---: | " + " | ".join("---:" for _ in lengths) + " |"]
+        for name, r in lm.items():
+            lines.append(f"| {name} | {r['params'] / 1e6:.2f}M | " + " | ".join(
+                f"{r['tokens_per_second'][n]:.0f} tok/s" for n in lengths) + " |")
+        lines += ["", "Marginal cost per token between successive lengths "
+                  "((time(L2) - time(L1)) / (L2 - L1)): constant for the kinds with constant-size state, growing "
+                  "with the prefix for softmax and BET, which attend to every cached key.", "",
+                  "| model | " + " | ".join(f"{a}-{b}" for a, b in zip(lengths, lengths[1:])) + " |",
+                  "| --- | " + " | ".join("---:" for _ in lengths[1:]) + " |"]
+        for name, r in lm.items():
+            cells = []
+            for a, b in zip(lengths, lengths[1:]):
+                cells.append(f"{(r['seconds'][b] - r['seconds'][a]) / (b - a) * 1e3:.2f} ms")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--parts", default="translation,lm", help="translation, lm or both (default: %(default)s)")
+    parser.add_argument("--data-root", default=os.path.join(os.path.dirname(REPO), "shared", "data"),
+                        help="the shared data folder (as benchmarks/quality.py)")
+    parser.add_argument("--work-dir", default=None, help="benchmarks/quality.py's work folder (its checkpoints are "
+                        "reused; default work_dirs/bench_quality, --quick: work_dirs/bench_quality_quick)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per model (median)")
+    parser.add_argument("--lengths", default=None, help=f"LM sampling lengths (default {','.join(map(str, LENGTHS))})")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="torch threads for sampling")
+    parser.add_argument("--output", default=None, help="markdown report (default docs/decode_speed.md; --quick: print)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: quality.py's quick data and rows, 2 models, short samples")
+    args = parser.parse_args(argv)
+    parts = args.parts.split(",")
+    if not set(parts) <= {"translation", "lm"}:
+        parser.error(f"--parts: expected translation and/or lm, got {args.parts}")
+    lengths = tuple(int(n) for n in args.lengths.split(",")) if args.lengths else (QUICK_LENGTHS if args.quick else LENGTHS)
+    if list(lengths) != sorted(set(lengths)) or lengths[0] < 1:
+        parser.error(f"--lengths: expected increasing positive lengths, got {args.lengths}")
+    torch.set_num_threads(args.threads)
+    work_dir = os.path.abspath(args.work_dir or os.path.join(REPO, "work_dirs",
+                                                             "bench_quality_quick" if args.quick else "bench_quality"))
+    ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=work_dir, quick=args.quick)
+    repeats = 1 if args.quick else args.repeats
+    translation = translation_throughput(ctx, QUICK_TRANSLATION_ROWS if args.quick else TRANSLATION_ROWS, repeats) \
+        if "translation" in parts else None
+    lm = lm_sampling(ctx, QUICK_LM_KINDS if args.quick else tuple(LM_KINDS), lengths, repeats) if "lm" in parts else None
+    command = "python benchmarks/decode_speed.py" + "".join(" " + shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    report = render(translation, lm, lengths, command, ctx, args.threads)
+    output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "decode_speed.md"))
+    if output:
+        with atomic_output(output) as f:
+            f.write(report)
+        log(f"report: {relative(output)}")
+    else:
+        print(report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""The pure parts of benchmarks/attention_speed.py: FLOP counts, growth bounds, memory guard, plot and
+report rendering. No timings are asserted (the script's measurements are a benchmark, not a test)."""
+import argparse
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("attention_speed", REPO / "benchmarks" / "attention_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_script()
+aten = torch.ops.aten
+
+
+# ---------------------------------------------------------------------------
+# A direct count of the products that actually run
+# ---------------------------------------------------------------------------
+
+
+def _named_args(func, args, kwargs):
+    named = {}
+    for i, arg in enumerate(func._schema.arguments):
+        if i < len(args):
+            named[arg.name] = args[i]
+        elif arg.name in kwargs:
+            named[arg.name] = kwargs[arg.name]
+        else:
+            named[arg.name] = arg.default_value if arg.has_default_value() else None
+    return named
+
+
+class ExecutedFlops(TorchDispatchMode):
+    """Counts the FLOPs of the aten products, convolutions, fused attentions, FFTs, complex products and
+    cumulative sums that run (every overload, in-place and out= variants included), with the conventions of
+    ``layer_flops``; records any other product-like operator it does not know."""
+
+    PRODUCTS = (aten.mm, aten.addmm, aten.bmm, aten.baddbmm)
+
+    def __init__(self):
+        super().__init__()
+        self.flops = 0.0
+        self.unknown = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        packet, a = func.overloadpacket, _named_args(func, args, kwargs)
+        name = str(func)
+        if packet in self.PRODUCTS or name.startswith("aten.baddbmm_"):
+            x, y = (a["mat1"], a["mat2"]) if "mat1" in a else (a["batch1"], a["batch2"]) if "batch1" in a else (a["self"], a["mat2"])
+            batch = x.shape[0] if x.dim() == 3 else 1
+            m, k, n = x.shape[-2], x.shape[-1], y.shape[-1]
+            per = (6 if k == 1 else 8 * k) if x.is_complex() else (1 if k == 1 else 2 * k)
+            self.flops += batch * m * n * per
+        elif packet is aten.convolution:
+            w = a["weight"]
+            self.flops += 2 * out.numel() * w.shape[1] * math.prod(w.shape[2:])
+        elif packet is aten.convolution_backward:
+            w, g = a["weight"], a["grad_output"]
+            self.flops += 2 * g.numel() * w.shape[1] * math.prod(w.shape[2:]) * (int(a["output_mask"][0]) + int(a["output_mask"][1]))
+        elif "scaled_dot_product" in name:
+            q, k = a["query"], a["key"]
+            b, h, length, e = q.shape
+            s = k.shape[2]
+            pairs = sum(min(i + 1, s) for i in range(length)) if a.get("is_causal") else length * s
+            self.flops += (10 if "backward" in name else 4) * b * h * pairs * e
+            if not any(w in name for w in ("flash_attention_for_cpu", "efficient_attention", "flash_attention")):
+                self.unknown.add(name)
+        elif packet in (aten._fft_r2c, aten._fft_c2c):
+            x = a["self"]
+            n = x.shape[a["dim"][-1]]
+            self.flops += (5 if packet is aten._fft_c2c else 2.5) * n * math.log2(n) * x.numel() / n
+        elif packet is aten._fft_c2r:
+            n = a["last_dim_size"]
+            self.flops += 2.5 * n * math.log2(n) * out.numel() / n
+        elif func is aten.mul.Tensor and out.is_complex() and torch.is_tensor(a["other"]) and a["other"].dim() > 0:
+            self.flops += 6 * out.numel()
+        elif packet is aten.cumsum:
+            self.flops += out.numel()
+        elif any(w in name for w in ("mm", "conv", "attention", "fft", "einsum", "matmul", "linear")):
+            self.unknown.add(name)
+        return out
+
+
+def _executed(module, length, embed_dim):
+    x = torch.randn(length, 1, embed_dim, requires_grad=True)
+    mask = bench.future_mask(length) if getattr(module, "uses_future_mask", False) else None
+    with ExecutedFlops() as fwd:
+        out, _ = module(x, x, x, attn_mask=mask, need_weights=False)
+    with ExecutedFlops() as bwd:
+        out.sum().backward()
+    assert not (fwd.unknown | bwd.unknown), f"uncounted operators: {fwd.unknown | bwd.unknown}"
+    return fwd.flops, bwd.flops
+
+
+# (kind, T, lags, forced convolution path, d, heads): the layer's own size where it is cheap; cosFormer at a
+# ragged T of two segments (1024 tokens each at d = 512, 8 heads) with a zero-padded last chunk.
+CASES = [
+    ("softmax", 256, 128, None, 512, 8),
+    ("bet", 200, 128, None, 512, 8),
+    ("cosformer", 1100, 128, None, 512, 8),
+    ("cosformer_reference_cumsum", 64, 128, None, 512, 8),
+    ("extractor_she", 128, 8, None, 512, 8),  # direct conv1d (the cost rule's choice)
+    ("extractor_she", 64, 16, "fft", 64, 4),
+    ("extractor_he", 256, 128, None, 512, 8),  # FFT (the cost rule's choice)
+    ("extractor_we", 256, 128, None, 512, 8),
+    ("extractor_me", 256, 128, None, 512, 8),
+    ("extractor_we", 128, 16, "direct", 512, 8),
+    ("extractor_me", 100, 16, "direct", 64, 4),
+]
+
+
+@pytest.mark.parametrize("kind,length,lags,impl,dim,heads", CASES, ids=[f"{c[0]}-T{c[1]}-{c[3] or 'auto'}" for c in CASES])
+def test_layer_flops_match_the_executed_products(kind, length, lags, impl, dim, heads):
+    module = bench.build(kind, lags=lags, embed_dim=dim, heads=heads)
+    if impl is not None:
+        module.conv_impl = impl
+    elif kind in bench.EXTRACTOR_KINDS:
+        assert module.conv_impl_for(1, length) == bench.extractor_conv_impl(kind, length, lags, dim)
+    fwd, bwd = _executed(module, length, dim)
+    if kind == "cosformer_reference_cumsum":
+        # einsum lowers the k_ v^T outer product (1 FLOP per element in layer_flops) and its backward (the
+        # gradients of k_ and v: a product and a sum per element each) to element-wise mul + sum, not counted here
+        outer = heads * length * 2 * (dim // heads) ** 2
+        fwd, bwd = fwd + outer, bwd + 4 * outer
+    expected_fwd, expected_bwd = bench.layer_flops(kind, length, lags, conv_impl=impl, embed_dim=dim, heads=heads)
+    assert expected_fwd == pytest.approx(fwd, rel=1e-3)
+    assert expected_bwd == pytest.approx(bwd, rel=1e-3)
+
+
+def test_flop_formulas_in_words_for_every_kind():
+    assert set(bench.LAYER_FLOP_FORMULAS) == set(bench.KINDS)
+    # the leading terms stated in words
+    T, d = 8192, bench.EMBED_DIM
+    fwd, bwd = bench.layer_flops("softmax", T)
+    assert fwd == 8 * T * d * d + 4 * T * T * d
+    assert bwd == 16 * T * d * d + 10 * T * T * d
+    assert sum(bench.layer_flops("bet", T)) == pytest.approx(fwd + bwd, rel=1e-3)
+
+
+# ---------------------------------------------------------------------------
+# Growth bounds and the memory guard
+# ---------------------------------------------------------------------------
+
+
+def test_growth_bounds_follow_each_kinds_complexity():
+    from fairseq_plugins.modules.extractors import fft_length
+
+    assert bench.growth_bound("cosformer", 4096, 8192)[0] == pytest.approx(2.1)
+    assert bench.growth_bound("extractor_she", 4096, 8192)[0] == pytest.approx(2.1)  # direct path
+    assert bench.growth_bound("softmax", 4096, 8192)[0] == pytest.approx(4.2)
+    assert bench.growth_bound("bet", 8192, 16384)[0] == pytest.approx(4.2)
+    n1, n2 = fft_length(4096 + 127), fft_length(8192 + 127)
+    assert (n1, n2) == (4320, 8640)
+    bound, reason = bench.growth_bound("extractor_he", 4096, 8192)
+    assert bound == pytest.approx(1.05 * 2 * math.log(8640) / math.log(4320))
+    assert 2.1 < bound < 2.3 and "FFT" in reason
+    # never below the linear growth of the projections, even where the FFT length grows less than T
+    assert bench.growth_bound("extractor_we", 256, 512)[0] >= 2.1
+
+
+def test_longest_length_is_default_and_only_the_reference_is_too_big():
+    assert 16384 in bench.DEFAULT_LENGTHS
+    assert bench.estimate_bytes("cosformer_reference_cumsum", 16384) > bench.MEMORY_LIMIT_BYTES
+    assert "skipped" in bench.skip_reason(bench.estimate_bytes("cosformer_reference_cumsum", 16384), "cpu", None)
+    for kind in bench.KINDS:
+        if kind != "cosformer_reference_cumsum":
+            assert bench.estimate_bytes(kind, 16384) < 8e9, kind
+    assert bench.skip_reason(1e9, "cuda", 80e9) is None
+    assert "free on the device" in bench.skip_reason(70e9, "cuda", 80e9)
+
+
+def test_peak_worker_reports_the_products():
+    info = bench.run_worker({"mode": "peak", "threads": 1, "device": "cpu", "shapes": [[32, 16, 8]], "min_s": 0})
+    (prod,) = info["products"]
+    assert prod["shape"] == [32, 16, 8] and prod["runs"] >= 5
+    assert info["peak_gflops"] == prod["gflops"] > 0
+
+
+# ---------------------------------------------------------------------------
+# Plot and report from a tiny fake result set
+# ---------------------------------------------------------------------------
+
+LENGTHS = [4096, 8192, 16384]
+
+
+def _fake_results(fields=("peak", "peak_fixed")):
+    train = {}
+    for i, kind in enumerate(bench.KINDS):
+        for length in LENGTHS:
+            if kind == "cosformer_reference_cumsum" and length == 16384:
+                train[(kind, length)] = {"error": "skipped: needs ~19.33 GB (> 16.00 GB limit)"}
+                continue
+            growth = 2.5 if kind == "extractor_he" else 2.0  # HE above its FFT bound of 2.27, the rest within theirs
+            cell = {"times": [0.01 * (i + 1) * growth ** math.log2(length / 4096)] * 3}
+            for field in fields:
+                cell[field] = (i + 1) * 1e6 * length / 4096
+            train[(kind, length)] = cell
+    decode = {k: {"128": [1e-3, 1e-3], "4096": [1.1e-3] * 2} for k in bench.DECODE_KINDS}
+    return train, decode
+
+
+def _args(**extra):
+    return argparse.Namespace(extractor_lags=128, threads=2, repeats=5, decode_steps=50, quick=False, **extra)
+
+
+ENV = {"torch": torch.__version__, "fairseq": "x", "python": "3", "git": "abc", "cores": 2, "cpu": "test cpu",
+       "nice": 0, "autogroup": None, "load": "0 0 0", "load_end": "0 0 0"}
+PEAK = {"products": [{"shape": [4096, 512, 512], "best_s": 0.05, "runs": 5, "gflops": 80.0}], "peak_gflops": 80.0}
+
+
+def test_write_plot(tmp_path):
+    train, _ = _fake_results()
+    train[("softmax", 16384)] = {"error": "timing failed: killed"}  # a missing point
+    path = tmp_path / "bench_speed.png"
+    bench.write_plot(str(path), LENGTHS, list(bench.KINDS), train, "peak_fixed", {"name": "cpu", "type": "cpu"}, "fixed threshold")
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert bench.plot_path_for("docs/benchmarks.md") == "docs/benchmarks_speed.png"
+
+
+def test_render_cpu_report():
+    train, decode = _fake_results()
+    report = bench.render("python benchmarks/attention_speed.py", ENV, _args(), LENGTHS, list(bench.KINDS), [128, 4096],
+                          train, {}, decode, ["cosformer_reference_cumsum at T=16384: skipped"], 60.0, 1e-15,
+                          device={"name": "cpu", "type": "cpu"}, peak=PEAK, plot_name="benchmarks_speed.png")
+    assert "![forward+backward time and peak memory vs T, log-log](benchmarks_speed.png)" in report
+    assert "Peak: **80.0 GFLOP/s**" in report
+    # softmax at T = 4096: FLOPs / 10 ms, as GFLOP/s and share of the peak
+    rate = sum(bench.layer_flops("softmax", 4096)) / 0.01 / 1e9
+    assert f"| 4096 | {rate:.1f} ({100 * rate / 80:.0f} %) |" in report
+    for kind in bench.KINDS:
+        assert f"- `{kind}`: " in report
+    assert "Default malloc:" in report and "Fixed mmap threshold" in report
+    assert "| extractor_he time(8192) / time(4096) <= 2.27 (FFT path: O(n log n), n = 4320 -> 8640) | 2.50 | **NO** |" in report
+    assert "| extractor_we time(8192) / time(4096) <= 2.27 (FFT path: O(n log n), n = 4320 -> 8640) | 2.00 | yes |" in report
+    assert "| cosformer time(16384) / time(8192) <= 2.10 (chunked form: O(T (C + d_h) d)) | 2.00 | yes |" in report
+    assert "| softmax time(8192) / time(4096) <= 4.20 (O(T^2 d) attention core) | 2.00 | yes |" in report
+    assert "cosformer_reference_cumsum time(" not in report  # a baseline, not a target
+    assert "skipped" in report  # the reference at T = 16384
+
+
+def test_render_cuda_report():
+    train, decode = _fake_results(fields=("peak",))
+    device = {"name": "cuda (NVIDIA Test GPU, compute capability 9.0, CUDA 12.4, 80.00 GB)", "type": "cuda"}
+    report = bench.render("python benchmarks/attention_speed.py --device cuda", ENV, _args(), LENGTHS, list(bench.KINDS),
+                          [128, 4096], train, {}, decode, [], 60.0, 1e-15, device=device, peak=PEAK, plot_name=None)
+    assert report.startswith("# Attention speed and memory (CUDA)")
+    assert "NVIDIA Test GPU" in report and "torch.cuda.synchronize()" in report
+    assert "max_memory_allocated" in report and "Default malloc" not in report and "default malloc" not in report
+    assert "![" not in report
