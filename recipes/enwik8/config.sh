@@ -5,7 +5,12 @@
 # 12-layer run); evaluation with a 384-byte context window.
 # Any byte file works the same way: prepare.sh --input-file FILE with
 # DATA_BIN=... (e.g. tiny Shakespeare, see docs/results.md).
+# No BET(SG): bytes are not words, there is nothing for a dependency parser
+# to parse (SYNTAX_HINTS=1 is an error; BET(SF) presets work as any other).
 DATASET=enwik8
+NO_SYNTAX_HINTS_REASON="enwik8 is modelled one token per byte, so there are no words for a dependency parser and no \
+BET(SG) syntax hints (data_prep/syntax_hints.py maps subwords to words, not bytes); train BET(SF) here \
+(bet_sf_lm_enwik8, without SYNTAX_HINTS), or BET(SG) on word-level data (recipes/wikitext103, recipes/wikitext2)"
 PREPARE_MODULE=data_prep.enwik8
 DEFAULT_PRESET=mixed_transformer_lm
 : "${MAX_TOKENS:=11264}" "${TOKENS_PER_UPDATE:=11264}" "${MAX_UPDATE:=400000}"

@@ -4,7 +4,8 @@
 # and win over everything here):
 #   DATA_BIN            binarised data            (default work_dirs/data-bin/<dataset>)
 #   WORK_DIR            downloads, intermediate files (default work_dirs/data/<basename of DATA_BIN>)
-#   SAVE_DIR            checkpoints               (default checkpoints/<dataset>/<preset>)
+#   SAVE_DIR            checkpoints               (default checkpoints/<dataset>/<preset>; language
+#                       models with SYNTAX_HINTS=1: checkpoints/<dataset>/<preset>_sg)
 #   NUM_GPUS            GPUs to train on          (default: all visible; 0 = CPU)
 #   CPU_PROCS           CPU data-parallel ranks   (default 1; >1 uses fairseq-plugins-cpu-train)
 #   FP16                1 = --fp16 on GPU         (default 1 on GPU)
@@ -25,9 +26,11 @@
 #   GEN_EXTRA_ARGS      more fairseq-generate / fairseq-eval-lm flags (word-split)
 #   BEAM LENPEN GEN_MAX_TOKENS SUBSETS   generation (translation)
 #   TOKENS_PER_SAMPLE CONTEXT_WINDOW     language models
-#   SYNTAX_HINTS        1 = BET(SG) (translation): --task translation_with_syntax --syntax-hints required
-#                       --criterion label_smoothed_cross_entropy_with_pointer; the hints come from
-#                       SPACY_MODEL=PARSER recipes/<dataset>/syntax_hints.sh (HINTS_BPE: default prepare.json's bpe)
+#   SYNTAX_HINTS        1 = BET(SG): --task translation_with_syntax (word-level language models:
+#                       language_modeling_with_syntax) --syntax-hints required --criterion
+#                       label_smoothed_cross_entropy_with_pointer (language models: --label-smoothing 0);
+#                       the hints come from SPACY_MODEL=PARSER recipes/<dataset>/syntax_hints.sh
+#                       (HINTS_BPE: default prepare.json's bpe, none for word-level text); not for enwik8
 #   POINTER_LOSS_WEIGHT the pointer loss's lambda_p with SYNTAX_HINTS=1 (default 1.0)
 #   PYTHON              interpreter with fairseq (default: python on PATH)
 #   DRY_RUN             1 = print the fairseq-train command instead of running it
@@ -172,7 +175,7 @@ common_train_args() {
 }
 
 run_training() {  # common_train_args + task flags ($@), logged to $SAVE_DIR/train.log; DRY_RUN=1 prints it
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086,SC2206  # EXTRA_ARGS is word-split on purpose
     local command=("${LAUNCH[@]}" "${TRAIN_ARGS[@]}" "$@" "${DEVICE_ARGS[@]}" ${EXTRA_ARGS:-} "${USER_ARGS[@]}")
     if [ "${DRY_RUN:-0}" = 1 ]; then
         if [ "${command[0]}" = fairseq_cli ]; then
@@ -193,7 +196,7 @@ parse_preset() {  # PRESET from $1 (or DEFAULT_PRESET), the rest into USER_ARGS
         shift
     fi
     USER_ARGS=("$@")
-    : "${SAVE_DIR:=$REPO_ROOT/checkpoints/${SAVE_NAME:-$DATASET}/$PRESET}"
+    : "${SAVE_DIR:=$REPO_ROOT/checkpoints/${SAVE_NAME:-$DATASET}/$PRESET${SAVE_SUFFIX:-}}"
 }
 
 : "${DATA_BIN:=$REPO_ROOT/work_dirs/data-bin/${DATA_NAME:-$DATASET}}"

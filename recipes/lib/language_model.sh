@@ -8,14 +8,60 @@
 : "${MAX_TOKENS:=2048}" "${TOKENS_PER_UPDATE:=32768}" "${MAX_UPDATE:=50000}" "${TOKENS_PER_SAMPLE:=512}"
 : "${LR:=5e-4}" "${WARMUP:=4000}" "${WEIGHT_DECAY:=0.01}" "${DROPOUT:=0.1}" "${CLIP_NORM:=0.0}"
 : "${SAVE_INTERVAL_UPDATES:=0}" "${AVERAGE_LAST:=0}" "${CONTEXT_WINDOW:=400}" "${GEN_MAX_TOKENS:=4096}"
-# shellcheck source=common.sh
+# BET(SG) language models have no preset of their own (the BET(SF) preset
+# trained with the pointer loss): SYNTAX_HINTS=1 keeps their checkpoints apart,
+# in checkpoints/<dataset>/<preset>_sg (train.sh and evaluate.sh alike).
+if [ "${SYNTAX_HINTS:-0}" = 1 ]; then
+    SAVE_SUFFIX=_sg
+fi
+# shellcheck source=../lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source=../lib/syntax_hints.sh
+source "$(dirname "${BASH_SOURCE[0]}")/syntax_hints.sh"
 
 train_lm() {  # [PRESET] [fairseq-train flags...]
     start_recipe "$@"
+    local task=(--task language_modeling) criterion=(--criterion cross_entropy)
+    if [ "${SYNTAX_HINTS:-0}" = 1 ]; then  # BET(SG): hints of the words from syntax_hints.sh
+        if [ -n "${NO_SYNTAX_HINTS_REASON:-}" ]; then
+            echo "[recipe] error: SYNTAX_HINTS=1: $NO_SYNTAX_HINTS_REASON" >&2
+            return 2
+        fi
+        syntax_hints_training "syntax hints of the words ($DATA_BIN/{train,valid}.hints)"
+        # label smoothing 0: the token loss is cross_entropy's, as without SYNTAX_HINTS
+        task=(--task language_modeling_with_syntax --syntax-hints required)
+        criterion=("${POINTER_CRITERION[@]}" --label-smoothing 0)
+    fi
     common_train_args
-    run_training --task language_modeling --share-decoder-input-output-embed \
-        --tokens-per-sample "$TOKENS_PER_SAMPLE" --sample-break-mode none --criterion cross_entropy
+    run_training "${task[@]}" --share-decoder-input-output-embed \
+        --tokens-per-sample "$TOKENS_PER_SAMPLE" --sample-break-mode none "${criterion[@]}"
+}
+
+# The hint dataset prefix of a split, as the language_modeling_with_syntax task
+# reads it (fairseq_plugins/data/syntax_hints.py, hint_dataset_prefix).
+hint_prefix() {  # SPLIT
+    echo "$DATA_BIN/$1.hints"
+}
+
+# BET(SG) syntax hints of every split (train, valid, test) of a word-level
+# corpus, parsed with $SPACY_MODEL from the text fairseq-preprocess binarised
+# ($WORK_DIR/text/<split>.txt: one line of the corpus per line, its tokens as
+# words, --bpe none), written next to the binaries as
+# $DATA_BIN/<split>.hints.{bin,idx,info.json}. Flags go to
+# data_prep/syntax_hints.py (e.g. --n-process 4); finished datasets are not
+# redone (the tool checks its input and model fingerprints).
+syntax_hints_lm() {  # [data_prep/syntax_hints.py flags...]
+    syntax_hints_help "$@"
+    syntax_hints_setup "the corpus's language (English for WikiText)"
+    local unit
+    unit=$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1])).get('unit'))" "$DATA_BIN/prepare.json")
+    if [ "$unit" != word ]; then
+        echo "[recipe] error: $DATA_BIN is modelled per $unit, not per word: syntax hints need words to parse" \
+            "(BET(SG) applies to word-level data such as WikiText)" >&2
+        return 2
+    fi
+    write_syntax_hints "$(printf 'train\t%s\nvalid\t%s\ntest\t%s\n' "$WORK_DIR/text/train.txt" \
+        "$WORK_DIR/text/valid.txt" "$WORK_DIR/text/test.txt")" "$@"
 }
 
 # fairseq-eval-lm on the test set (or $SUBSETS) with a sliding context window;

@@ -7,8 +7,10 @@
 : "${MAX_TOKENS:=4096}" "${TOKENS_PER_UPDATE:=4096}" "${LR:=5e-4}" "${WARMUP:=4000}" "${WEIGHT_DECAY:=0.0001}"
 : "${LABEL_SMOOTHING:=0.1}" "${CLIP_NORM:=0.0}" "${SAVE_INTERVAL_UPDATES:=0}" "${AVERAGE_LAST:=0}"
 : "${BEAM:=5}" "${LENPEN:=1.0}" "${GEN_MAX_TOKENS:=8000}"
-# shellcheck source=common.sh
+# shellcheck source=../lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source=../lib/syntax_hints.sh
+source "$(dirname "${BASH_SOURCE[0]}")/syntax_hints.sh"
 
 train_translation() {  # [PRESET] [fairseq-train flags...]
     start_recipe "$@"
@@ -19,16 +21,9 @@ train_translation() {  # [PRESET] [fairseq-train flags...]
     fi
     local task=(--task translation) criterion=(--criterion label_smoothed_cross_entropy)
     if [ "${SYNTAX_HINTS:-0}" = 1 ]; then  # BET(SG): hints of $TGT from syntax_hints.sh
-        local hints
-        hints=$(hint_prefix train)
-        if [ "${DRY_RUN:-0}" != 1 ] && [ ! -f "$hints.idx" ]; then
-            echo "[recipe] error: SYNTAX_HINTS=1 but $hints.bin/.idx is missing; write the hints first with" \
-                "SPACY_MODEL=... recipes/$DATASET/syntax_hints.sh (see recipes/README.md, BET(SG))" >&2
-            return 1
-        fi
+        syntax_hints_training "syntax hints of $TGT ($DATA_BIN/*.$SRC-$TGT.$TGT.hints)"
         task=(--task translation_with_syntax --syntax-hints required)
-        criterion=(--criterion label_smoothed_cross_entropy_with_pointer --pointer-loss-weight "${POINTER_LOSS_WEIGHT:-1.0}")
-        echo "[recipe] BET(SG): syntax hints of $TGT ($(dirname "$hints")/*.$SRC-$TGT.$TGT.hints), pointer loss weight ${POINTER_LOSS_WEIGHT:-1.0}" >&2
+        criterion=("${POINTER_CRITERION[@]}")
     fi
     run_training "${task[@]}" --source-lang "$SRC" --target-lang "$TGT" "${share[@]}" \
         "${criterion[@]}" --label-smoothing "$LABEL_SMOOTHING"
@@ -48,39 +43,13 @@ hint_prefix() {  # SUBSET
 # Flags go to data_prep/syntax_hints.py (e.g. --n-process 4); finished datasets
 # are not redone (the tool checks its input and model fingerprints).
 syntax_hints_translation() {  # [data_prep/syntax_hints.py flags...]
-    if wants_help "$@"; then
-        recipe_help
-        echo
-        "$PYTHON" "$REPO_ROOT/data_prep/syntax_hints.py" --help
-        return 0
-    fi
-    if [ -z "${SPACY_MODEL:-}" ]; then
-        echo "[recipe] error: set SPACY_MODEL to a spaCy pipeline with a dependency parser for $TGT (a folder such" \
-            "as OUTPUT_DIR/model-best of data_prep/train_parser.sh, or an installed package name)" >&2
-        return 2
-    fi
-    local settings="$DATA_BIN/prepare.json" bpe subset name text
-    if [ ! -f "$settings" ] || [ ! -f "$DATA_BIN/testsets.tsv" ]; then
-        echo "[recipe] error: $DATA_BIN is not prepared (no prepare.json/testsets.tsv); run recipes/$DATASET/prepare.sh first" >&2
-        return 2
-    fi
-    bpe=$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1])).get('bpe') or 'none')" "$settings")
-    : "${HINTS_BPE:=$bpe}"
-    # fairseq subset <TAB> text name: train, valid, then the test sets as binarised
+    syntax_hints_help "$@"
+    syntax_hints_setup "$TGT" testsets.tsv
+    # fairseq subset <TAB> the text it was binarised from: train, valid, then the test sets
     local pairs
     pairs=$(printf 'train\ttrain\nvalid\tvalid\n'; cat "$DATA_BIN/testsets.tsv")
-    while IFS=$'\t' read -r subset name; do
-        [ -n "$subset" ] || continue
-        text="$WORK_DIR/bpe/$name.$TGT"
-        if [ ! -f "$text" ]; then
-            echo "[recipe] error: $text (the BPE'd $TGT text of $subset) is missing; WORK_DIR must be the" \
-                "preparation's work folder (rerun recipes/$DATASET/prepare.sh)" >&2
-            return 2
-        fi
-        echo "[recipe] syntax hints of $subset ($name.$TGT, --bpe $HINTS_BPE) -> $(hint_prefix "$subset")" >&2
-        "$PYTHON" "$REPO_ROOT/data_prep/syntax_hints.py" --input "$text" --output "$(hint_prefix "$subset")" \
-            --spacy-model "$SPACY_MODEL" --bpe "$HINTS_BPE" "$@" < /dev/null
-    done <<< "$pairs"
+    pairs=$(awk -F '\t' -v dir="$WORK_DIR/bpe" -v lang="$TGT" 'NF { print $1 "\t" dir "/" $2 "." lang }' <<< "$pairs")
+    write_syntax_hints "$pairs" "$@"
 }
 
 # Beam search on every test subset of $DATA_BIN/testsets.tsv (or $SUBSETS),

@@ -8,5 +8,5 @@ SRC=en
 TGT=de
 : "${TOKENS_PER_UPDATE:=25000}" "${MAX_UPDATE:=300000}" "${LR:=7e-4}" "${WARMUP:=4000}" "${WEIGHT_DECAY:=0.1}"
 : "${SAVE_INTERVAL_UPDATES:=1000}" "${AVERAGE_LAST:=10}" "${BEAM:=4}" "${LENPEN:=0.6}" "${SHARE_EMBEDDINGS:=all}"
-# shellcheck source=translation.sh
+# shellcheck source=../lib/translation.sh
 source "$(dirname "${BASH_SOURCE[0]}")/translation.sh"

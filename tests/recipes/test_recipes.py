@@ -114,27 +114,48 @@ def test_multi30k_syntax_hints_recipe(prepare_sample, tmp_path, tmp_path_factory
 def test_syntax_hints_recipe_needs_a_model_and_the_hints(prepare_sample, tmp_path):
     prepared = prepare_sample("multi30k")
     env = environment(prepared, tmp_path, DATA_BIN=str(tmp_path / "missing"), SPACY_MODEL="")
-    result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "syntax_hints.sh")], capture_output=True,
-                            text=True, env=env)
-    assert result.returncode != 0 and "SPACY_MODEL" in result.stderr
-    result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "train.sh")], capture_output=True, text=True,
-                            env=dict(env, SYNTAX_HINTS="1"))
-    assert result.returncode != 0 and "syntax_hints.sh" in result.stderr
+    for dataset in ("multi30k", "wikitext2"):
+        result = subprocess.run(["bash", os.path.join(RECIPES, dataset, "syntax_hints.sh")], capture_output=True,
+                                text=True, env=env)
+        assert result.returncode != 0 and "SPACY_MODEL" in result.stderr
+        result = subprocess.run(["bash", os.path.join(RECIPES, dataset, "train.sh")], capture_output=True, text=True,
+                                env=dict(env, SYNTAX_HINTS="1"))
+        assert result.returncode != 0 and f"{dataset}/syntax_hints.sh" in result.stderr
+    # a byte-level corpus has no words to parse: BET(SG) is refused with the reason, even for a dry run
+    result = subprocess.run(["bash", os.path.join(RECIPES, "enwik8", "train.sh"), "bet_sf_lm_enwik8"],
+                            capture_output=True, text=True, env=dict(env, SYNTAX_HINTS="1", DRY_RUN="1"))
+    assert result.returncode != 0 and not result.stdout
+    assert "one token per byte" in result.stderr and "no words" in result.stderr
+    assert not os.path.exists(os.path.join(RECIPES, "enwik8", "syntax_hints.sh"))
+    # word-level data only: the language-model hint step refuses a byte-level preparation
+    byte_level = prepare_sample("enwik8")
+    result = subprocess.run(["bash", os.path.join(RECIPES, "wikitext2", "syntax_hints.sh")], capture_output=True,
+                            text=True, env=dict(env, DATA_BIN=byte_level.dest, WORK_DIR=byte_level.work_dir,
+                                                SPACY_MODEL=str(tmp_path / "unused")))
+    assert result.returncode != 0 and "not per word" in result.stderr
 
 
 LANGUAGE_MODELS = [
-    ("wikitext103", "mixed_transformer_lm_tiny", "perplexity"),
-    ("wikitext2", "cosformer_lm_tiny", "perplexity"),
-    ("enwik8", "mformer_lm_tiny", "bits per character"),
+    # dataset, preset, what evaluate.sh reports, BET(SG) (syntax_hints.sh, then SYNTAX_HINTS=1 train.sh)
+    ("wikitext103", "bet_sf_lm_wikitext", "perplexity", True),
+    ("wikitext2", "cosformer_lm_tiny", "perplexity", False),
+    ("enwik8", "mformer_lm_tiny", "bits per character", False),
 ]
 
 
-@pytest.mark.parametrize("dataset, preset, reported", LANGUAGE_MODELS, ids=[m[0] for m in LANGUAGE_MODELS])
-def test_language_model_recipe(prepare_sample, tmp_path, dataset, preset, reported):
+@pytest.mark.parametrize("dataset, preset, reported, syntax_hints", LANGUAGE_MODELS, ids=[m[0] for m in LANGUAGE_MODELS])
+def test_language_model_recipe(prepare_sample, tmp_path, tmp_path_factory, dataset, preset, reported, syntax_hints):
     prepared = prepare_sample(dataset)
     env = environment(prepared, tmp_path, TOKENS_PER_SAMPLE="64", CONTEXT_WINDOW="32", MAX_TOKENS="512")
     prepare_again(prepared, dataset, env)
-    recipe(dataset, "train.sh", preset, *TINY_LM, env=env)
+    flags = list(TINY_LM)
+    if syntax_hints:
+        env = lm_syntax_hints(prepared, dataset, tmp_path, tmp_path_factory, env)
+        flags += ["--decoder-layers", "2"]
+    recipe(dataset, "train.sh", preset, *flags, env=env)
+    if syntax_hints:
+        log = (tmp_path / "checkpoints" / "train.log").read_text()
+        assert "loaded syntax hints" in log and "pointer_loss" in log
     out = recipe(dataset, "evaluate.sh", preset, env=env)
     assert reported in out
     score = json.load(open(tmp_path / "checkpoints" / "evaluate" / "score-test.json"))
@@ -143,6 +164,41 @@ def test_language_model_recipe(prepare_sample, tmp_path, dataset, preset, report
         assert 0 < score["bits_per_character"] < 9  # a byte has at most 8 bits; an untrained model may spend a bit more
         test_bytes = os.path.getsize(os.path.join(prepared.work_dir, "text", "test.raw"))
         assert score["tokens"] in (test_bytes, test_bytes + 1)  # one token per byte
+
+
+def lm_syntax_hints(prepared, dataset, tmp_path, tmp_path_factory, env):
+    """BET(SG) of a word-level LM recipe: syntax_hints.sh writes {split}.hints of every split from the text
+    fairseq-preprocess binarised ($WORK_DIR/text/{split}.txt, words as they are: --bpe none) next to a copy of
+    the binaries; SYNTAX_HINTS=1 selects language_modeling_with_syntax and the pointer criterion. Returns the
+    environment that trains on the copy (with SYNTAX_HINTS=1)."""
+    import shutil
+
+    from toy_treebank import small_parser
+
+    data_bin = tmp_path / "data-bin"
+    shutil.copytree(prepared.dest, data_bin)  # the session's preparation stays as it is
+    env = dict(env, DATA_BIN=str(data_bin), SPACY_MODEL=str(small_parser(tmp_path_factory) / "model-best"),
+               MAX_UPDATE="2")
+    recipe(dataset, "syntax_hints.sh", env=env)
+    for split in ("train", "valid", "test"):
+        info = json.loads((data_bin / f"{split}.hints.info.json").read_text())
+        assert (data_bin / f"{split}.hints.bin").exists() and (data_bin / f"{split}.hints.idx").exists()
+        assert info["input"] == os.path.join(prepared.work_dir, "text", f"{split}.txt")
+        assert info["fingerprint"]["bpe"] == "none"  # word-level text: every token is a word
+    dry = recipe(dataset, "train.sh", env=dict(env, DRY_RUN="1", SYNTAX_HINTS="1", POINTER_LOSS_WEIGHT="0.5"))
+    assert "--task language_modeling_with_syntax --syntax-hints required" in dry
+    assert "--criterion label_smoothed_cross_entropy_with_pointer --pointer-loss-weight 0.5 --label-smoothing 0" in dry
+    assert "--task language_modeling " not in dry and "--criterion cross_entropy" not in dry
+    plain = recipe(dataset, "train.sh", env=dict(env, DRY_RUN="1"))
+    assert "--task language_modeling " in plain and "--criterion cross_entropy" in plain
+    # no BET(SG) LM preset: by default the SG run keeps its checkpoints apart from the BET(SF) run's
+    default_dir = {k: v for k, v in env.items() if k != "SAVE_DIR"}
+    checkpoints = os.path.join(ROOT_DIR, "checkpoints", dataset)
+    dry = recipe(dataset, "train.sh", "bet_sf_lm_wikitext", env=dict(default_dir, DRY_RUN="1", SYNTAX_HINTS="1"))
+    assert f"--save-dir {checkpoints}/bet_sf_lm_wikitext_sg " in dry
+    plain = recipe(dataset, "train.sh", "bet_sf_lm_wikitext", env=dict(default_dir, DRY_RUN="1"))
+    assert f"--save-dir {checkpoints}/bet_sf_lm_wikitext " in plain
+    return dict(env, SYNTAX_HINTS="1")
 
 
 def test_overrides_reach_fairseq(tmp_path):
@@ -185,3 +241,42 @@ def test_help_lists_the_overrides():
                          check=True).stdout
     for name in ("NUM_GPUS", "UPDATE_FREQ", "MAX_TOKENS", "EXTRA_ARGS", "CONTEXT_WINDOW", "bits per character"):
         assert name in out
+
+
+def test_readme_recipe_commands_name_scripts_and_presets_that_exist():
+    """Every recipe command in the README's "Datasets and recipes" tables names a script that exists and a
+    registered preset; the train.sh commands build their fairseq-train command (DRY_RUN=1), except BET(SG) on
+    enwik8, which the README says is refused."""
+    import re
+    import shlex
+
+    import fairseq_plugins  # noqa: F401  (registers the presets)
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    readme = open(os.path.join(ROOT_DIR, "README.md"), encoding="utf-8").read()
+    section = readme[readme.index("### Datasets and recipes"):]
+    section = section[:section.index("\n### ", 1)]
+    commands = [c for c in re.findall(r"`([^`]*recipes/\w+/\w+\.sh[^`]*)`", section)]
+    assert len(commands) > 50
+    trained = set()
+    for command in commands:
+        words = shlex.split(command)
+        assignments = dict(w.split("=", 1) for w in words if re.match(r"^[A-Z_0-9]+=", w))
+        words = [w for w in words if not re.match(r"^[A-Z_0-9]+=", w)]
+        script = os.path.join(ROOT_DIR, words[0])
+        assert os.access(script, os.X_OK), command
+        preset = words[1] if len(words) > 1 and not words[1].startswith("-") else None
+        if os.path.basename(script) in ("train.sh", "generate.sh", "evaluate.sh") and preset:
+            assert preset in ARCH_MODEL_REGISTRY, command
+        if os.path.basename(script) == "train.sh":
+            env = dict(os.environ, PYTHON=sys.executable, NUM_GPUS="0", DATA_BIN=os.path.join(ROOT_DIR, "missing"),
+                       **assignments, DRY_RUN="1")
+            result = subprocess.run(["bash", script, *words[1:]], capture_output=True, text=True, env=env,
+                                    cwd=ROOT_DIR)
+            if "enwik8" in script and assignments.get("SYNTAX_HINTS") == "1":
+                assert result.returncode != 0 and "no words" in result.stderr, command
+                continue
+            assert result.returncode == 0, f"{command}\n{result.stderr[-2000:]}"
+            assert f"--arch {preset or 'mixed_transformer'}" in result.stdout or preset is None, command
+            trained.add(os.path.basename(os.path.dirname(script)))
+    assert trained == {"iwslt14_de_en", "wmt14_en_de", "wmt17_en_de", "multi30k", "wikitext103", "wikitext2", "enwik8"}
