@@ -24,6 +24,7 @@
 """
 import argparse
 import datetime
+import json
 import os
 import shlex
 import statistics
@@ -83,10 +84,11 @@ def translation_throughput(ctx: Context, rows: Sequence[str], repeats: int) -> D
                 runs[name].append(quality.parse_generate_speed(f.read()))
     results = {}
     for name in rows:
-        median = statistics.median(run["seconds"] for run in runs[name])
         run = runs[name][0]
-        results[name] = {"sentences": run["sentences"], "tokens": run["tokens"], "seconds": median,
-                         "sentences_per_second": run["sentences"] / median, "tokens_per_second": run["tokens"] / median,
+        # fairseq prints the seconds rounded to 0.1 s but the rates with two decimals: the medians of the rates
+        results[name] = {"sentences": run["sentences"], "tokens": run["tokens"],
+                         "sentences_per_second": statistics.median(r["sentences_per_second"] for r in runs[name]),
+                         "tokens_per_second": statistics.median(r["tokens_per_second"] for r in runs[name]),
                          "runs": [r["seconds"] for r in runs[name]], "params": trained[name]["params"],
                          "sacrebleu": trained[name]["score"].get("sacrebleu")}
     return results
@@ -139,7 +141,7 @@ def lm_sampling(ctx: Context, kinds: Sequence[str], lengths: Sequence[int], repe
     positions = max(lengths) + 1
     models = {name: build_lm(data_bin, *LM_KINDS[name], positions=positions) for name in kinds}
     for name, (task, model) in models.items():
-        sample_seconds(task, model, 16)  # warm-up (thread pools, first-call allocations)
+        sample_seconds(task, model, min(16, lengths[0]))  # warm-up (thread pools, first-call allocations)
     seconds: Dict[str, Dict[int, List[float]]] = {name: {length: [] for length in lengths} for name in kinds}
     for repeat in range(repeats):
         for length in lengths:
@@ -150,7 +152,7 @@ def lm_sampling(ctx: Context, kinds: Sequence[str], lengths: Sequence[int], repe
     for name in kinds:
         median = {length: statistics.median(seconds[name][length]) for length in lengths}
         params = sum(p.numel() for p in models[name][1].parameters())
-        results[name] = {"seconds": median, "params": params,
+        results[name] = {"seconds": median, "params": params, "positions": positions,
                          "tokens_per_second": {length: length / median[length] for length in lengths}}
     return results
 
@@ -174,7 +176,8 @@ def render(translation: Optional[dict], lm: Optional[dict], lengths: Sequence[in
                   f"{first['sentences']} sentences; models of `benchmarks/quality.py`'s Multi30k suite "
                   f"(`{' '.join(quality.SUITES['multi30k'].model_args)}`, "
                   f"{quality.suite_env(ctx, quality.SUITES['multi30k'])['MAX_UPDATE']} updates), the recipe's generation "
-                  "settings (batches of up to `GEN_MAX_TOKENS` source tokens, output length at most 1.2 x source + 10). "
+                  "settings (batches of up to `GEN_MAX_TOKENS` source tokens, output length at most 1.2 x the batch's "
+                  "source length + 10). "
                   "Time: fairseq's own count (model loading excluded), median of "
                   f"{len(first['runs'])} runs. Output lengths differ between models, so tokens/s is the fairer column.", "",
                   "| model | params | sentences/s | tokens/s | tokens generated | x softmax (tokens/s) | test sacreBLEU |",
@@ -193,17 +196,19 @@ def render(translation: Optional[dict], lm: Optional[dict], lengths: Sequence[in
     if lm:
         lines += ["## Language-model sampling: tokens/s against generated length", "",
                   "fairseq's `SequenceGenerator` (beam 1, sampling from the full distribution, batch 1) generating "
-                  "exactly L tokens after the end-of-sentence symbol; the Extractor paper's LM setting (d = 128, "
-                  "4 layers, FFN 512, learned positions) with 1,025 positions, the tiny Shakespeare byte "
+                  "exactly L tokens after the end-of-sentence symbol (L + 1 decoder steps, the last one forced to "
+                  "end the sentence); the Extractor paper's LM setting (d = 128, 4 layers, FFN 512, learned "
+                  f"positions) with {next(iter(lm.values()))['positions']} positions, the tiny Shakespeare byte "
                   "dictionary, fresh weights. Median of the repeats.", "",
                   "| model | params | " + " | ".join(f"L = {n}" for n in lengths) + " |",
                   "| --- | ---: | " + " | ".join("---:" for _ in lengths) + " |"]
         for name, r in lm.items():
             lines.append(f"| {name} | {r['params'] / 1e6:.2f}M | " + " | ".join(
                 f"{r['tokens_per_second'][n]:.0f} tok/s" for n in lengths) + " |")
-        lines += ["", "Marginal cost per token between successive lengths "
-                  "((time(L2) - time(L1)) / (L2 - L1)): constant for the kinds with constant-size state, growing "
-                  "with the prefix for softmax and BET, which attend to every cached key.", "",
+        lines += ["", "Marginal cost per token between successive lengths ((time(L2) - time(L1)) / (L2 - L1)). "
+                  "Expected: constant for cosFormer (constant-size state) and for the Extractors once the prefix "
+                  "exceeds their l = 128 lags, growing with the prefix for softmax and BET, which attend to every "
+                  "cached key.", "",
                   "| model | " + " | ".join(f"{a}-{b}" for a, b in zip(lengths, lengths[1:])) + " |",
                   "| --- | " + " | ".join("---:" for _ in lengths[1:]) + " |"]
         for name, r in lm.items():
@@ -213,6 +218,28 @@ def render(translation: Optional[dict], lm: Optional[dict], lengths: Sequence[in
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def save_part(folder: str, part: str, results: dict, commands: List[str], lengths: Optional[List[int]] = None):
+    os.makedirs(folder, exist_ok=True)
+    with atomic_output(os.path.join(folder, f"{part}.json")) as f:
+        json.dump({"results": results, "commands": commands, "lengths": lengths, **provenance()}, f, indent=1)
+        f.write("\n")
+
+
+def load_part(folder: str, part: str):
+    """(results, commands, lengths) of a part measured before, or (None, [], None)."""
+    path = os.path.join(folder, f"{part}.json")
+    if not os.path.isfile(path):
+        return None, [], None
+    with open(path, encoding="utf-8") as f:
+        stored = json.load(f)
+    results = stored["results"]
+    if part == "lm":  # JSON keys are strings: back to the lengths
+        for r in results.values():
+            r["seconds"] = {int(k): v for k, v in r["seconds"].items()}
+            r["tokens_per_second"] = {int(k): v for k, v in r["tokens_per_second"].items()}
+    return results, stored["commands"], stored["lengths"]
 
 
 def main(argv: Optional[Sequence[str]] = None):
@@ -239,12 +266,23 @@ def main(argv: Optional[Sequence[str]] = None):
     work_dir = os.path.abspath(args.work_dir or os.path.join(REPO, "work_dirs",
                                                              "bench_quality_quick" if args.quick else "bench_quality"))
     ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=work_dir, quick=args.quick)
+    if args.quick and args.repeats != parser.get_default("repeats"):
+        parser.error("--repeats: --quick runs each model once")
     repeats = 1 if args.quick else args.repeats
-    translation = translation_throughput(ctx, QUICK_TRANSLATION_ROWS if args.quick else TRANSLATION_ROWS, repeats) \
-        if "translation" in parts else None
-    lm = lm_sampling(ctx, QUICK_LM_KINDS if args.quick else tuple(LM_KINDS), lengths, repeats) if "lm" in parts else None
+    # Each part's results are kept in the work folder: the report always shows both parts (--parts selects
+    # what runs now).
+    stored = os.path.join(work_dir, "decode_speed")
+    if "translation" in parts:
+        save_part(stored, "translation", translation_throughput(
+            ctx, QUICK_TRANSLATION_ROWS if args.quick else TRANSLATION_ROWS, repeats), ctx.commands.get("decode", []))
+    if "lm" in parts:
+        save_part(stored, "lm", lm_sampling(ctx, QUICK_LM_KINDS if args.quick else tuple(LM_KINDS), lengths, repeats),
+                  [], lengths=list(lengths))
+    translation, translation_commands, _ = load_part(stored, "translation")
+    lm, _, lm_lengths = load_part(stored, "lm")
+    ctx.commands["decode"] = translation_commands
     command = "python benchmarks/decode_speed.py" + "".join(" " + shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    report = render(translation, lm, lengths, command, ctx, args.threads)
+    report = render(translation, lm, lm_lengths or lengths, command, ctx, args.threads)
     output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "decode_speed.md"))
     if output:
         with atomic_output(output) as f:

@@ -51,6 +51,16 @@ if REPO not in sys.path:
 
 from fairseq_plugins.files import atomic_output  # noqa: E402
 
+# The recipes' overrides (recipes/lib/common.sh): never inherited from the caller's environment, so that a
+# row is exactly its recorded command (and its fingerprint).
+RECIPE_VARIABLES = (
+    "DATA_BIN", "WORK_DIR", "SAVE_DIR", "SAVE_SUFFIX", "NUM_GPUS", "CPU_PROCS", "FP16", "MAX_TOKENS",
+    "TOKENS_PER_UPDATE", "UPDATE_FREQ", "MAX_UPDATE", "LR", "WARMUP", "WEIGHT_DECAY", "DROPOUT", "LABEL_SMOOTHING",
+    "CLIP_NORM", "SEED", "BATCH_MULTIPLE", "SAVE_INTERVAL_UPDATES", "KEEP_INTERVAL_UPDATES", "AVERAGE_LAST",
+    "CHECKPOINT", "EXTRA_ARGS", "GEN_EXTRA_ARGS", "BEAM", "LENPEN", "GEN_MAX_TOKENS", "SUBSETS", "TOKENS_PER_SAMPLE",
+    "CONTEXT_WINDOW", "SYNTAX_HINTS", "POINTER_LOSS_WEIGHT", "SPACY_MODEL", "HINTS_BPE", "DRY_RUN", "SRC", "TGT",
+    "OUT_DIR", "LOG_INTERVAL", "DATA_WORKERS", "SHARE_EMBEDDINGS", "SCORE_ARGS",
+)
 REPORT_BEGIN = "<!-- bench-quality:begin (written by benchmarks/quality.py; edit the script, not this section) -->"
 REPORT_END = "<!-- bench-quality:end -->"
 
@@ -60,7 +70,15 @@ class Claim:
     """A paper's claim that a row tests against another row of its suite."""
     text: str
     baseline: str                 # the row it is compared with
-    relation: str = "better"      # "better": beats the baseline; "works": at least half the baseline's BLEU
+    # "better" / "worse": beats / loses to the baseline on the test metric (one seed: small gaps are noise);
+    # "matches": within MATCH_BLEU BLEU, or within MATCH_RATIO of its bits per character / perplexity;
+    # "works" (trains and decodes): at least half the baseline's BLEU, or within 10 % of its bpc / perplexity.
+    relation: str = "better"
+
+
+MATCH_BLEU = 1.0
+MATCH_RATIO = 1.03
+BLEU_FLOOR = 5.0  # below it the baseline has not learnt enough for a BLEU comparison to mean anything
 
 
 @dataclass(frozen=True)
@@ -104,16 +122,16 @@ BASELINE = "softmax"
 TRANSLATION_ROWS = (
     Row("softmax", "mixed_transformer_iwslt_de_en"),
     Row("cosformer_everywhere", "cosformer_iwslt_de_en",
-        claim=Claim("cosFormer matches softmax attention (Qin et al. 2022)", BASELINE, "works")),
+        claim=Claim("cosFormer matches softmax attention (Qin et al. 2022)", BASELINE, "matches")),
     Row("cosformer_encoder", "mixed_transformer_iwslt_de_en", ("--encoder-attention-kinds", "cosformer"),
-        claim=Claim("linear attention in the encoder costs little (Liu et al.)", BASELINE, "works")),
+        claim=Claim("linear attention in the encoder costs little (Liu et al.)", BASELINE, "matches")),
     Row("mformer", "mixed_transformer_iwslt_de_en", ("--encoder-attention-kinds", "softmax,cosformer,softmax"),
-        claim=Claim("a mixed layout keeps softmax quality (Liu et al.)", BASELINE, "works"),
+        claim=Claim("a mixed layout keeps softmax quality (Liu et al.)", BASELINE, "matches"),
         note="cosFormer in encoder layer 2 of 3 (the IWSLT preset's layers 2 and 4 of 6, scaled)"),
     Row("cosformer_decoder", "mixed_transformer_iwslt_de_en", ("--decoder-attention-kinds", "cosformer"),
         claim=Claim("linear attention in a decoder trains and decodes (Liu et al. got BLEU near 0)", BASELINE, "works")),
     *(Row(f"extractor_{k}_decoder", f"extractor_{k}_iwslt_de_en",
-          claim=Claim(f"{k.upper()} replaces decoder self-attention (Chen 2023)", BASELINE, "works"))
+          claim=Claim(f"{k.upper()} replaces decoder self-attention (Chen 2023)", BASELINE, "matches"))
       for k in ("she", "he", "we", "me")),
     Row("bet_sf", "bet_sf_iwslt_de_en", claim=Claim("BET(SF) beats the baseline (Sha et al. 2022)", BASELINE)),
     Row("bet_sg", "bet_sg_iwslt_de_en", syntax_hints=True,
@@ -137,9 +155,9 @@ LM_ROWS = (
     Row("extractor_he", "extractor_he_lm", claim=Claim("HE beats 1-head attention (Chen 2023)", "softmax_1head")),
     Row("extractor_we", "extractor_we_lm", claim=Claim("WE beats 1-head attention (Chen 2023)", "softmax_1head")),
     Row("extractor_me", "extractor_me_lm",
-        claim=Claim("ME, the cheapest, stays close to 1-head attention (Chen 2023)", "softmax_1head", "works")),
+        claim=Claim("ME, the cheapest, stays close to 1-head attention (Chen 2023)", "softmax_1head", "matches")),
     Row("cosformer", "softmax_1head_lm", ("--decoder-attention-kinds", "cosformer", "--decoder-attention-heads", "4"),
-        claim=Claim("cosFormer matches softmax attention (Qin et al. 2022)", "softmax_4head", "works")),
+        claim=Claim("cosFormer matches softmax attention (Qin et al. 2022)", "softmax_4head", "matches")),
     Row("bet_sf", "softmax_1head_lm", ("--decoder-attention-kinds", "bet", "--decoder-attention-heads", "4"),
         claim=Claim("BET(SF) beats the baseline (Sha et al. 2022)", "softmax_4head")),
 )
@@ -189,7 +207,11 @@ def log(message: str):
 def shell_line(env: Dict[str, str], argv: Sequence[str]) -> str:
     """The command as a researcher would type it from the repository root (with the venv active)."""
     def short(value: str) -> str:
-        return "python" if value == sys.executable else value.replace(REPO + os.sep, "")
+        if value == sys.executable:
+            return "python"
+        if os.path.isabs(value) and os.path.relpath(value, REPO).count("..") <= 1:
+            return os.path.relpath(value, REPO)  # inside the checkout, or beside it (../shared/data)
+        return value.replace(REPO + os.sep, "")
 
     settings = " ".join(f"{k}={shlex.quote(short(v))}" for k, v in env.items() if k != "PYTHON")
     return (settings + " " if settings else "") + " ".join(shlex.quote(short(a)) for a in argv)
@@ -213,7 +235,8 @@ class Context:
         """Run a command from the repository root (recipes and data_prep take paths relative to it)."""
         if record:
             self.commands.setdefault(suite, []).append(shell_line(env, argv))
-        full_env = {**os.environ, "PYTHON": self.python, **env}
+        inherited = {k: v for k, v in os.environ.items() if k not in RECIPE_VARIABLES}
+        full_env = {**inherited, "PYTHON": self.python, **env}
         full_env["PATH"] = os.path.dirname(self.python) + os.pathsep + full_env.get("PATH", "")
         result = subprocess.run(list(argv), cwd=REPO, env=full_env, text=True, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)
@@ -290,9 +313,11 @@ def prepare(ctx: Context, suite: Suite) -> str:
 
 
 def prepare_syntax_hints(ctx: Context, suite: Suite):
-    """BET(SG): a parser from the shared UD EWT files (dev trains, test selects), then hints of every split."""
+    """BET(SG): a parser from the shared UD EWT files (dev trains; model-last, not model-best, which is
+    selected on the test file), then hints of every split. Hints that never point past the previous
+    token would make BET(SG) train as BET(SF) without a word: that is an error."""
     parser_dir = os.path.join(ctx.work_dir, "parser_en_ewt")
-    model = os.path.join(parser_dir, "model-best")
+    model = os.path.join(parser_dir, "model-last")
     steps = QUICK_PARSER_STEPS if ctx.quick else PARSER_STEPS
     if not os.path.isdir(model):
         ctx.run(suite.name, {}, [
@@ -303,6 +328,31 @@ def prepare_syntax_hints(ctx: Context, suite: Suite):
     ctx.run(suite.name, recipe_env(ctx, suite, {"SPACY_MODEL": model}),
             [f"recipes/{suite.recipe}/syntax_hints.sh", "--n-process", "1"],
             log_path=os.path.join(ctx.work_dir, "logs", "syntax_hints.log"))
+    info_path = os.path.join(data_bin(ctx, suite), "train.de-en.en.hints.info.json")
+    with open(info_path, encoding="utf-8") as f:
+        info = json.load(f)
+    if not info.get("tokens_with_distance_above_0"):
+        raise SystemExit(f"error: {info_path}: no training token has a hint other than the previous token "
+                         f"(parser {model}): BET(SG) would train as BET(SF); train the parser longer")
+
+
+def save_preparation_commands(ctx: Context, suite: Suite):
+    """The suite's preparation commands of this run, added to those of earlier runs (the report shows them all)."""
+    path = os.path.join(ctx.work_dir, "results", suite.name, "preparation.json")
+    commands = load_preparation_commands(ctx, suite)
+    commands += [c for c in ctx.commands.get(suite.name, []) if c not in commands]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with atomic_output(path) as f:
+        json.dump(commands, f, indent=1)
+        f.write("\n")
+
+
+def load_preparation_commands(ctx: Context, suite: Suite) -> List[str]:
+    path = os.path.join(ctx.work_dir, "results", suite.name, "preparation.json")
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def recipe_env(ctx: Context, suite: Suite, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -369,17 +419,18 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False) -> dict:
     with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
         training = parse_train_log(f.read())
     evaluate_env = {k: v for k, v in env.items() if k != "SYNTAX_HINTS"}
+    evaluate = [f"recipes/{suite.recipe}/{'generate' if suite.kind == 'translation' else 'evaluate'}.sh", row.arch]
+    ctx.run(suite.name, evaluate_env, evaluate)
     if suite.kind == "translation":
-        ctx.run(suite.name, evaluate_env, [f"recipes/{suite.recipe}/generate.sh", row.arch])
         score_file = os.path.join(save_dir, "generate", "score-test.json")
         with open(os.path.join(save_dir, "generate", "generate-test.txt"), encoding="utf-8") as f:
             training["generation"] = parse_generate_speed(f.read())
     else:
-        ctx.run(suite.name, evaluate_env, [f"recipes/{suite.recipe}/evaluate.sh", row.arch])
         score_file = os.path.join(save_dir, "evaluate", "score-test.json")
     with open(score_file, encoding="utf-8") as f:
         score = json.load(f)
     result = {"fingerprint": key, "settings": settings, "train_command": shell_line(env, train),
+              "evaluate_command": shell_line(evaluate_env, evaluate),
               "train_process_seconds": round(train_elapsed, 1), "score": score, **training,
               "finished": datetime.datetime.now().isoformat(timespec="seconds"), **provenance()}
     with atomic_output(path) as f:
@@ -396,7 +447,7 @@ _FIELD = re.compile(r"(\w+)=([-+0-9.e]+|inf|nan)")
 
 
 def _fields(line: str) -> Dict[str, float]:
-    return {k: float(v) for k, v in _FIELD.findall(line.replace(" | ", " ").replace(" ", " "))}
+    return {k: float(v) for k, v in _FIELD.findall(line)}
 
 
 def _pipe_fields(line: str) -> Dict[str, float]:
@@ -489,10 +540,14 @@ def verdict(suite: Suite, row: Row, results: Dict[str, dict]) -> str:
         return f"{claim.text}: no {suite.metric}"
     better = ours > theirs if suite.higher_is_better else ours < theirs
     delta = f"{ours:.2f} vs {theirs:.2f} ({claim.baseline})"
+    if suite.higher_is_better and theirs < BLEU_FLOOR:
+        return f"{claim.text}: not measurable ({delta}: the baseline is below {BLEU_FLOOR:g} BLEU)"
     if claim.relation == "better":
         holds = better
     elif claim.relation == "worse":
         holds = not better and ours != theirs
+    elif claim.relation == "matches":
+        holds = ours >= theirs - MATCH_BLEU if suite.higher_is_better else ours <= MATCH_RATIO * theirs
     elif claim.relation == "works":
         # "trains and decodes / stays close": within half of the baseline's BLEU, or within 10 % of its bpc/ppl
         holds = ours >= 0.5 * theirs if suite.higher_is_better else ours <= 1.1 * theirs
@@ -515,12 +570,12 @@ def render_suite(suite: Suite, results: Dict[str, dict], plot: Optional[str]) ->
                  f"{any_result['cores']} CPU cores. Shared sizes: `{' '.join(suite.model_args) or 'the preset'}`.")
     lines.append("")
     if suite.kind == "translation":
-        header = ["row", "`--arch` and flags", "params", "updates", "train time", "valid loss (bits)",
-                  "test sacreBLEU", "tokenized BLEU", "beam-5 sent/s", "claim tested"]
+        header = ["row", "`--arch` and flags", "params", "updates", "train time", "valid nll (bits)",
+                  "test sacreBLEU", "tokenized BLEU", "git", "claim tested"]
     else:
         unit = "bits per character" if suite.metric == "bits_per_character" else "perplexity"
         header = ["row", "`--arch` and flags", "params", "updates", "train time", "valid loss (bits)",
-                  f"test {unit}", "claim tested"]
+                  f"test {unit}", "git", "claim tested"]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " if i < 2 or i == len(header) - 1 else " ---: "
                                                              for i in range(len(header))) + "|"]
     for row in suite.rows:
@@ -528,16 +583,17 @@ def render_suite(suite: Suite, results: Dict[str, dict], plot: Optional[str]) ->
             continue
         r = results[row.name]
         flags = " ".join([row.arch, *row.args] + (["(SYNTAX_HINTS=1)"] if row.syntax_hints else []))
-        valid = r.get("valid", {}).get("loss")
+        # translation: nll (label smoothing and BET(SG)'s pointer term excluded); LMs: loss = nll
+        valid = r.get("valid", {}).get("nll_loss" if suite.kind == "translation" else "loss")
         cells = [row.name, f"`{flags}`", f"{r['params'] / 1e6:.2f}M", str(r["updates"]), fmt_seconds(r["train_seconds"]),
                  f"{valid:.3f}" if valid is not None else "-"]
         if suite.kind == "translation":
             s = r["score"]
-            cells += [f"{s.get('sacrebleu', float('nan')):.2f}", f"{s['tokenized_bleu']:.2f}",
-                      f"{r['generation']['sentences_per_second']:.1f}"]
+            cells += [f"{s.get('sacrebleu', float('nan')):.2f}", f"{s['tokenized_bleu']:.2f}"]
         else:
             value = metric_value(suite, r)
             cells.append(f"{value:.3f}" if suite.metric == "bits_per_character" else f"{value:.1f}")
+        cells.append(r.get("git", "?").split()[0])
         cells.append(verdict(suite, row, results) + (f" ({row.note})" if row.note else ""))
         lines.append("| " + " | ".join(cells) + " |")
     missing = [row.name for row in suite.rows if row.name not in results]
@@ -594,9 +650,12 @@ def load_results(ctx: Context, suite: Suite) -> Dict[str, dict]:
 
 def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], command: str) -> str:
     meta = provenance()
+    revisions = sorted({r.get("git", "?") for suite in suites for r in load_results(ctx, suite).values()})
     lines = [REPORT_BEGIN, "", "## Benchmark: quality of every kind (`make bench-quality`)", "",
-             f"Written by `{command}` on {datetime.date.today().isoformat()}: git {meta['git']}, torch {meta['torch']}, "
-             f"fairseq {meta['fairseq']}, {meta['cores']} cores (load average at the end {meta['load_average']}). "
+             f"Rendered by `{command}` on {datetime.date.today().isoformat()} (git {meta['git']}); the rows were "
+             f"trained at git {', '.join(revisions) or '-'} (column *git*; a row is retrained only when its settings "
+             "change, so after a change to the model code or a recipe's defaults use `--force`), torch "
+             f"{meta['torch']}, fairseq {meta['fairseq']}, {meta['cores']} cores. "
              "Every row is trained through its dataset's recipe with seed 1 and the budget stated; the rows of one "
              "suite differ only in `--arch` and the flags shown. Training time is fairseq's own (`done training "
              "in`), which moves with the machine's load; each row's JSON (git revision, load, exact command) is in "
@@ -613,8 +672,10 @@ def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], comm
         lines += render_suite(suite, results, plot)
         if results:
             example = next(iter(results.values()))
-            lines += ["Commands (preparation, then one row; the others differ in `--arch` and flags):", "", "```bash"]
-            lines += ctx.commands.get(suite.name, [])[:1] + [example["train_command"]]
+            lines += ["Commands (preparation, then one row's training and scoring; the other rows differ in "
+                      "`--arch`, flags and `SAVE_DIR`, see each row's JSON):", "", "```bash"]
+            lines += load_preparation_commands(ctx, suite)
+            lines += [example["train_command"]] + ([example["evaluate_command"]] if "evaluate_command" in example else [])
             lines += ["```", ""]
     lines.append(REPORT_END)
     return "\n".join(lines) + "\n"
@@ -669,18 +730,23 @@ def main(argv: Optional[Sequence[str]] = None):
             parser.error(f"--rows: unknown {', '.join(sorted(wanted - known))} (rows: {', '.join(sorted(known))})")
 
     for suite in suites:
-        prepare(ctx, suite)  # also for --report-only: the report shows the preparation command
+        prepare(ctx, suite)  # also for --report-only: the rows' fingerprints include the data's
         if args.report_only:
+            save_preparation_commands(ctx, suite)
             continue
         rows = [row for row in suite.rows if (row.name in wanted if wanted else
                                               (row.name in suite.quick_rows if args.quick else True))]
         if any(row.syntax_hints for row in rows):
             prepare_syntax_hints(ctx, suite)
+        save_preparation_commands(ctx, suite)
         for row in rows:
             run_row(ctx, suite, row, force=args.force)
     command = "python benchmarks/quality.py" + (" " + " ".join(shlex.quote(a) for a in argv) if argv else
                                                  (" " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""))
-    section = render(ctx, suites, os.path.dirname(os.path.abspath(output)) if output else None, command)
+    # Every suite with finished rows is in the report, not only those run now (--suites selects what runs).
+    reported = [suite for suite in SUITES.values() if suite in suites or os.path.isfile(
+        os.path.join(ctx.work_dir, "data-bin", suite.name, "prepare.json"))]
+    section = render(ctx, reported, os.path.dirname(os.path.abspath(output)) if output else None, command)
     if output:
         write_report(output, section)
         log(f"report: {relative(output)}")
