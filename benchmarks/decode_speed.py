@@ -166,10 +166,15 @@ def render(translation: Optional[dict], lm: Optional[dict], lengths: Sequence[in
            threads: int) -> str:
     meta = provenance()
     lines = ["# Decoding throughput", "",
-             f"Written by `{command}` (edit the script, not this file) on {datetime.date.today().isoformat()}: "
-             f"git {meta['git']}, torch {meta['torch']}, fairseq {meta['fairseq']}, {meta['cores']} cores, "
-             f"`torch.set_num_threads({threads})` for sampling; load average at the end {meta['load_average']}. "
-             "CPU, float32. Every model of a table ran in turn in each repeat (the same machine load).", ""]
+             f"Written by `{command}` (edit the script, not this file) on {datetime.date.today().isoformat()} "
+             f"(git {meta['git']}), torch {meta['torch']}, fairseq {meta['fairseq']}, {meta['cores']} cores, "
+             f"`torch.set_num_threads({threads})` for sampling; each part says where and under which load it was "
+             "measured (`--parts` runs one, the other is kept). CPU, float32. Every model of a table ran in turn in "
+             "each repeat (the same machine load).", ""]
+    if not translation:
+        lines += ["## Beam search: fairseq-generate --beam 5, Multi30k test 2016 flickr", "",
+                  "Not measured yet: it decodes with the Multi30k models of `benchmarks/quality.py` "
+                  "(`python benchmarks/decode_speed.py --parts translation` trains the missing ones first).", ""]
     if translation:
         first = next(iter(translation.values()))
         lines += ["## Beam search: fairseq-generate --beam 5, Multi30k test 2016 flickr", "",
@@ -179,7 +184,8 @@ def render(translation: Optional[dict], lm: Optional[dict], lengths: Sequence[in
                   "settings (batches of up to `GEN_MAX_TOKENS` source tokens, output length at most 1.2 x the batch's "
                   "source length + 10). "
                   "Time: fairseq's own count (model loading excluded), median of "
-                  f"{len(first['runs'])} runs. Output lengths differ between models, so tokens/s is the fairer column.", "",
+                  f"{len(first['runs'])} runs. Output lengths differ between models, so tokens/s is the fairer column. "
+                  + first.get("measured", ""), "",
                   "| model | params | sentences/s | tokens/s | tokens generated | x softmax (tokens/s) | test sacreBLEU |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         base = translation.get("softmax", {}).get("tokens_per_second")
@@ -199,7 +205,7 @@ def render(translation: Optional[dict], lm: Optional[dict], lengths: Sequence[in
                   "exactly L tokens after the end-of-sentence symbol (L + 1 decoder steps, the last one forced to "
                   "end the sentence); the Extractor paper's LM setting (d = 128, 4 layers, FFN 512, learned "
                   f"positions) with {next(iter(lm.values()))['positions']} positions, the tiny Shakespeare byte "
-                  "dictionary, fresh weights. Median of the repeats.", "",
+                  "dictionary, fresh weights. Median of the repeats. " + next(iter(lm.values())).get("measured", ""), "",
                   "| model | params | " + " | ".join(f"L = {n}" for n in lengths) + " |",
                   "| --- | ---: | " + " | ".join("---:" for _ in lengths) + " |"]
         for name, r in lm.items():
@@ -239,6 +245,9 @@ def load_part(folder: str, part: str):
         for r in results.values():
             r["seconds"] = {int(k): v for k, v in r["seconds"].items()}
             r["tokens_per_second"] = {int(k): v for k, v in r["tokens_per_second"].items()}
+    measured = (f"Measured at git {stored['git']} on {stored['cores']} cores, load average {stored['load_average']} "
+                "at the end (other jobs raise it and the times).")
+    results = {name: dict(r, measured=measured) for name, r in results.items()}
     return results, stored["commands"], stored["lengths"]
 
 
@@ -254,9 +263,10 @@ def main(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--lengths", default=None, help=f"LM sampling lengths (default {','.join(map(str, LENGTHS))})")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="torch threads for sampling")
     parser.add_argument("--output", default=None, help="markdown report (default docs/decode_speed.md; --quick: print)")
+    parser.add_argument("--report-only", action="store_true", help="only re-render the report from the stored parts")
     parser.add_argument("--quick", action="store_true", help="smoke run: quality.py's quick data and rows, 2 models, short samples")
     args = parser.parse_args(argv)
-    parts = args.parts.split(",")
+    parts = [] if args.report_only else args.parts.split(",")
     if not set(parts) <= {"translation", "lm"}:
         parser.error(f"--parts: expected translation and/or lm, got {args.parts}")
     lengths = tuple(int(n) for n in args.lengths.split(",")) if args.lengths else (QUICK_LENGTHS if args.quick else LENGTHS)
