@@ -617,11 +617,16 @@ def plot_curves(suite: Suite, results: Dict[str, dict], path: str):
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(7, 4.5))
+    shown = []
     for row in suite.rows:
         curve = results.get(row.name, {}).get("train_curve")
         if curve:
             updates, losses = zip(*curve)
             axis.plot(updates, losses, label=row.name, linewidth=1.2)
+            shown.append(losses)
+    if shown and all(len(losses) > 3 for losses in shown):
+        # The first logged losses (near log2 of the vocabulary) would squeeze the curves' differences.
+        axis.set_ylim(min(min(losses) for losses in shown) - 0.2, max(losses[2] for losses in shown) * 1.05)
     axis.set_xlabel("updates")
     axis.set_ylabel("training loss (bits per token)")
     axis.set_title(f"{suite.title}: training loss")
