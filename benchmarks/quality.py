@@ -665,9 +665,10 @@ def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], comm
              "suite differ only in `--arch` and the flags shown. Training time is fairseq's own (`done training "
              "in`), which moves with the machine's load; each row's JSON (git revision, load, exact command) is in "
              f"`{relative(os.path.join(ctx.work_dir, 'results'))}/`. A claim \"holds\" when the row beats its "
-             "baseline on the test metric (\"works\" claims: at least half the baseline's BLEU, or within 10 % of "
-             "its bits per character / perplexity); at these budgets that says what this scale shows, not what the "
-             "papers' full-scale runs show.", ""]
+             "baseline on the test metric; \"matches\" claims: within 1 BLEU, or within 3 % of its bits per "
+             "character / perplexity; \"works\" claims: at least half its BLEU, or within 10 %; no BLEU verdict "
+             f"against a baseline below {BLEU_FLOOR:g} BLEU. One seed per row: small gaps are noise, and at these "
+             "budgets a verdict says what this scale shows, not what the papers' full-scale runs show.", ""]
     for suite in suites:
         results = load_results(ctx, suite)
         plot = None
