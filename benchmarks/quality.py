@@ -184,7 +184,9 @@ SUITES = {
              "GEN_EXTRA_ARGS": "--max-len-a 1.2 --max-len-b 10", "SUBSETS": "test"},
         quick_env={"MAX_UPDATE": "6", "WARMUP": "4", "LOG_INTERVAL": "2", "MAX_TOKENS": "1024", "TOKENS_PER_UPDATE": "1024"},
         model_args=IWSLT_SIZES_3_3_D128, rows=TRANSLATION_ROWS,
-        quick_rows=("softmax", "cosformer_decoder", "extractor_me_decoder", "bet_sf", "bet_sg"),
+        # not bet_sg: a parser trained for a smoke run's few steps gives no usable hints (an error, see
+        # prepare_syntax_hints); `--quick --rows bet_sg` with QUICK_PARSER_STEPS raised runs it
+        quick_rows=("softmax", "cosformer_decoder", "extractor_me_decoder", "bet_sf"),
         metric="sacrebleu", higher_is_better=True),
     "shakespeare": lm_suite("shakespeare", "tiny Shakespeare, characters (bytes)", "enwik8", "bits_per_character",
                             updates=600, tokens=4096, dropout=0.1, weight_decay=0.0),
