@@ -51,8 +51,13 @@ import time
 import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+BENCHMARKS = os.path.join(REPO, "benchmarks")
+for _path in (REPO, BENCHMARKS):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from fairseq_plugins.files import atomic_output  # noqa: E402
+from provenance import available_cores, git_revision, load_average  # noqa: E402  (benchmarks/provenance.py)
 
 EXTRACTOR_KINDS = ("extractor_she", "extractor_he", "extractor_we", "extractor_me")
 KINDS = ("softmax", "cosformer", "cosformer_reference_cumsum") + EXTRACTOR_KINDS + ("bet",)
@@ -354,13 +359,6 @@ def run_worker(spec):
 # ---------------------------------------------------------------------------
 
 
-def available_cores():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def mem_available_bytes():
     try:
         with open("/proc/meminfo") as f:
@@ -605,14 +603,6 @@ def fmt_ratio(a, b):
     return f"{r:.2f}x" if r < 1 else f"{r:.1f}x" if r < 100 else f"{r:.0f}x"
 
 
-def load_average():
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
-
-
 def environment():
     try:
         import fairseq
@@ -629,12 +619,7 @@ def environment():
                     break
     except OSError:
         pass
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-        rev = (rev or "unknown") + (" (with uncommitted changes)" if dirty else "")
-    except OSError:
-        rev = "unknown"
+    rev = git_revision()
     try:
         with open("/proc/self/autogroup") as f:
             autogroup = f.read().strip()
@@ -849,7 +834,7 @@ def main(argv=None):
     print()
     print(report)
     if args.output:
-        with open(args.output, "w") as f:
+        with atomic_output(args.output) as f:
             f.write(report)
         print(f"# wrote {args.output}")
     return 0

@@ -39,6 +39,7 @@ if BENCHMARKS not in sys.path:
     sys.path.insert(0, BENCHMARKS)
 
 import quality  # noqa: E402  (benchmarks/quality.py: the trained rows, their data and the recipes)
+from provenance import available_cores  # noqa: E402  (benchmarks/provenance.py)
 from quality import REPO, Context, log, provenance, relative  # noqa: E402
 
 sys.path.insert(0, REPO)
@@ -261,7 +262,7 @@ def main(argv: Optional[Sequence[str]] = None):
                         "reused; default work_dirs/bench_quality, --quick: work_dirs/bench_quality_quick)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per model (median)")
     parser.add_argument("--lengths", default=None, help=f"LM sampling lengths (default {','.join(map(str, LENGTHS))})")
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="torch threads for sampling")
+    parser.add_argument("--threads", type=int, default=available_cores(), help="torch threads for sampling")
     parser.add_argument("--output", default=None, help="markdown report (default docs/decode_speed.md; --quick: print)")
     parser.add_argument("--report-only", action="store_true", help="only re-render the report from the stored parts")
     parser.add_argument("--quick", action="store_true", help="smoke run: quality.py's quick data and rows, 2 models, short samples")

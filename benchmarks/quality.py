@@ -46,10 +46,15 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+BENCHMARKS = os.path.join(REPO, "benchmarks")
+for _path in (REPO, BENCHMARKS):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
+from data_prep.syntax_hints import info_path  # noqa: E402
+from fairseq_plugins.data.syntax_hints import hint_dataset_prefix  # noqa: E402
 from fairseq_plugins.files import atomic_output  # noqa: E402
+from provenance import available_cores, git_revision, load_average  # noqa: E402  (benchmarks/provenance.py)
 
 # The recipes' overrides (recipes/lib/common.sh): never inherited from the caller's environment, so that a
 # row is exactly its recorded command (and its fingerprint).
@@ -330,11 +335,12 @@ def prepare_syntax_hints(ctx: Context, suite: Suite):
     ctx.run(suite.name, recipe_env(ctx, suite, {"SPACY_MODEL": model}),
             [f"recipes/{suite.recipe}/syntax_hints.sh", "--n-process", "1"],
             log_path=os.path.join(ctx.work_dir, "logs", "syntax_hints.log"))
-    info_path = os.path.join(data_bin(ctx, suite), "train.de-en.en.hints.info.json")
-    with open(info_path, encoding="utf-8") as f:
+    env = recipe_env(ctx, suite)
+    info_file = info_path(hint_dataset_prefix(data_bin(ctx, suite), "train", env["SRC"], env["TGT"]))
+    with open(info_file, encoding="utf-8") as f:
         info = json.load(f)
     if not info.get("tokens_with_distance_above_0"):
-        raise SystemExit(f"error: {info_path}: no training token has a hint other than the previous token "
+        raise SystemExit(f"error: {info_file}: no training token has a hint other than the previous token "
                          f"(parser {model}): BET(SG) would train as BET(SF); train the parser longer")
 
 
@@ -513,16 +519,8 @@ def parse_generate_speed(text: str) -> dict:
 def provenance() -> dict:
     import fairseq
     import torch
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, text=True, capture_output=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, text=True,
-                               capture_output=True).stdout.strip()
-        rev += " (uncommitted changes)" if dirty else ""
-    except (OSError, subprocess.CalledProcessError):
-        rev = "unknown"
-    return {"git": rev, "torch": torch.__version__, "fairseq": fairseq.__version__,
-            "cores": len(os.sched_getaffinity(0)), "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    return {"git": git_revision(), "torch": torch.__version__, "fairseq": fairseq.__version__,
+            "cores": available_cores(), "load_average": load_average()}
 
 
 def metric_value(suite: Suite, result: dict) -> Optional[float]:
