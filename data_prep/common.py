@@ -148,6 +148,19 @@ def write_lines(path: str, lines: Iterable[str]) -> int:
     return count
 
 
+def copy_file(source: str, destination: str) -> None:
+    """Copy ``source`` to ``destination`` atomically (a partial copy never carries the final name)."""
+    with open(source, "rb") as src, atomic_output(destination, "wb") as dst:
+        shutil.copyfileobj(src, dst, CHUNK)
+
+
+def sacrebleu_registry(purpose: str) -> List[Tuple[str, str]]:
+    """(url, md5) of every file in the installed sacreBLEU's dataset registry that has a published md5."""
+    datasets = require("sacrebleu.dataset", "sacrebleu", purpose).DATASETS
+    return [(url, md5) for dataset in datasets.values()
+            for url, md5 in zip(dataset.data, getattr(dataset, "md5", None) or [])]
+
+
 def read_lines(path: str) -> Iterator[str]:
     """Lines without their end-of-line (only '\\n' splits, as in Moses' scripts); .gz files are decompressed."""
     opener = gzip.open if path.endswith(".gz") else open

@@ -18,7 +18,7 @@ length cleaning (captions are short and every pair is kept); joint BPE with
 import os
 from typing import Optional, Sequence
 
-from .common import Resource, argument_parser, fetch_all, log, main_guard, read_lines, require, write_lines
+from .common import Resource, argument_parser, fetch_all, log, main_guard, read_lines, sacrebleu_registry, write_lines
 from .translation import RawText, TranslationConfig, add_bpe_arguments, prepare_translation
 
 LANGS = ("de", "en")
@@ -30,11 +30,9 @@ RAW_PATH = "data/task1/raw"
 
 def _sacrebleu_md5(file_name: str) -> Optional[str]:
     """The md5 sacreBLEU publishes for this file of the repository, if any."""
-    datasets = require("sacrebleu.dataset", "sacrebleu", "Multi30k's checksums (sacreBLEU's registry)").DATASETS
-    for dataset in datasets.values():
-        for url, md5 in zip(dataset.data, getattr(dataset, "md5", None) or []):
-            if url.endswith(f"/{RAW_PATH}/{file_name}"):
-                return md5
+    for url, md5 in sacrebleu_registry("Multi30k's checksums (sacreBLEU's registry)"):
+        if url.endswith(f"/{RAW_PATH}/{file_name}"):
+            return md5
     return None
 
 

@@ -8,10 +8,9 @@ symbols included). For example the Grimm tales used by the benchmarks:
     python -m data_prep.text_files --input-dir ../shared/data/grimm --dest work_dirs/data-bin/grimm
 """
 import os
-import shutil
 from typing import Optional, Sequence
 
-from .common import PrepError, argument_parser, file_digest, main_guard
+from .common import PrepError, argument_parser, copy_file, file_digest, main_guard
 from .language_model import SPLITS, prepare_lm
 
 
@@ -25,9 +24,7 @@ def prepare(args) -> str:
     def write_text(text_dir: str):
         os.makedirs(text_dir, exist_ok=True)
         for split, source in inputs.items():
-            destination = os.path.join(text_dir, f"{split}.txt")
-            shutil.copyfile(source, destination + ".partial")
-            os.replace(destination + ".partial", destination)
+            copy_file(source, os.path.join(text_dir, f"{split}.txt"))
 
     # The digests make a changed input redo the preparation instead of keeping stale binaries.
     return prepare_lm(args, write_text, unit="word", raw_step_params={

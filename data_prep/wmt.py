@@ -30,7 +30,7 @@ or under ours (``wmt14-full-test.tgz``), or as its extracted SGML files.
 import os
 from typing import List, Sequence, Tuple
 
-from .common import Resource, argument_parser, fetch_all, main_guard, read_lines, require, write_lines
+from .common import Resource, argument_parser, fetch_all, main_guard, read_lines, require, sacrebleu_registry, write_lines
 from .text import reference_segments, sgm_segments
 from .translation import TranslationConfig, add_bpe_arguments, prepare_translation
 
@@ -64,7 +64,7 @@ def sacrebleu_test(key: str, name: str) -> Tuple[Resource, str, str]:
     src_file, ref_file = (os.path.basename(p) for p in dataset.langpairs["en-de"][:2])
     url, md5 = dataset.data[0], dataset.md5[0]
     # mirrors: any other location the registry publishes for a file of this md5
-    same_file = [u for entry in datasets.values() for u, m in zip(entry.data, getattr(entry, "md5", None) or []) if m == md5]
+    same_file = [u for u, m in sacrebleu_registry("the WMT test sets (sacreBLEU's registry)") if m == md5]
     urls = list(dict.fromkeys([url, *same_file, url.replace("https://statmt.org", "http://www.statmt.org")]))
     official = os.path.basename(url)
     sacrebleu_name = f"{key.replace('/', '_')}.{official}"  # where sacreBLEU keeps it (~/.sacrebleu/<key>/raw/)
