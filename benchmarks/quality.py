@@ -34,6 +34,7 @@ retrains.
 import argparse
 import datetime
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -51,6 +52,7 @@ for _path in (REPO, BENCHMARKS):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+from data_prep.common import read_lines, write_lines  # noqa: E402
 from data_prep.syntax_hints import info_path  # noqa: E402
 from fairseq_plugins.data.syntax_hints import hint_dataset_prefix  # noqa: E402
 from fairseq_plugins.files import atomic_output  # noqa: E402
@@ -259,11 +261,7 @@ class Context:
 
 def quick_sample(source: str, destination: str, lines: int):
     """The first ``lines`` lines of ``source`` (the smoke run's small data)."""
-    with open(source, encoding="utf-8") as f_in, atomic_output(destination) as f_out:
-        for number, line in enumerate(f_in):
-            if number >= lines:
-                break
-            f_out.write(line)
+    write_lines(destination, itertools.islice(read_lines(source), lines))
 
 
 def shared_file(ctx: Context, *parts: str) -> str:
