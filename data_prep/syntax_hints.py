@@ -354,6 +354,13 @@ def extract(args) -> str:
                                        "written": time.strftime("%Y-%m-%d %H:%M:%S")})
         log(f"{output}.bin/.idx: {stats.sentences} sentences, {stats.tokens} tokens, "
             f"{stats.above_0} with a hint distance > 0")
+        if stats.tokens and not stats.above_0:
+            # Every hint is the previous token: the pointer loss then only repeats the diagonal-free
+            # default and BET(SG) trains like BET(SF). Legitimate for a tiny split, a sign of a weak
+            # or mismatched parser (language, casing) for a real one.
+            log(f"warning: {output}: no token's hint points further back than the previous token "
+                f"(--spacy-model {args.spacy_model} found no left ancestor beyond it in {stats.sentences} sentences); "
+                "check the parser on this text before training BET(SG) with these hints")
         shutil.rmtree(work_dir)
     return output
 

@@ -387,3 +387,22 @@ def test_tool_errors(tmp_path, toy_model, capsys, case):
     assert exit_info.value.code == 2
     assert expected in capsys.readouterr().err
     assert not (tmp_path / "out.hints.bin").exists() and not (tmp_path / "out.hints.info.json").exists()
+
+
+def test_hints_that_never_point_past_the_previous_token_are_warned_about(tmp_path, toy_model, capsys):
+    """One-word sentences have no left ancestor: every hint is the token itself, and BET(SG)
+    would silently train as BET(SF); the tool says so (and does not for ordinary text)."""
+    text = tmp_path / "valid.en"
+    text.write_text("dogs\nbark\ncats\n", encoding="utf-8")
+    prefix = tmp_path / "valid.hints"
+    tool.main(["--input", str(text), "--output", str(prefix), "--spacy-model", str(toy_model)])
+    err = capsys.readouterr().err
+    assert "warning:" in err and "no token's hint points further back than the previous token" in err
+    assert json.loads(Path(str(prefix) + ".info.json").read_text())["summary"]["tokens_with_distance_above_0"] == 0
+
+
+def test_ordinary_text_gives_no_warning(tmp_path, toy_model, toy_sentences, capsys):
+    text = tmp_path / "train.en"
+    text.write_text("\n".join(" ".join(words) for words in toy_sentences) + "\n", encoding="utf-8")
+    tool.main(["--input", str(text), "--output", str(tmp_path / "train.hints"), "--spacy-model", str(toy_model)])
+    assert "warning:" not in capsys.readouterr().err
