@@ -52,8 +52,8 @@ for _path in (REPO, BENCHMARKS):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from data_prep.common import read_lines, write_lines  # noqa: E402
-from data_prep.syntax_hints import info_path  # noqa: E402
+from data_prep.common import PrepError, read_lines, write_lines  # noqa: E402
+from data_prep.syntax_hints import info_path, read_summary  # noqa: E402
 from fairseq_plugins.data.syntax_hints import hint_dataset_prefix  # noqa: E402
 from fairseq_plugins.files import atomic_output  # noqa: E402
 from provenance import available_cores, git_revision, load_average  # noqa: E402  (benchmarks/provenance.py)
@@ -334,11 +334,18 @@ def prepare_syntax_hints(ctx: Context, suite: Suite):
             [f"recipes/{suite.recipe}/syntax_hints.sh", "--n-process", "1"],
             log_path=os.path.join(ctx.work_dir, "logs", "syntax_hints.log"))
     env = recipe_env(ctx, suite)
-    info_file = info_path(hint_dataset_prefix(data_bin(ctx, suite), "train", env["SRC"], env["TGT"]))
-    with open(info_file, encoding="utf-8") as f:
-        info = json.load(f)
-    if not info.get("tokens_with_distance_above_0"):
-        raise SystemExit(f"error: {info_file}: no training token has a hint other than the previous token "
+    check_hints_reach_past_previous_token(
+        hint_dataset_prefix(data_bin(ctx, suite), "train", env["SRC"], env["TGT"]), model)
+
+
+def check_hints_reach_past_previous_token(prefix: str, model: str):
+    """Stop when the training hints never point past the previous token: BET(SG) would then train as BET(SF)."""
+    try:
+        summary = read_summary(prefix)
+    except PrepError as error:
+        raise SystemExit(f"error: {error}") from None
+    if not summary["tokens_with_distance_above_0"]:
+        raise SystemExit(f"error: {info_path(prefix)}: no training token has a hint other than the previous token "
                          f"(parser {model}): BET(SG) would train as BET(SF); train the parser longer")
 
 

@@ -224,6 +224,15 @@ def info_path(output: str) -> str:
     return output + ".info.json"
 
 
+def read_summary(output: str) -> dict:
+    """The counts (Summary.as_dict) that extract() recorded for the hint dataset at prefix ``output``."""
+    info = read_json(info_path(output))
+    if info is None or not isinstance(info.get("summary"), dict):
+        raise PrepError(f"{info_path(output)}: missing or without a 'summary' (written by data_prep/syntax_hints.py "
+                        "when it finishes); rerun it for this split")
+    return info["summary"]
+
+
 def write_text_dump(output: str, path: str) -> None:
     hints = load_hint_dataset(output)
     with atomic_output(path) as f:

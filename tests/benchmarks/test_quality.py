@@ -186,3 +186,21 @@ def test_decode_speed_samples_exactly_the_asked_lengths(tmp_path):
     for kind in ("softmax (4 heads)", "cosformer (4 heads)", "extractor_me"):
         assert f"| {kind} |" in text
     assert "L = 24" in text and "8-24" in text
+
+
+def test_hint_check_reads_the_summary_that_syntax_hints_writes(tmp_path):
+    """BET(SG)'s guard reads the counts where data_prep/syntax_hints.py writes them (its Summary and info file)."""
+    from data_prep.syntax_hints import Summary, info_path, write_json
+
+    prefix = str(tmp_path / "train.de-en.en.hints")
+    with pytest.raises(SystemExit, match="without a 'summary'"):
+        quality.check_hints_reach_past_previous_token(prefix, "parser")
+    for distances, reaches_back in (([0, 0, 0, 0], False), ([0, 2, 0, 0], True)):  # the last value is </s>'s
+        summary = Summary()
+        summary.add(distances)
+        write_json(info_path(prefix), {"summary": summary.as_dict()})
+        if reaches_back:
+            quality.check_hints_reach_past_previous_token(prefix, "parser")
+        else:
+            with pytest.raises(SystemExit, match="would train as BET.SF."):
+                quality.check_hints_reach_past_previous_token(prefix, "parser")
