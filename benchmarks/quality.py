@@ -77,7 +77,8 @@ class Claim:
     """A paper's claim that a row tests against another row of its suite."""
     text: str
     baseline: str                 # the row it is compared with
-    # "better" / "worse": beats / loses to the baseline on the test metric (one seed: small gaps are noise);
+    # "better" / "worse": beats / loses to the baseline on the test metric by more than the "matches"
+    # tolerance; a smaller gap is "within noise" (one seed cannot separate it);
     # "matches": within MATCH_BLEU BLEU, or within MATCH_RATIO of its bits per character / perplexity;
     # "works" (trains and decodes): at least half the baseline's BLEU, or within 10 % of its bpc / perplexity.
     relation: str = "better"
@@ -547,10 +548,15 @@ def verdict(suite: Suite, row: Row, results: Dict[str, dict]) -> str:
     delta = f"{ours:.2f} vs {theirs:.2f} ({claim.baseline})"
     if suite.higher_is_better and theirs < BLEU_FLOOR:
         return f"{claim.text}: not measurable ({delta}: the baseline is below {BLEU_FLOOR:g} BLEU)"
-    if claim.relation == "better":
-        holds = better
-    elif claim.relation == "worse":
-        holds = not better and ours != theirs
+    if suite.higher_is_better:
+        within_tolerance = abs(ours - theirs) <= MATCH_BLEU
+    else:
+        within_tolerance = max(ours, theirs) <= MATCH_RATIO * min(ours, theirs)
+    if claim.relation in ("better", "worse"):
+        if within_tolerance:
+            tolerance = f"{MATCH_BLEU:g} BLEU" if suite.higher_is_better else f"{MATCH_RATIO - 1:.0%}"
+            return f"{claim.text}: **within noise** ({delta}: a gap under {tolerance}, which one seed cannot separate)"
+        holds = better if claim.relation == "better" else not better
     elif claim.relation == "matches":
         holds = ours >= theirs - MATCH_BLEU if suite.higher_is_better else ours <= MATCH_RATIO * theirs
     elif claim.relation == "works":
@@ -572,7 +578,9 @@ def render_suite(suite: Suite, results: Dict[str, dict], plot: Optional[str]) ->
     any_result = next(iter(results.values()))
     env = any_result["settings"]["env"]
     lines.append(f"Budget: {env['MAX_UPDATE']} updates of up to {env['MAX_TOKENS']} tokens, seed 1, on "
-                 f"{any_result['cores']} CPU cores. Shared sizes: `{' '.join(suite.model_args) or 'the preset'}`.")
+                 f"{any_result['cores']} CPU cores. "
+                 + (f"Shared sizes: `{' '.join(suite.model_args)}`." if suite.model_args
+                    else "Sizes: each row's `--arch` preset."))
     lines.append("")
     if suite.kind == "translation":
         header = ["row", "`--arch` and flags", "params", "updates", "train time", "valid nll (bits)",
@@ -669,8 +677,9 @@ def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], comm
              "Every row is trained through its dataset's recipe with seed 1 and the budget stated; the rows of one "
              "suite differ only in `--arch` and the flags shown. Training time is fairseq's own (`done training "
              "in`), which moves with the machine's load; each row's JSON (git revision, load, exact command) is in "
-             f"`{relative(os.path.join(ctx.work_dir, 'results'))}/`. A claim \"holds\" when the row beats its "
-             "baseline on the test metric; \"matches\" claims: within 1 BLEU, or within 3 % of its bits per "
+             f"`{relative(os.path.join(ctx.work_dir, 'results'))}/`. A \"beats\" claim holds when the row beats its "
+             "baseline on the test metric by more than 1 BLEU or 3 % (a smaller gap is \"within noise\"); "
+             "\"matches\" claims: within 1 BLEU, or within 3 % of its bits per "
              "character / perplexity; \"works\" claims: at least half its BLEU, or within 10 %; no BLEU verdict "
              f"against a baseline below {BLEU_FLOOR:g} BLEU. One seed per row: small gaps are noise, and at these "
              "budgets a verdict says what this scale shows, not what the papers' full-scale runs show.", ""]

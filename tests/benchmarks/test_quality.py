@@ -71,8 +71,9 @@ def _result(value, metric="sacrebleu"):
 
 
 @pytest.mark.parametrize("relation, ours, theirs, expected", [
-    ("better", 21.0, 20.0, "holds"), ("better", 19.0, 20.0, "not reproduced"), ("better", 20.0, 20.0, "not reproduced"),
-    ("worse", 19.0, 20.0, "holds"), ("worse", 20.0, 20.0, "not reproduced"),
+    ("better", 21.5, 20.0, "holds"), ("better", 18.5, 20.0, "not reproduced"),
+    ("better", 20.9, 20.0, "within noise"), ("better", 19.1, 20.0, "within noise"),
+    ("worse", 18.5, 20.0, "holds"), ("worse", 21.5, 20.0, "not reproduced"), ("worse", 20.0, 20.0, "within noise"),
     ("works", 10.0, 20.0, "holds"), ("works", 9.9, 20.0, "not reproduced"),
     ("matches", 19.0, 20.0, "holds"), ("matches", 18.9, 20.0, "not reproduced"), ("matches", 25.0, 20.0, "holds"),
 ])
@@ -95,6 +96,9 @@ def test_verdict_lower_is_better_for_bits_and_missing_baseline():
     row = quality.Row("x", "arch", claim=quality.Claim("claim", "base"))
     metric = suite.metric
     assert "**holds**" in quality.verdict(suite, row, {"x": _result(1.9, metric), "base": _result(2.0, metric)})
+    assert "**not reproduced**" in quality.verdict(suite, row, {"x": _result(2.1, metric), "base": _result(2.0, metric)})
+    assert "**within noise**" in quality.verdict(suite, row, {"x": _result(1.95, metric), "base": _result(2.0, metric)})
+    assert "**within noise**" in quality.verdict(suite, row, {"x": _result(2.05, metric), "base": _result(2.0, metric)})
     works = quality.Row("x", "arch", claim=quality.Claim("claim", "base", "works"))
     assert "**holds**" in quality.verdict(suite, works, {"x": _result(2.19, metric), "base": _result(2.0, metric)})
     assert "**not reproduced**" in quality.verdict(suite, works, {"x": _result(2.21, metric), "base": _result(2.0, metric)})
