@@ -33,6 +33,7 @@ retrains.
 """
 import argparse
 import datetime
+import glob
 import hashlib
 import itertools
 import json
@@ -58,16 +59,22 @@ from fairseq_plugins.data.syntax_hints import hint_dataset_prefix  # noqa: E402
 from fairseq_plugins.files import atomic_output  # noqa: E402
 from provenance import available_cores, git_revision, load_average  # noqa: E402  (benchmarks/provenance.py)
 
-# The recipes' overrides (recipes/lib/common.sh): never inherited from the caller's environment, so that a
-# row is exactly its recorded command (and its fingerprint).
-RECIPE_VARIABLES = (
-    "DATA_BIN", "WORK_DIR", "SAVE_DIR", "SAVE_SUFFIX", "NUM_GPUS", "CPU_PROCS", "FP16", "MAX_TOKENS",
-    "TOKENS_PER_UPDATE", "UPDATE_FREQ", "MAX_UPDATE", "LR", "WARMUP", "WEIGHT_DECAY", "DROPOUT", "LABEL_SMOOTHING",
-    "CLIP_NORM", "SEED", "BATCH_MULTIPLE", "SAVE_INTERVAL_UPDATES", "KEEP_INTERVAL_UPDATES", "AVERAGE_LAST",
-    "CHECKPOINT", "EXTRA_ARGS", "GEN_EXTRA_ARGS", "BEAM", "LENPEN", "GEN_MAX_TOKENS", "SUBSETS", "TOKENS_PER_SAMPLE",
-    "CONTEXT_WINDOW", "SYNTAX_HINTS", "POINTER_LOSS_WEIGHT", "SPACY_MODEL", "HINTS_BPE", "DRY_RUN", "SRC", "TGT",
-    "OUT_DIR", "LOG_INTERVAL", "DATA_WORKERS", "SHARE_EMBEDDINGS", "SCORE_ARGS",
-)
+
+def recipe_variables() -> frozenset:
+    """Every variable the recipes read from the environment: under ``set -u`` an optional one is only ever read
+    as ``${NAME:-...}`` or ``${NAME:=...}``, so the recipes' own sources list them (no copy here to drift)."""
+    pattern = re.compile(r"\$\{([A-Z_][A-Z0-9_]*):[-=]")
+    names = set()
+    for path in glob.glob(os.path.join(REPO, "recipes", "**", "*.sh"), recursive=True):
+        with open(path, encoding="utf-8") as f:
+            names.update(pattern.findall(f.read()))
+    if not names:
+        raise SystemExit(f"error: found no ${{NAME:-...}} overrides in {os.path.join(REPO, 'recipes')}/**/*.sh")
+    return frozenset(names)
+
+
+# Never inherited from the caller's environment, so that a row is exactly its recorded command (and fingerprint).
+RECIPE_VARIABLES = recipe_variables()
 REPORT_BEGIN = "<!-- bench-quality:begin (written by benchmarks/quality.py; edit the script, not this section) -->"
 REPORT_END = "<!-- bench-quality:end -->"
 
@@ -219,7 +226,7 @@ def shell_line(env: Dict[str, str], argv: Sequence[str]) -> str:
     def short(value: str) -> str:
         if value == sys.executable:
             return "python"
-        if os.path.isabs(value) and os.path.relpath(value, REPO).count("..") <= 1:
+        if os.path.isabs(value) and not os.path.relpath(value, REPO).startswith(os.path.join(os.pardir, os.pardir)):
             return os.path.relpath(value, REPO)  # inside the checkout, or beside it (../shared/data)
         return value.replace(REPO + os.sep, "")
 
@@ -555,7 +562,7 @@ def verdict(suite: Suite, row: Row, results: Dict[str, dict]) -> str:
     if claim.relation in ("better", "worse"):
         if within_tolerance:
             tolerance = f"{MATCH_BLEU:g} BLEU" if suite.higher_is_better else f"{MATCH_RATIO - 1:.0%}"
-            return f"{claim.text}: **within noise** ({delta}: a gap under {tolerance}, which one seed cannot separate)"
+            return f"{claim.text}: **within noise** ({delta}: a gap of at most {tolerance}, which one seed cannot separate)"
         holds = better if claim.relation == "better" else not better
     elif claim.relation == "matches":
         holds = ours >= theirs - MATCH_BLEU if suite.higher_is_better else ours <= MATCH_RATIO * theirs

@@ -208,3 +208,13 @@ def test_hint_check_reads_the_summary_that_syntax_hints_writes(tmp_path):
         else:
             with pytest.raises(SystemExit, match="would train as BET.SF."):
                 quality.check_hints_reach_past_previous_token(prefix, "parser")
+
+
+def test_recipe_variables_are_read_from_the_recipes():
+    """The variables kept out of a row's inherited environment come from the recipes' sources: those every
+    recipe documents in recipes/lib/common.sh and those only a dataset's config reads."""
+    documented = {"DATA_BIN", "SAVE_DIR", "MAX_UPDATE", "LR", "WARMUP", "EXTRA_ARGS", "GEN_EXTRA_ARGS", "SYNTAX_HINTS",
+                  "POINTER_LOSS_WEIGHT", "SPACY_MODEL", "TOKENS_PER_SAMPLE", "CONTEXT_WINDOW", "DRY_RUN"}
+    assert documented <= quality.RECIPE_VARIABLES
+    assert {"DATA_NAME", "SAVE_NAME"} <= quality.RECIPE_VARIABLES  # read with a default in recipes/lib/common.sh
+    assert not {"PATH", "HOME"} & quality.RECIPE_VARIABLES
