@@ -57,7 +57,7 @@ for _path in (REPO, BENCHMARKS):
         sys.path.insert(0, _path)
 
 from fairseq_plugins.files import atomic_output  # noqa: E402
-from provenance import available_cores, git_revision, load_average  # noqa: E402  (benchmarks/provenance.py)
+from provenance import available_cores, git_revision, is_dirty, load_average  # noqa: E402  (benchmarks/provenance.py)
 
 EXTRACTOR_KINDS = ("extractor_she", "extractor_he", "extractor_we", "extractor_me")
 KINDS = ("softmax", "cosformer", "cosformer_reference_cumsum") + EXTRACTOR_KINDS + ("bet",)
@@ -906,6 +906,8 @@ def write_plot(path, lengths, kinds, train, memory_field, device, memory_label=N
 
 def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, decode, notes, elapsed, self_check,
            device=None, peak=None, plot_name=None):
+    from fairseq_plugins.modules.extractors import fft_length
+
     device = device or {"name": "cpu", "type": "cpu"}
     peak = peak or {}
     on_cuda = device["type"] == "cuda"
@@ -932,6 +934,9 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
     add("```")
     add("")
     add(f"- torch {env['torch']}, fairseq {env['fairseq']}, Python {env['python']}; git {env['git']}")
+    if is_dirty(env["git"]):
+        add("- **measured with uncommitted changes**: the revision above does not contain the code that ran; "
+            "re-measure on a clean checkout")
     add(f"- {env['cores']} cores ({env['cpu']}), `torch.set_num_threads({args.threads})`")
     add(f"- device: {device['name']}" + ("; TF32 off (`torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False`)" if on_cuda else ""))
     sched = f"nice {env['nice']}" + (f", scheduler autogroup `{env['autogroup']}`" if env.get("autogroup") else "")
@@ -983,10 +988,11 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
             "small cells. Two columns: the default process (*default malloc*), and the same with "
             "`MALLOC_MMAP_THRESHOLD_=131072` (*fixed threshold*): glibc otherwise raises its mmap threshold as "
             "large blocks are freed and keeps freed blocks below it resident, so the default peak also measures "
-            "that caching and moves by tens of MB from run to run; with the threshold fixed, RSS follows the "
+            "that caching and moves from run to run; with the threshold fixed, RSS follows the "
             "live allocations" + (" (`--quick` measures only this one)" if len(fields) == 1 else "") + ". softmax's T x T "
             "future mask is an input built before the baseline, as fairseq's "
-            "decoder builds it once and caches it (it would add 4 T^2 bytes: 268 MB at T = 8192)."
+            f"decoder builds it once and caches it (it would add 4 T^2 bytes: {fmt_mem(4 * max(lengths) ** 2)} at "
+            f"T = {max(lengths)})."
         )
     add(
         "- **GFLOP/s**: FLOPs of one forward+backward counted per kind from the algorithm that runs (formulas below; "
@@ -1079,7 +1085,8 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
         row([str(length)] + [f"{sum(layer_flops(k, length, lags)) / 1e9:.3g}" for k in kinds])
     add("")
     add(
-        "FLOPs per kind (T tokens, d = 512, h = 8 heads of d_h = 64; products count 2 FLOPs per multiply-add, an "
+        f"FLOPs per kind (T tokens, d = {EMBED_DIM}, h = {HEADS} heads of d_h = {EMBED_DIM // HEADS}; products count "
+        "2 FLOPs per multiply-add, an "
         "outer product 1 per element, complex multiply-adds 8 and complex products 6, a real FFT of n points "
         "2.5 n log2 n and a complex one 5 n log2 n; element-wise work (ReLU, softmax, cos/sin weights, biases, "
         "the extractors' adjustment product) is not counted. Autograd backward = twice the forward (the "
@@ -1122,10 +1129,11 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
                     cells.append(f"{peak_k / base_peak:.2f}" if peak_k is not None and base_peak else "-")
             row(cells)
         add("")
-    if not on_cuda:
+    above = cosformer_above_softmax(train, lengths, fields[0][0])
+    if above and not on_cuda:
         add(
-            "Below T = 4096 cosFormer's own temporaries (one segment of chunks, up to about 30 MB, see below) "
-            "outweigh its O(T d) tensors, hence more memory than softmax there."
+            f"cosFormer needs more memory than softmax at T = {', '.join(map(str, above))} ({fields[0][1]}): there "
+            "its own temporaries (one segment of chunks, see below) outweigh its O(T d) tensors."
         )
     add(
         "The extractors' memory is O(T d) plus, for SHE, its l d x d weights' gradient (l = "
@@ -1181,13 +1189,16 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
         add(
             "Bounds: the projections (O(T d^2)) and the linear forms (cosFormer's chunked form, O(T (C + d_h) d); "
             "the reference's O(T d d_h) cumulative sums; the extractors' direct conv1d, O(T l d^2) for SHE, O(T l d) "
-            "for the depthwise kinds) double with T, so `<= 2 x 1.05 = 2.1`. The extractors' FFT path (HE, WE, ME "
-            "here) convolves over n points, n the smallest 5-smooth number >= T + l - 1, at O(n log n): "
-            "`<= 1.05 x n2 log n2 / (n1 log n1)` (the FFT lengths n1, n2 of the two T; "
-            "1.05 x 2 log(2T) / log(T) when n doubles exactly, as from 4096 (n = 4320) to 8192 (n = 8640): "
-            f"{growth_bound('extractor_he', 4096, 8192, lags)[0]:.2f} for l = {lags}); the former flat 2.1 ignored the "
-            "log factor. softmax's and BET's attention core is O(T^2 d): `<= 4 x 1.05 = 4.2` "
-            "(with the O(T d^2) projections the measured growth lies between 2 and 4). "
+            f"for the depthwise kinds) double with T, so `<= 2 x {GROWTH_MARGIN:g} = {2 * GROWTH_MARGIN:g}`. The "
+            f"extractors' FFT path ({fft_kinds_text(kinds, lengths, lags)}) convolves over n points, n the smallest "
+            "5-smooth number >= T + l - 1, at O(n log n): "
+            f"`<= {GROWTH_MARGIN:g} x n2 log n2 / (n1 log n1)` (the FFT lengths n1, n2 of the two T; "
+            f"{GROWTH_MARGIN:g} x 2 log(2T) / log(T) when n doubles exactly, as from 4096 (n = {fft_length(4096 + lags - 1)}) "
+            f"to 8192 (n = {fft_length(8192 + lags - 1)}): "
+            f"{growth_bound('extractor_he', 4096, 8192, lags)[0]:.2f} for l = {lags}); the former flat "
+            f"{2 * GROWTH_MARGIN:g} ignored the log factor. softmax's and BET's attention core is O(T^2 d): "
+            f"`<= 4 x {GROWTH_MARGIN:g} = {4 * GROWTH_MARGIN:g}` "
+            "(with the O(T d^2) projections their growth should lie between 2 and 4). "
             "The margin covers run-to-run noise, not memory effects: a working set that falls out of a cache "
             "level between T and 2T can exceed a bound on a CPU."
         )
@@ -1222,11 +1233,10 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
     add("")
     if not on_cuda:
         add(
-            "Medians over few runs on a shared 2-core machine: a cell's runs that coincide with another job can be "
-            "several times slower (see the per-cell minima above). The *default malloc* peaks move by +-30 MB from "
-            "run to run with glibc's caching (repeated runs at T = 8192 gave 173-222 MB for cosformer and 172-225 MB "
-            "for softmax); the *fixed threshold* peaks, which follow the live allocations, are stable to a few MB "
-            "(and torch's profiler counts 135 MB of live tensors for cosformer against 153 MB for softmax at T = 8192)."
+            f"Medians over few runs on a machine with {env['cores']} cores that other processes may share (load "
+            "averages above): a cell's runs that coincide with another job are slower (compare the per-cell minima "
+            "above). The *default malloc* peaks include glibc's caching of freed blocks, which differs from run to "
+            "run; the *fixed threshold* peaks follow the live allocations: compare kinds on those."
         )
         add("")
     if notes:
@@ -1235,8 +1245,29 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
         for note in notes:
             add(f"- {note}")
         add("")
-    add(IMPLEMENTATION_NOTES)
+    add(implementation_notes(max(lengths)))
     return "\n".join(lines) + "\n"
+
+
+def fft_kinds_text(kinds, lengths, lags):
+    """Which extractor kinds took the FFT path at which of the measured lengths (their cost rule decides)."""
+    parts = []
+    for kind in kinds:
+        if kind in EXTRACTOR_KINDS:
+            on_fft = [t for t in lengths if extractor_conv_impl(kind, t, lags) == "fft"]
+            if on_fft:
+                parts.append(kind if len(on_fft) == len(lengths) else f"{kind} at T = {', '.join(map(str, on_fft))}")
+    return "taken here by " + ", ".join(parts) if parts else "not taken at these lengths"
+
+
+def cosformer_above_softmax(train, lengths, field):
+    """The lengths at which cosFormer's measured peak memory exceeds softmax's (in this run's ``field``)."""
+    above = []
+    for length in lengths:
+        ours, theirs = (train.get((kind, length), {}).get(field) for kind in ("cosformer", "softmax"))
+        if ours is not None and theirs is not None and ours > theirs:
+            above.append(length)
+    return above
 
 
 def _default_chunk():
@@ -1293,6 +1324,20 @@ def targets(train, decode, lengths=DEFAULT_LENGTHS, kinds=KINDS, lags=DEFAULT_EX
     return out
 
 
+def implementation_notes(length):
+    """How the two linear kinds are computed; the sizes quoted are computed from the code's constants at the
+    report's longest T (no measurement lives here: the chunk-size table above is this run's)."""
+    from fairseq_plugins.modules.cosformer import _SEGMENT_BYTES
+
+    head_dim = EMBED_DIM // HEADS
+    chunk = _default_chunk()
+    per_chunk = HEADS * chunk * head_dim * 4  # batch 1: one chunk of one (B*H, tokens, d) slice, float32
+    segment_tokens = max(1, _SEGMENT_BYTES // per_chunk) * chunk
+    segments = -(-length // segment_tokens)
+    return IMPLEMENTATION_NOTES.format(segment_mb=_SEGMENT_BYTES / 2 ** 20, segments=segments, length=length,
+                                       head_dim=head_dim, chunk=chunk)
+
+
 IMPLEMENTATION_NOTES = """\
 ## How the causal cosFormer is computed
 
@@ -1306,17 +1351,17 @@ module and by `cosformer_causal`.
 - **Layout.** Tensors are chunked as (n, B, H, C, d), chunk index outermost: each per-chunk product is one batched
   matrix product over all chunks and heads, a range of chunks is a contiguous slice, and per-chunk states fill
   slots 1..n of a contiguous (2, n+1, B*H, d, d) tensor whose running sum (one product with a triangular matrix
-  of ones per segment; `cumsum` over that dimension is several times slower) turns slot i into the state before
+  of ones per segment, which ran faster than `cumsum` over that dimension) turns slot i into the state before
   chunk i. Chunk 0's
   inter-chunk products are skipped when there is no incoming state.
 - **No doubled or odd-sized products.** The cos and sin halves are separate tensors, and the denominator (the ones
-  column of `v1`) has its own small d x 1 states, so every large product is 64 x 64 x C (products with 65 or
-  130 output columns, i.e. the ones column appended or cos and sin side by side, ran 20-40 % slower per flop in
-  micro-benchmarks). phi = ReLU of q and k, and the zeroing of padded keys, are fused into the
+  column of `v1`) has its own small d x 1 states, so every large product is {head_dim} x {head_dim} x C (products
+  with one or d_h more output columns, i.e. the ones column appended or cos and sin side by side, ran slower per
+  flop in micro-benchmarks). phi = ReLU of q and k, and the zeroing of padded keys, are fused into the
   copies that chunk them (the module hands over the raw projections).
-- **Segments and a hand-written backward.** Forward and backward run over segments of whole chunks of about 2 MB per
-  (B*H, tokens, d) slice (8 segments at T = 8192), which keeps the working set in cache and temporaries at a few
-  MB whatever T is. The backward walks the segments in reverse and recomputes a segment's chunked inputs,
+- **Segments and a hand-written backward.** Forward and backward run over segments of whole chunks of at most
+  {segment_mb:g} MB per (B*H, tokens, d) slice ({segments} segments at T = {length} in this report's layer), which
+  keeps the working set in cache and the temporaries bounded whatever T is. The backward walks the segments in reverse and recomputes a segment's chunked inputs,
   intra-chunk weights and states from the state saved at its start, so the layer keeps only q, k, v, the output,
   the clamped denominator and one state per segment: memory O(T d) per head. Gradients are accumulated with
   in-place `baddbmm_`; since nothing but the layer holds its raw q, k, v projections, their gradients overwrite
@@ -1324,13 +1369,11 @@ module and by `cosformer_causal`.
   are written straight in fairseq's time-major layout, so the reshapes around the layer are free.
 - **Decoding** (one new token with `incremental_state`) skips the chunk machinery: one outer product updates the
   2d x (d+1) state per head and one product reads it, so the cost per token does not depend on the prefix.
-- **Chunk size.** `DEFAULT_CHUNK_SIZE = 64`, from timing the batched products alone (the 21 of one
-  forward+backward, single thread, T = 8192): about 130 ms at C = 64 against 145 ms at C = 32 (the per-chunk
-  state products, with an inner dimension of C, run slower) and 180 ms at C = 128 (the intra-chunk part,
-  2 T C d per head and pass, doubles, and the 128 x 128 score products ran slowly), and from repeated
-  round-robin timings of the whole layer with 2 threads, where C = 64 came out 3-8 % ahead of 32 and 128. For the
-  whole layer the differences are small (a single sweep like the one above is within its noise), because the
-  four 512 x 512 projections (forward and backward) take most of its time. Any C gives the same result.
+- **Chunk size.** `DEFAULT_CHUNK_SIZE = {chunk}`: a smaller C slows the per-chunk state products (their inner
+  dimension is C), a larger one doubles the intra-chunk part (2 T C d per head and pass) with every doubling of C.
+  The chunk-size table above times the whole layer at several C in this run; the four d x d projections
+  (forward and backward) take much of the layer's time, so the differences there are small. Any C gives the same
+  result.
 
 ## How the extractors are computed
 

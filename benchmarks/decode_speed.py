@@ -21,6 +21,9 @@
 
     python benchmarks/decode_speed.py                 # both parts, writes docs/decode_speed.md
     python benchmarks/decode_speed.py --quick         # smoke run: small data, 2 rows, L up to 256
+    python benchmarks/decode_speed.py --report-only   # re-render from the stored parts
+
+A measuring run refuses a checkout with uncommitted changes unless --allow-dirty.
 """
 import argparse
 import datetime
@@ -39,7 +42,7 @@ if BENCHMARKS not in sys.path:
     sys.path.insert(0, BENCHMARKS)
 
 import quality  # noqa: E402  (benchmarks/quality.py: the trained rows, their data and the recipes)
-from provenance import available_cores  # noqa: E402  (benchmarks/provenance.py)
+from provenance import available_cores, is_dirty, require_committed  # noqa: E402  (benchmarks/provenance.py)
 from quality import REPO, Context, log, provenance, relative  # noqa: E402
 
 sys.path.insert(0, REPO)
@@ -169,8 +172,8 @@ def render(translation: Optional[dict], lm: Optional[dict], lengths: Sequence[in
     lines = ["# Decoding throughput", "",
              f"Written by `{command}` (edit the script, not this file) on {datetime.date.today().isoformat()} "
              f"(git {meta['git']}), torch {meta['torch']}, fairseq {meta['fairseq']}, {meta['cores']} cores, "
-             f"`torch.set_num_threads({threads})` for sampling; each part says where and under which load it was "
-             "measured (`--parts` runs one, the other is kept). CPU, float32. Every model of a table ran in turn in "
+             f"`torch.set_num_threads({threads})` for sampling; each part says the revision, machine and load it was "
+             "measured at (`--parts` runs one, the other is kept, so the two can come from different revisions). CPU, float32. Every model of a table ran in turn in "
              "each repeat (the same machine load).", ""]
     if not translation:
         lines += ["## Beam search: fairseq-generate --beam 5, Multi30k test 2016 flickr", "",
@@ -246,8 +249,12 @@ def load_part(folder: str, part: str):
         for r in results.values():
             r["seconds"] = {int(k): v for k, v in r["seconds"].items()}
             r["tokens_per_second"] = {int(k): v for k, v in r["tokens_per_second"].items()}
-    measured = (f"Measured at git {stored['git']} on {stored['cores']} cores, load average {stored['load_average']} "
-                "at the end (other jobs raise it and the times).")
+    measured = (f"Measured at git {stored['git']} on {stored['cores']} cores"
+                + (f" ({stored['cpu']})" if stored.get("cpu") else "")
+                + f", load average {stored['load_average']} at the end (other jobs raise it and the times).")
+    if is_dirty(stored["git"]):
+        measured += (" **Measured with uncommitted changes**: the revision does not contain the code that ran; "
+                     f"re-measure on a clean checkout with `python benchmarks/decode_speed.py --parts {part}`.")
     results = {name: dict(r, measured=measured) for name, r in results.items()}
     return results, stored["commands"], stored["lengths"]
 
@@ -266,6 +273,8 @@ def main(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--output", default=None, help="markdown report (default docs/decode_speed.md; --quick: print)")
     parser.add_argument("--report-only", action="store_true", help="only re-render the report from the stored parts")
     parser.add_argument("--quick", action="store_true", help="smoke run: quality.py's quick data and rows, 2 models, short samples")
+    parser.add_argument("--allow-dirty", action="store_true", help="measure even when tracked files have uncommitted "
+                        "changes (the report then shows the revision as uncommitted); --quick never asks")
     args = parser.parse_args(argv)
     parts = [] if args.report_only else args.parts.split(",")
     if not set(parts) <= {"translation", "lm"}:
@@ -280,6 +289,9 @@ def main(argv: Optional[Sequence[str]] = None):
     if args.quick and args.repeats != parser.get_default("repeats"):
         parser.error("--repeats: --quick runs each model once")
     repeats = 1 if args.quick else args.repeats
+    if parts and not args.quick:
+        # each part records the revision it ran at: it must contain the code that ran
+        require_committed(args.allow_dirty, "benchmarks/decode_speed.py")
     # Each part's results are kept in the work folder: the report always shows both parts (--parts selects
     # what runs now).
     stored = os.path.join(work_dir, "decode_speed")

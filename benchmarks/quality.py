@@ -20,16 +20,24 @@ fixed budget of updates, then scored the recipe's way:
   Extractor paper's domain, children's books). Perplexity.
 
 Every row records parameters, updates, training time, validation loss, the
-test metric and its training-loss curve; the report states the paper's claim
-each row tests and whether it holds at this budget. Rows are resumable: a
-finished row (same settings) is not trained again, an unfinished one is trained
-again from scratch (so that its time is one uninterrupted run); ``--force``
-retrains.
+test metric, the test items a paired test resamples (detokenised hypotheses;
+language models: every evaluated block's bits) and its training-loss curve;
+the report states the paper's claim each row tests and whether it holds at
+this budget, by a paired bootstrap against the claim's baseline (sacreBLEU's
+for BLEU, the same resampling over eval-lm blocks for language models; see
+VERDICT_RULES). Rows are resumable: a finished row (same settings) is not
+trained again, an unfinished one is trained again from scratch (so that its
+time is one uninterrupted run); ``--force`` retrains. A finished row without
+the paired test's items (a row of an older version) gets them from its stored
+output or checkpoint, without training again. Training refuses a
+checkout with uncommitted changes (the rows record their revision) unless
+``--allow-dirty``.
 
     python benchmarks/quality.py                          # everything (hours on 2 CPU cores)
     python benchmarks/quality.py --suites shakespeare     # one suite
     python benchmarks/quality.py --quick                  # smoke run: small data, a few updates, few rows
     python benchmarks/quality.py --report-only            # re-render docs/ from the finished rows
+    python benchmarks/quality.py --rescore                # only add the paired test's data to finished rows
 """
 import argparse
 import datetime
@@ -37,6 +45,7 @@ import glob
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import shlex
@@ -57,7 +66,8 @@ from data_prep.common import PrepError, read_lines, write_lines  # noqa: E402
 from data_prep.syntax_hints import info_path, read_summary  # noqa: E402
 from fairseq_plugins.data.syntax_hints import hint_dataset_prefix  # noqa: E402
 from fairseq_plugins.files import atomic_output  # noqa: E402
-from provenance import available_cores, git_revision, load_average  # noqa: E402  (benchmarks/provenance.py)
+from provenance import (available_cores, cpu_model, git_revision, is_dirty,  # noqa: E402  (benchmarks/provenance.py)
+                        load_average, require_committed)
 
 
 def recipe_variables() -> frozenset:
@@ -84,16 +94,22 @@ class Claim:
     """A paper's claim that a row tests against another row of its suite."""
     text: str
     baseline: str                 # the row it is compared with
-    # "better" / "worse": beats / loses to the baseline on the test metric by more than the "matches"
-    # tolerance; a smaller gap is "within noise" (one seed cannot separate it);
-    # "matches": within MATCH_BLEU BLEU, or within MATCH_RATIO of its bits per character / perplexity;
-    # "works" (trains and decodes): at least half the baseline's BLEU, or within 10 % of its bpc / perplexity.
+    # Decided by a paired bootstrap of the row against its baseline on the test set (see paired_test):
+    # "better" / "worse": beats / loses to the baseline with p < SIGNIFICANCE_LEVEL; significantly the other
+    # way is "not reproduced", anything else "within noise";
+    # "matches": holds unless the row is significantly worse (no significant loss, not a proof of equality);
+    # "works" (trains and decodes): the low end of the row's 95 % interval is at least WORKS_BLEU_SHARE of
+    # the baseline's BLEU (language models: the high end within WORKS_LM_RATIO of its bpc / perplexity).
     relation: str = "better"
 
 
-MATCH_BLEU = 1.0
-MATCH_RATIO = 1.03
+SIGNIFICANCE_LEVEL = 0.05
+BOOTSTRAP_RESAMPLES = 1000  # sacreBLEU's default for its paired bootstrap (--paired-bs)
+BOOTSTRAP_SEED = 12345  # sacreBLEU's default SACREBLEU_SEED; the LM test uses the same
+WORKS_BLEU_SHARE = 0.5
+WORKS_LM_RATIO = 1.1
 BLEU_FLOOR = 5.0  # below it the baseline has not learnt enough for a BLEU comparison to mean anything
+PARAMS_MATCH_RATIO = 1.1  # a row with more than this times its baseline's parameters says so in its verdict
 
 
 @dataclass(frozen=True)
@@ -423,7 +439,8 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False) -> dict:
             previous = json.load(f)
         if previous.get("fingerprint") == key:
             log(f"{suite.name}/{row.name}: done before ({relative(path)})")
-            return previous
+            # a row finished before the paired test gets its items without training again
+            return rescore_row(ctx, suite, row)
     save_dir = os.path.join(ctx.work_dir, "checkpoints", suite.name, row.name)
     # An unfinished row starts again from scratch (fairseq would resume from checkpoint_last.pt): its
     # training time is then that of one uninterrupted run. Resuming is per row.
@@ -439,25 +456,162 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False) -> dict:
     train_elapsed = time.time() - started
     with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
         training = parse_train_log(f.read())
-    evaluate_env = {k: v for k, v in env.items() if k != "SYNTAX_HINTS"}
-    evaluate = [f"recipes/{suite.recipe}/{'generate' if suite.kind == 'translation' else 'evaluate'}.sh", row.arch]
+    evaluate_env, evaluate = evaluation_command(suite, row, env)
     ctx.run(suite.name, evaluate_env, evaluate)
     if suite.kind == "translation":
-        score_file = os.path.join(save_dir, "generate", "score-test.json")
         with open(os.path.join(save_dir, "generate", "generate-test.txt"), encoding="utf-8") as f:
             training["generation"] = parse_generate_speed(f.read())
-    else:
-        score_file = os.path.join(save_dir, "evaluate", "score-test.json")
-    with open(score_file, encoding="utf-8") as f:
-        score = json.load(f)
+    score, items = read_test_scores(ctx, suite, save_dir)
     result = {"fingerprint": key, "settings": settings, "train_command": shell_line(env, train),
               "evaluate_command": shell_line(evaluate_env, evaluate),
-              "train_process_seconds": round(train_elapsed, 1), "score": score, **training,
+              "train_process_seconds": round(train_elapsed, 1), "score": score, **training, **items,
               "finished": datetime.datetime.now().isoformat(timespec="seconds"), **provenance()}
     with atomic_output(path) as f:
         json.dump(result, f, indent=1, sort_keys=True)
         f.write("\n")
     return result
+
+
+# fairseq-eval-lm prints every evaluated block's per-token log probabilities: the paired test's items.
+WORD_PROBS_FLAG = "--output-word-probs"
+
+
+def evaluation_command(suite: Suite, row: Row, env: Dict[str, str]) -> Tuple[Dict[str, str], List[str]]:
+    """The row's test scoring (generate.sh / evaluate.sh) and its environment: the training one without the
+    hints (generation needs none); language models also print per-token log probabilities."""
+    evaluate_env = {k: v for k, v in env.items() if k != "SYNTAX_HINTS"}
+    if suite.kind == "lm":
+        evaluate_env["GEN_EXTRA_ARGS"] = " ".join(filter(None, [evaluate_env.get("GEN_EXTRA_ARGS", ""), WORD_PROBS_FLAG]))
+    evaluate = [f"recipes/{suite.recipe}/{'generate' if suite.kind == 'translation' else 'evaluate'}.sh", row.arch]
+    return evaluate_env, evaluate
+
+
+def read_test_scores(ctx: Context, suite: Suite, save_dir: str) -> Tuple[dict, dict]:
+    """The recipe's test score and the per-item data the paired test resamples: the detokenised hypotheses
+    (translation) or every evaluated block's token count and bits (language models)."""
+    folder = os.path.join(save_dir, "generate" if suite.kind == "translation" else "evaluate")
+    with open(os.path.join(folder, "score-test.json"), encoding="utf-8") as f:
+        score = json.load(f)
+    if suite.kind == "translation":
+        items = {"hypotheses": scored_hypotheses(ctx, suite, os.path.join(folder, "generate-test.txt"))}
+    else:
+        log_path = os.path.join(folder, "eval-lm-test.txt")
+        with open(log_path, encoding="utf-8") as f:
+            blocks = parse_eval_lm_blocks(f.read(), log_path)
+        check_blocks_reproduce_the_loss(blocks, score["loss_base2"], log_path)
+        items = {"block_losses": blocks}
+    return score, items
+
+
+def rescore_row(ctx: Context, suite: Suite, row: Row) -> Optional[dict]:
+    """Add the paired test's per-item data to a row finished without it (rows of before the paired test):
+    the stored generation output where it exists, else the row's scoring command again on its checkpoint.
+    The recomputed test score must equal the stored one."""
+    path = result_path(ctx, suite, row)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        result = json.load(f)
+    if "hypotheses" in result or "block_losses" in result:
+        return result
+    if result.get("fingerprint") != fingerprint(row_settings(ctx, suite, row)):
+        log(f"{suite.name}/{row.name}: trained with other settings: not rescored")
+        return None
+    save_dir = os.path.join(ctx.work_dir, "checkpoints", suite.name, row.name)
+    stored_output = os.path.join(save_dir, "generate", "generate-test.txt")
+    command = None
+    if suite.kind == "lm" or not os.path.isfile(stored_output):
+        if not glob.glob(os.path.join(save_dir, "checkpoint*.pt")):
+            raise SystemExit(f"error: --rescore {suite.name}/{row.name}: no checkpoint in {relative(save_dir)} "
+                             "(retrain the row with --force)")
+        env = recipe_env(ctx, suite, {**suite_env(ctx, suite), "SAVE_DIR": save_dir})
+        evaluate_env, evaluate = evaluation_command(suite, row, env)
+        log(f"{suite.name}/{row.name}: scoring the test set again")
+        ctx.run(suite.name, evaluate_env, evaluate, record=False)
+        command = shell_line(evaluate_env, evaluate)
+    score, items = read_test_scores(ctx, suite, save_dir)
+    metric = suite.metric
+    if score.get(metric) is None or abs(float(score[metric]) - float(result["score"][metric])) > 1e-6:
+        raise SystemExit(f"error: --rescore {suite.name}/{row.name}: {metric} is now {score.get(metric)}, the row "
+                         f"stored {result['score'][metric]}: its checkpoint or data changed (retrain with --force)")
+    result.update(items, rescored={"command": command, "finished": datetime.datetime.now().isoformat(timespec="seconds"),
+                                   "git": git_revision()})
+    with atomic_output(path) as f:
+        json.dump(result, f, indent=1, sort_keys=True)
+        f.write("\n")
+    return result
+
+
+def recipe_lib(name: str):
+    """A module of recipes/lib (the scoring scripts), imported by name."""
+    folder = os.path.join(REPO, "recipes", "lib")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return __import__(name)
+
+
+def _prepared_settings(data_bin_dir: str) -> dict:
+    with open(os.path.join(data_bin_dir, "prepare.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def scored_hypotheses(ctx: Context, suite: Suite, generate_output: str) -> List[str]:
+    """The test hypotheses in sentence order, detokenised exactly as the recipe's sacreBLEU scored them."""
+    score_translation = recipe_lib("score_translation")
+    hypotheses, _ = score_translation.read_generate_output(generate_output)
+    settings = _prepared_settings(data_bin(ctx, suite))
+    return score_translation.detokenised(hypotheses, recipe_env(ctx, suite)["TGT"], settings.get("bpe") == "sentencepiece")
+
+
+@dataclass(frozen=True)
+class References:
+    """The untokenised test references the recipe's sacreBLEU scores against, and its casing."""
+    lines: Tuple[str, ...]
+    lowercase: bool
+
+
+def scored_references(ctx: Context, suite: Suite) -> References:
+    folder = data_bin(ctx, suite)
+    path = os.path.join(folder, "refs", f"test.{recipe_env(ctx, suite)['TGT']}")
+    if not os.path.isfile(path):
+        raise SystemExit(f"error: {path} is missing: the preparation writes the test references there")
+    return References(tuple(read_lines(path)), bool(_prepared_settings(folder).get("lowercase")))
+
+
+# fairseq's logger prints either 'DATE | INFO | fairseq_cli.eval_lm | MESSAGE' or 'INFO:fairseq_cli.eval_lm:MESSAGE'
+_EVAL_LM_BLOCK = re.compile(r"fairseq_cli\.eval_lm(?: \| |:)(\d+) (.*)$")
+
+
+def parse_eval_lm_blocks(text: str, source: str = "eval-lm output") -> List[List[float]]:
+    """[tokens, bits] of every block fairseq-eval-lm scored with --output-word-probs, ordered by sample id.
+    fairseq prints each token as 'TOKEN [LOGPROB]' (natural log, six decimals), tab-separated."""
+    blocks: Dict[int, List[float]] = {}
+    for line in text.splitlines():
+        match = _EVAL_LM_BLOCK.search(line)
+        if not match:
+            continue
+        log_probs = []
+        for entry in filter(None, match.group(2).split("\t")):
+            _, bracket, value = entry.rpartition(" [")
+            try:
+                log_probs.append(float(value[:-1]) if bracket and value.endswith("]") else float("nan"))
+            except ValueError:
+                log_probs.append(float("nan"))
+            if not math.isfinite(log_probs[-1]):
+                raise SystemExit(f"error: {source}: a token without a finite '[log probability]': {entry!r}")
+        blocks[int(match.group(1))] = [len(log_probs), -math.fsum(log_probs) / math.log(2)]
+    if not blocks:
+        raise SystemExit(f"error: {source} has no per-token log probabilities (fairseq-eval-lm {WORD_PROBS_FLAG})")
+    return [blocks[i] for i in sorted(blocks)]
+
+
+def check_blocks_reproduce_the_loss(blocks: List[List[float]], loss_base2: float, source: str):
+    """The blocks must add up to fairseq's own loss, else they are not what was scored."""
+    tokens = sum(n for n, _ in blocks)
+    loss = sum(bits for _, bits in blocks) / tokens if tokens else float("nan")
+    if not abs(loss - loss_base2) <= 1e-3:
+        raise SystemExit(f"error: {source}: the per-token log probabilities give {loss:.5f} bits per token, "
+                         f"fairseq-eval-lm reported {loss_base2:.5f}")
 
 
 # ---------------------------------------------------------------------------
@@ -533,7 +687,7 @@ def provenance() -> dict:
     import fairseq
     import torch
     return {"git": git_revision(), "torch": torch.__version__, "fairseq": fairseq.__version__,
-            "cores": available_cores(), "load_average": load_average()}
+            "cores": available_cores(), "cpu": cpu_model(), "load_average": load_average()}
 
 
 def metric_value(suite: Suite, result: dict) -> Optional[float]:
@@ -541,8 +695,105 @@ def metric_value(suite: Suite, result: dict) -> Optional[float]:
     return None if value is None else float(value)
 
 
-def verdict(suite: Suite, row: Row, results: Dict[str, dict]) -> str:
-    """Does the row's claim hold at this budget? Compared on the suite's test metric."""
+@dataclass(frozen=True)
+class Paired:
+    """A paired bootstrap of a row against its baseline: both test scores, the two-sided p-value of their
+    difference and each one's bootstrap mean and 95 % half-width (sacreBLEU's definitions)."""
+    ours: float
+    theirs: float
+    p_value: float
+    ours_mean: float
+    ours_ci: float
+    theirs_mean: float
+    theirs_ci: float
+
+
+def paired_bleu(hypotheses: Sequence[str], baseline: Sequence[str], references: References,
+                resamples: int = BOOTSTRAP_RESAMPLES) -> Paired:
+    """sacreBLEU's paired bootstrap resampling (``sacrebleu --paired-bs``) of the row against the baseline,
+    with the recipe's BLEU settings (13a, lower-cased when the preparation lower-cased)."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    hypotheses, baseline = list(hypotheses), list(baseline)
+    for name, lines in (("row", hypotheses), ("baseline", baseline)):
+        if len(lines) != len(references.lines):
+            raise SystemExit(f"error: the {name} has {len(lines)} stored hypotheses for {len(references.lines)} "
+                             "test references")
+    test = PairedTest([("baseline", baseline), ("row", hypotheses)],
+                      {"BLEU": BLEU(lowercase=references.lowercase)}, [list(references.lines)],
+                      test_type="bs", n_samples=resamples)
+    _, scores = test()
+    theirs, ours = scores["BLEU"]
+    return Paired(ours.score, theirs.score, _no_difference_no_evidence(ours.p_value, hypotheses == baseline),
+                  ours.mean, ours.ci, theirs.mean, theirs.ci)
+
+
+def _no_difference_no_evidence(p_value: float, identical: bool) -> float:
+    """sacreBLEU's centred statistic degenerates for identical systems: every resampled difference is 0, so
+    it reports the smallest p-value, 1 / (resamples + 1). Identical output is no evidence of a difference."""
+    return 1.0 if identical else p_value
+
+
+def paired_lm(blocks: Sequence[Sequence[float]], baseline: Sequence[Sequence[float]], perplexity: bool,
+              resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> Paired:
+    """sacreBLEU's paired bootstrap applied to language models: resample the evaluated blocks (the same
+    blocks for both models), score each resample as bits per token (or 2 ** that, perplexity) over the
+    drawn blocks' tokens; p-value and intervals as sacreBLEU computes them for BLEU."""
+    import numpy as np
+    from sacrebleu.significance import estimate_ci
+
+    ours, theirs = np.asarray(blocks, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
+    if ours.shape != theirs.shape or not np.array_equal(ours[:, 0], theirs[:, 0]):
+        raise SystemExit(f"error: the row and its baseline were evaluated on different blocks ({len(ours)} and "
+                         f"{len(theirs)}): the paired test needs the same test data, context and block size")
+    draws = np.random.default_rng(seed).choice(len(ours), size=(resamples, len(ours)), replace=True)
+    tokens = ours[draws, 0].sum(axis=1)
+
+    def metric(bits, count):
+        return 2.0 ** (bits / count) if perplexity else bits / count
+
+    ours_samples, theirs_samples = metric(ours[draws, 1].sum(axis=1), tokens), metric(theirs[draws, 1].sum(axis=1), tokens)
+    ours_score, theirs_score = metric(ours[:, 1].sum(), ours[:, 0].sum()), metric(theirs[:, 1].sum(), theirs[:, 0].sum())
+    # sacrebleu.significance._paired_bs_test: the resampled |differences|, centred, against the real one
+    differences = np.abs(ours_samples - theirs_samples)
+    p_value = (np.sum(differences - differences.mean() > abs(ours_score - theirs_score)).item() + 1) / (resamples + 1)
+    p_value = _no_difference_no_evidence(p_value, bool(np.array_equal(ours, theirs)))
+    ours_mean, ours_ci = estimate_ci(ours_samples)
+    theirs_mean, theirs_ci = estimate_ci(theirs_samples)
+    return Paired(float(ours_score), float(theirs_score), p_value, float(ours_mean), float(ours_ci),
+                  float(theirs_mean), float(theirs_ci))
+
+
+def paired_test(suite: Suite, ours: dict, theirs: dict, references: Optional[References]) -> Tuple[Optional[Paired], str]:
+    """The paired bootstrap of two rows on their stored test items, or (None, why not). The test's own
+    scores must reproduce the stored ones (else the items are not what was scored)."""
+    key = "hypotheses" if suite.kind == "translation" else "block_losses"
+    if key not in ours or key not in theirs:
+        return None, f"no stored {'hypotheses' if key == 'hypotheses' else 'per-block losses'}: run with --rescore"
+    if suite.kind == "translation":
+        if references is None:
+            return None, "no test references"
+        paired = paired_bleu(ours[key], theirs[key], references)
+        tolerance = 0.006  # the recipe stores sacreBLEU rounded to 2 decimals
+    else:
+        paired = paired_lm(ours[key], theirs[key], perplexity=suite.metric == "perplexity")
+        # fairseq-eval-lm prints the perplexity with 2 decimals and the loss (bits per character) with 4
+        tolerance = 0.006 if suite.metric == "perplexity" else 6e-4
+    for name, stored, tested in (("row", ours, paired.ours), ("baseline", theirs, paired.theirs)):
+        value = float(stored["score"][suite.metric])
+        if abs(tested - value) > tolerance:
+            raise SystemExit(f"error: the {name}'s stored {key} give {suite.metric} {tested:.4f}, its score says "
+                             f"{value}: the items are not those that were scored (--rescore or --force)")
+    return paired, ""
+
+
+def format_p(p_value: float) -> str:
+    return "p < 0.001" if p_value < 0.001 else f"p = {p_value:.3f}"
+
+
+def verdict(suite: Suite, row: Row, results: Dict[str, dict], references: Optional[References] = None) -> str:
+    """Does the row's claim hold at this budget? A paired bootstrap against its baseline on the test set."""
     claim = row.claim
     if claim is None:
         return ""
@@ -551,34 +802,53 @@ def verdict(suite: Suite, row: Row, results: Dict[str, dict]) -> str:
     ours, theirs = metric_value(suite, results[row.name]), metric_value(suite, results[claim.baseline])
     if ours is None or theirs is None:
         return f"{claim.text}: no {suite.metric}"
-    better = ours > theirs if suite.higher_is_better else ours < theirs
     delta = f"{ours:.2f} vs {theirs:.2f} ({claim.baseline})"
+    parameters = parameter_note(results[row.name], results[claim.baseline])
     if suite.higher_is_better and theirs < BLEU_FLOOR:
         return f"{claim.text}: not measurable ({delta}: the baseline is below {BLEU_FLOOR:g} BLEU)"
-    if suite.higher_is_better:
-        within_tolerance = abs(ours - theirs) <= MATCH_BLEU
-    else:
-        within_tolerance = max(ours, theirs) <= MATCH_RATIO * min(ours, theirs)
+    paired, why = paired_test(suite, results[row.name], results[claim.baseline], references)
+    if paired is None:
+        return f"{claim.text}: no verdict ({delta}; {why}){parameters}"
+    better = paired.ours > paired.theirs if suite.higher_is_better else paired.ours < paired.theirs
+    significant = paired.p_value < SIGNIFICANCE_LEVEL and paired.ours != paired.theirs
+    stats = (f"{delta}, {format_p(paired.p_value)}; 95 % intervals {paired.ours_mean:.2f} ± {paired.ours_ci:.2f} vs "
+             f"{paired.theirs_mean:.2f} ± {paired.theirs_ci:.2f}")
     if claim.relation in ("better", "worse"):
-        if within_tolerance:
-            tolerance = f"{MATCH_BLEU:g} BLEU" if suite.higher_is_better else f"{MATCH_RATIO - 1:.0%}"
-            return f"{claim.text}: **within noise** ({delta}: a gap of at most {tolerance}, which one seed cannot separate)"
+        if not significant:
+            return f"{claim.text}: **within noise** ({stats}){parameters}"
         holds = better if claim.relation == "better" else not better
     elif claim.relation == "matches":
-        holds = ours >= theirs - MATCH_BLEU if suite.higher_is_better else ours <= MATCH_RATIO * theirs
+        holds = better or not significant
     elif claim.relation == "works":
-        # "trains and decodes / stays close": within half of the baseline's BLEU, or within 10 % of its bpc/ppl
-        holds = ours >= 0.5 * theirs if suite.higher_is_better else ours <= 1.1 * theirs
+        if suite.higher_is_better:
+            holds = paired.ours_mean - paired.ours_ci >= WORKS_BLEU_SHARE * paired.theirs
+        else:
+            holds = paired.ours_mean + paired.ours_ci <= WORKS_LM_RATIO * paired.theirs
     else:
         raise ValueError(claim.relation)
-    return f"{claim.text}: **{'holds' if holds else 'not reproduced'}** ({delta})"
+    return f"{claim.text}: **{'holds' if holds else 'not reproduced'}** ({stats}){parameters}"
+
+
+def parameter_note(ours: dict, theirs: dict) -> str:
+    """Said in the verdict when the row has clearly more parameters than its baseline (not a matched pair)."""
+    if ours.get("params") and theirs.get("params") and ours["params"] > PARAMS_MATCH_RATIO * theirs["params"]:
+        return (f"; not parameter-matched: {ours['params'] / 1e6:.2f}M parameters against "
+                f"{theirs['params'] / 1e6:.2f}M")
+    return ""
 
 
 def fmt_seconds(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
-def render_suite(suite: Suite, results: Dict[str, dict], plot: Optional[str]) -> List[str]:
+def revision_cell(result: dict) -> str:
+    """The row's git revision; a * marks one trained with uncommitted changes (explained under the table)."""
+    revision = result.get("git", "?")
+    return revision.split()[0] + ("*" if is_dirty(revision) else "")
+
+
+def render_suite(suite: Suite, results: Dict[str, dict], plot: Optional[str],
+                 references: Optional[References] = None) -> List[str]:
     lines = [f"### {suite.title}", ""]
     if not results:
         return lines + ["No row finished yet.", ""]
@@ -613,11 +883,16 @@ def render_suite(suite: Suite, results: Dict[str, dict], plot: Optional[str]) ->
         else:
             value = metric_value(suite, r)
             cells.append(f"{value:.3f}" if suite.metric == "bits_per_character" else f"{value:.1f}")
-        cells.append(r.get("git", "?").split()[0])
-        cells.append(verdict(suite, row, results) + (f" ({row.note})" if row.note else ""))
+        cells.append(revision_cell(r))
+        cells.append(verdict(suite, row, results, references) + (f" ({row.note})" if row.note else ""))
         lines.append("| " + " | ".join(cells) + " |")
     missing = [row.name for row in suite.rows if row.name not in results]
     lines.append("")
+    dirty = [name for name, r in results.items() if is_dirty(r.get("git", ""))]
+    if dirty:
+        lines += [f"\\* Trained with uncommitted changes ({', '.join(dirty)}): the revision shown does not contain "
+                  "the code that ran. Re-measure on a clean checkout: `python benchmarks/quality.py --suites "
+                  f"{suite.name} --rows {','.join(dirty)} --force`.", ""]
     if missing:
         lines += [f"Not run yet: {', '.join(missing)}.", ""]
     if suite.kind == "translation":
@@ -673,6 +948,34 @@ def load_results(ctx: Context, suite: Suite) -> Dict[str, dict]:
     return results
 
 
+def portable_command(ctx: Context, command: str) -> str:
+    """A recorded command as a reader can copy it: the data folder of the machine that ran it becomes
+    ``$DATA_ROOT`` (the ``--data-root`` folder, explained above the tables)."""
+    for spelling in sorted({ctx.data_root, os.path.relpath(ctx.data_root, REPO)}, key=len, reverse=True):
+        command = re.sub(re.escape(spelling) + r"(?=/|\s|'|$)", "$DATA_ROOT", command)
+    return command
+
+
+VERDICT_RULES = (
+    "Verdicts: a paired bootstrap of each row against the baseline its claim names, on the test set. "
+    "Translation: sacreBLEU's paired bootstrap resampling (`sacrebleu.significance.PairedTest`, the test of "
+    f"`sacrebleu --paired-bs`, {BOOTSTRAP_RESAMPLES:,} resamples of the test sentences, seed {BOOTSTRAP_SEED} unless "
+    "`SACREBLEU_SEED` says otherwise) on each row's stored detokenised hypotheses, with the recipe's BLEU settings. "
+    "Language models: the same resampling over the blocks fairseq-eval-lm scored (per-token log probabilities "
+    f"from `{WORD_PROBS_FLAG}`, summed per block; each resample's bits per character or perplexity over its "
+    "blocks' tokens). p is the two-sided p-value of the difference as sacreBLEU defines it; the intervals are "
+    "each system's bootstrap mean ± the half-width of its 95 % interval. \"beats\" (and \"hurts\") claims "
+    f"hold when the row is better (worse) with p < {SIGNIFICANCE_LEVEL:g}, are \"not reproduced\" when it is "
+    "significantly on the other side and \"within noise\" otherwise; \"matches\" claims hold unless the row "
+    f"is significantly worse (no significant loss, which is not a proof of equality); \"works\" claims hold "
+    f"when the low end of the row's interval is at least {WORKS_BLEU_SHARE:g} of the baseline's BLEU (language "
+    f"models: the high end within {WORKS_LM_RATIO - 1:.0%} of its bits per character / perplexity); no BLEU "
+    f"verdict against a baseline below {BLEU_FLOOR:g} BLEU. A row with more than {PARAMS_MATCH_RATIO:g}x its "
+    "baseline's parameters says so in its verdict. The bootstrap measures the test set's sampling noise only: "
+    "with one seed per row it does not see the variation between training runs, and at these budgets a verdict "
+    "says what this scale shows, not what the papers' full-scale runs show.")
+
+
 def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], command: str) -> str:
     meta = provenance()
     revisions = sorted({r.get("git", "?") for suite in suites for r in load_results(ctx, suite).values()})
@@ -680,29 +983,28 @@ def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], comm
              f"Rendered by `{command}` on {datetime.date.today().isoformat()} (git {meta['git']}); the rows were "
              f"trained at git {', '.join(revisions) or '-'} (column *git*; a row is retrained only when its settings "
              "change, so after a change to the model code or a recipe's defaults use `--force`), torch "
-             f"{meta['torch']}, fairseq {meta['fairseq']}, {meta['cores']} cores. "
+             f"{meta['torch']}, fairseq {meta['fairseq']}, {meta['cores']} cores ({meta['cpu']}). "
              "Every row is trained through its dataset's recipe with seed 1 and the budget stated; the rows of one "
              "suite differ only in `--arch` and the flags shown. Training time is fairseq's own (`done training "
-             "in`), which moves with the machine's load; each row's JSON (git revision, load, exact command) is in "
-             f"`{relative(os.path.join(ctx.work_dir, 'results'))}/`. A \"beats\" claim holds when the row beats its "
-             "baseline on the test metric by more than 1 BLEU or 3 % (a smaller gap is \"within noise\"); "
-             "\"matches\" claims: within 1 BLEU, or within 3 % of its bits per "
-             "character / perplexity; \"works\" claims: at least half its BLEU, or within 10 %; no BLEU verdict "
-             f"against a baseline below {BLEU_FLOOR:g} BLEU. One seed per row: small gaps are noise, and at these "
-             "budgets a verdict says what this scale shows, not what the papers' full-scale runs show.", ""]
+             "in`), which moves with the machine's load; each row's JSON (git revision, machine, load, exact "
+             f"command) is in `{relative(os.path.join(ctx.work_dir, 'results'))}/`. In the commands, `$DATA_ROOT` "
+             "is the folder of the public data (`--data-root`: `multi30k/`, `tiny_shakespeare/`, `grimm/`, "
+             "`ud_english_ewt/`).", "", VERDICT_RULES, ""]
     for suite in suites:
         results = load_results(ctx, suite)
         plot = None
         if plots_dir and suite.kind == "lm" and results:
             plot = os.path.join(plots_dir, f"quality_{suite.name}_loss.png")
             plot_curves(suite, results, plot)
-        lines += render_suite(suite, results, plot)
+        references = scored_references(ctx, suite) if suite.kind == "translation" and results else None
+        lines += render_suite(suite, results, plot, references)
         if results:
             example = next(iter(results.values()))
             lines += ["Commands (preparation, then one row's training and scoring; the other rows differ in "
                       "`--arch`, flags and `SAVE_DIR`, see each row's JSON):", "", "```bash"]
-            lines += load_preparation_commands(ctx, suite)
-            lines += [example["train_command"]] + ([example["evaluate_command"]] if "evaluate_command" in example else [])
+            commands = load_preparation_commands(ctx, suite) + [example["train_command"]] + (
+                [example["evaluate_command"]] if "evaluate_command" in example else [])
+            lines += [portable_command(ctx, c) for c in commands]
             lines += ["```", ""]
     lines.append(REPORT_END)
     return "\n".join(lines) + "\n"
@@ -740,7 +1042,14 @@ def main(argv: Optional[Sequence[str]] = None):
                         "a few updates, a few rows per suite")
     parser.add_argument("--force", action="store_true", help="retrain rows that finished before")
     parser.add_argument("--report-only", action="store_true", help="only re-render the report from finished rows")
+    parser.add_argument("--rescore", action="store_true", help="train nothing: give finished rows without the paired "
+                        "test's data (hypotheses, per-block losses) that data from their stored output or checkpoint, "
+                        "then re-render")
+    parser.add_argument("--allow-dirty", action="store_true", help="train or score even when tracked files have "
+                        "uncommitted changes (the rows are then marked in the report); --quick never asks")
     args = parser.parse_args(argv)
+    if args.report_only and args.rescore:
+        parser.error("--rescore: scores rows again; --report-only only renders: give one of them")
 
     unknown = [s for s in args.suites.split(",") if s not in SUITES]
     if unknown:
@@ -756,10 +1065,19 @@ def main(argv: Optional[Sequence[str]] = None):
         if wanted - known:
             parser.error(f"--rows: unknown {', '.join(sorted(wanted - known))} (rows: {', '.join(sorted(known))})")
 
+    if not (args.quick or args.report_only):
+        # the rows record the revision they ran at: it must contain the code that ran
+        require_committed(args.allow_dirty, "benchmarks/quality.py")
     for suite in suites:
         prepare(ctx, suite)  # also for --report-only: the rows' fingerprints include the data's
         if args.report_only:
             save_preparation_commands(ctx, suite)
+            continue
+        if args.rescore:
+            save_preparation_commands(ctx, suite)
+            for row in suite.rows:
+                if not wanted or row.name in wanted:
+                    rescore_row(ctx, suite, row)
             continue
         rows = [row for row in suite.rows if (row.name in wanted if wanted else
                                               (row.name in suite.quick_rows if args.quick else True))]

@@ -52,21 +52,30 @@ def compound_split(line: str) -> str:
     return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", line)
 
 
+def detokenised(hypotheses: List[str], lang: str, sentencepiece: bool) -> List[str]:
+    """The hypotheses sacreBLEU scores: Moses-detokenised, or as they are for sentencepiece output (also
+    benchmarks/quality.py's paired bootstrap, which must resample exactly the scored text)."""
+    if sentencepiece:
+        return list(hypotheses)
+    from sacremoses import MosesDetokenizer
+
+    detokenizer = MosesDetokenizer(lang=lang)
+    return [detokenizer.detokenize(h.split()) for h in hypotheses]
+
+
 def score(hypotheses: List[str], references: List[str], raw_references: List[str], lang: str, lowercase: bool,
           sentencepiece: bool, compound: bool) -> dict:
     import sacrebleu
-    from sacremoses import MosesDetokenizer, MosesTokenizer
+    from sacremoses import MosesTokenizer
 
     result = {"sentences": len(hypotheses)}
     if sentencepiece:  # output is untokenised: tokenize both sides as the Moses preparation would
         tokenizer = MosesTokenizer(lang=lang)
         tokenized = lambda s: tokenizer.tokenize(s, aggressive_dash_splits=True, return_str=True)  # noqa: E731
         tok_hyp, tok_ref = [tokenized(h) for h in hypotheses], [tokenized(r) for r in raw_references]
-        detok = hypotheses
     else:
-        detokenizer = MosesDetokenizer(lang=lang)
         tok_hyp, tok_ref = hypotheses, references
-        detok = [detokenizer.detokenize(h.split()) for h in hypotheses]
+    detok = detokenised(hypotheses, lang, sentencepiece)
     if compound:
         tok_hyp, tok_ref = [compound_split(h) for h in tok_hyp], [compound_split(r) for r in tok_ref]
     tokenized_bleu = sacrebleu.corpus_bleu(tok_hyp, [tok_ref], tokenize="none", force=True)

@@ -260,3 +260,35 @@ def test_render_cuda_report():
     assert "NVIDIA Test GPU" in report and "torch.cuda.synchronize()" in report
     assert "max_memory_allocated" in report and "Default malloc" not in report and "default malloc" not in report
     assert "![" not in report
+
+
+def _cpu_report(train, decode, env=ENV):
+    return bench.render("python benchmarks/attention_speed.py", env, _args(), LENGTHS, list(bench.KINDS), [128, 4096],
+                        train, {}, decode, [], 60.0, 1e-15, device={"name": "cpu", "type": "cpu"}, peak=PEAK,
+                        plot_name=None)
+
+
+def test_report_states_only_what_this_run_measured_or_computed():
+    """No fixed string that reads as a measurement: the memory comparison follows the run's own numbers, sizes
+    are computed from the lengths and the code's constants, and the numbers of other runs are gone."""
+    train, decode = _fake_results()
+    report = _cpu_report(train, decode)
+    # the fake cosFormer peaks are above softmax's at every T
+    assert "cosFormer needs more memory than softmax at T = 4096, 8192, 16384 (fixed threshold)" in report
+    assert "4 T^2 bytes: 1.07 GB at T = 16384" in report  # the mask at the longest T of this report
+    assert "(16 segments at T = 16384 in this report's layer)" in report  # 2 MB segments of 1,024 tokens
+    assert "taken here by extractor_he, extractor_we, extractor_me" in report and "(n = 4320)" in report
+    for other_runs in ("173-222", "172-225", "135 MB", "about 30 MB", "130 ms", "145 ms", "180 ms", "20-40 %",
+                       "3-8 %", "268 MB", "+-30 MB", "Below T = 4096"):
+        assert other_runs not in report, other_runs
+    # where cosFormer needs less memory, the sentence goes
+    for length in LENGTHS:
+        train[("cosformer", length)]["peak_fixed"] = train[("softmax", length)]["peak_fixed"] / 2
+    assert "cosFormer needs more memory than softmax" not in _cpu_report(train, decode)
+
+
+def test_report_marks_a_run_with_uncommitted_changes():
+    train, decode = _fake_results()
+    assert "uncommitted" not in _cpu_report(train, decode)
+    dirty = dict(ENV, git="abc123def456 (with uncommitted changes)")
+    assert "**measured with uncommitted changes**" in _cpu_report(train, decode, env=dirty)

@@ -3,8 +3,10 @@ claim verdicts and report writing on known inputs, and a --quick run of the
 real path (recipes, training, eval-lm, sampling) on generated data."""
 import importlib.util
 import json
+import math
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -66,46 +68,207 @@ def test_parse_generate_speed():
         quality.parse_generate_speed("nothing here")
 
 
-def _result(value, metric="sacrebleu"):
-    return {"score": {metric: value}}
+# ---------------------------------------------------------------------------
+# Verdicts: paired bootstrap on constructed systems with known outcomes
+# ---------------------------------------------------------------------------
+
+_WORDS = ("a man in a red shirt is riding a bike down the street while two dogs play near the green "
+          "fence and a woman with a hat looks at the camera").split()
 
 
-@pytest.mark.parametrize("relation, ours, theirs, expected", [
-    ("better", 21.5, 20.0, "holds"), ("better", 18.5, 20.0, "not reproduced"),
-    ("better", 20.9, 20.0, "within noise"), ("better", 19.1, 20.0, "within noise"),
-    ("worse", 18.5, 20.0, "holds"), ("worse", 21.5, 20.0, "not reproduced"), ("worse", 20.0, 20.0, "within noise"),
-    ("works", 10.0, 20.0, "holds"), ("works", 9.9, 20.0, "not reproduced"),
-    ("matches", 19.0, 20.0, "holds"), ("matches", 18.9, 20.0, "not reproduced"), ("matches", 25.0, 20.0, "holds"),
-])
-def test_verdict_on_bleu(relation, ours, theirs, expected):
+def _references(count=300, seed=0):
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 14))) for _ in range(count)]
+
+
+def _system(references, correct_share, seed=1):
+    """Hypotheses that copy the reference for a share of the sentences (spread over the set) and keep only
+    its first three words elsewhere: the BLEU grows with the share."""
+    rng = random.Random(seed)
+    keep = set(rng.sample(range(len(references)), round(correct_share * len(references))))
+    return [ref if i in keep else " ".join(ref.split()[:3]) for i, ref in enumerate(references)]
+
+
+def _bleu_row(hypotheses, references, params=3_870_000):
+    from sacrebleu.metrics import BLEU
+
+    score = round(BLEU(lowercase=True).corpus_score(hypotheses, [references]).score, 2)
+    return {"score": {"sacrebleu": score}, "hypotheses": hypotheses, "params": params}
+
+
+def _bleu_verdict(relation, ours, theirs, references):
     suite = quality.SUITES["multi30k"]
     row = quality.Row("x", "arch", claim=quality.Claim("claim", "base", relation))
-    text = quality.verdict(suite, row, {"x": _result(ours), "base": _result(theirs)})
-    assert f"**{expected}**" in text and f"{ours:.2f} vs {theirs:.2f} (base)" in text
+    refs = quality.References(tuple(references), lowercase=True)
+    return quality.verdict(suite, row, {"x": ours, "base": theirs}, refs)
+
+
+REFERENCES = _references()
+BASELINE_SHARE = 0.5
+
+
+@pytest.mark.parametrize("relation, ours_share, expected", [
+    ("better", 0.8, "holds"), ("better", 0.2, "not reproduced"), ("better", BASELINE_SHARE, "within noise"),
+    ("worse", 0.2, "holds"), ("worse", 0.8, "not reproduced"), ("worse", BASELINE_SHARE, "within noise"),
+    ("works", 0.4, "holds"), ("works", 0.0, "not reproduced"),
+    ("matches", BASELINE_SHARE, "holds"), ("matches", 0.2, "not reproduced"), ("matches", 0.8, "holds"),
+])
+def test_verdict_on_bleu_is_a_paired_bootstrap(relation, ours_share, expected):
+    """Identical systems are never significant; a clearly better or worse one is (p < 0.05)."""
+    theirs = _bleu_row(_system(REFERENCES, BASELINE_SHARE), REFERENCES)
+    ours = _bleu_row(theirs["hypotheses"] if ours_share == BASELINE_SHARE else _system(REFERENCES, ours_share, seed=2),
+                     REFERENCES)
+    text = _bleu_verdict(relation, ours, theirs, REFERENCES)
+    assert f"**{expected}**" in text, text
+    assert f"{ours['score']['sacrebleu']:.2f} vs {theirs['score']['sacrebleu']:.2f} (base)" in text
+    assert "95 % intervals" in text and "parameter" not in text
+
+
+def test_identical_systems_get_p_one_and_a_clear_gain_p_below_005():
+    theirs = _system(REFERENCES, BASELINE_SHARE)
+    refs = quality.References(tuple(REFERENCES), lowercase=True)
+    same = quality.paired_bleu(theirs, theirs, refs)
+    assert same.p_value == 1.0 and same.ours == same.theirs
+    better = quality.paired_bleu(_system(REFERENCES, 0.8, seed=2), theirs, refs)
+    assert better.p_value < 0.05 and better.ours > better.theirs + 5
+    # the scores are sacreBLEU's corpus BLEU of the stored hypotheses
+    assert better.ours == pytest.approx(_bleu_row(_system(REFERENCES, 0.8, seed=2), REFERENCES)["score"]["sacrebleu"], abs=0.006)
+    # a one-sentence difference is a gap, but not a significant one
+    nearly = list(theirs)
+    nearly[0] = REFERENCES[0] if nearly[0] != REFERENCES[0] else nearly[0] + " extra"
+    small = quality.paired_bleu(nearly, theirs, refs)
+    assert small.ours != small.theirs and small.p_value >= 0.05
+
+
+def test_verdict_names_a_baseline_with_far_fewer_parameters():
+    theirs = _bleu_row(_system(REFERENCES, BASELINE_SHARE), REFERENCES, params=820_000)
+    ours = _bleu_row(_system(REFERENCES, 0.8, seed=2), REFERENCES, params=9_080_000)
+    text = _bleu_verdict("better", ours, theirs, REFERENCES)
+    assert "**holds**" in text and "not parameter-matched: 9.08M parameters against 0.82M" in text
+
+
+def test_no_verdict_without_stored_items_or_with_items_that_do_not_give_the_score():
+    theirs = _bleu_row(_system(REFERENCES, BASELINE_SHARE), REFERENCES)
+    ours = _bleu_row(_system(REFERENCES, 0.8, seed=2), REFERENCES)
+    old_row = {"score": ours["score"]}  # a row of before the paired test: no hypotheses
+    text = _bleu_verdict("better", old_row, theirs, REFERENCES)
+    assert "no verdict" in text and "--rescore" in text and "**" not in text
+    with pytest.raises(SystemExit, match="not those that were scored"):
+        _bleu_verdict("better", dict(ours, score={"sacrebleu": ours["score"]["sacrebleu"] + 1}), theirs, REFERENCES)
 
 
 def test_no_bleu_verdict_against_a_baseline_that_learnt_nothing():
     suite = quality.SUITES["multi30k"]
     row = quality.Row("x", "arch", claim=quality.Claim("claim", "base", "works"))
-    text = quality.verdict(suite, row, {"x": _result(0.08), "base": _result(0.08)})
+    text = quality.verdict(suite, row, {"x": {"score": {"sacrebleu": 0.08}}, "base": {"score": {"sacrebleu": 0.08}}})
     assert "not measurable" in text and "**" not in text
 
 
-def test_verdict_lower_is_better_for_bits_and_missing_baseline():
-    suite = quality.SUITES["shakespeare"]
-    row = quality.Row("x", "arch", claim=quality.Claim("claim", "base"))
+def _lm_row(bits_per_token, metric, blocks=120, tokens=64, seed=0, noise=0.3):
+    """Blocks of ``tokens`` tokens whose bits vary around ``bits_per_token`` (the same pattern for a given seed)."""
+    rng = random.Random(seed)
+    items = [[tokens, tokens * max(0.1, bits_per_token + rng.uniform(-noise, noise))] for _ in range(blocks)]
+    loss = sum(b for _, b in items) / (blocks * tokens)
+    value = round(loss, 4) if metric == "bits_per_character" else round(2 ** loss, 2)
+    return {"score": {metric: value}, "block_losses": items}
+
+
+@pytest.mark.parametrize("suite_name", ["shakespeare", "grimm"])
+def test_verdict_on_language_models_is_a_paired_bootstrap_over_blocks(suite_name):
+    suite = quality.SUITES[suite_name]
     metric = suite.metric
-    assert "**holds**" in quality.verdict(suite, row, {"x": _result(1.9, metric), "base": _result(2.0, metric)})
-    assert "**not reproduced**" in quality.verdict(suite, row, {"x": _result(2.1, metric), "base": _result(2.0, metric)})
-    assert "**within noise**" in quality.verdict(suite, row, {"x": _result(1.95, metric), "base": _result(2.0, metric)})
-    assert "**within noise**" in quality.verdict(suite, row, {"x": _result(2.05, metric), "base": _result(2.0, metric)})
-    works = quality.Row("x", "arch", claim=quality.Claim("claim", "base", "works"))
-    assert "**holds**" in quality.verdict(suite, works, {"x": _result(2.19, metric), "base": _result(2.0, metric)})
-    assert "**not reproduced**" in quality.verdict(suite, works, {"x": _result(2.21, metric), "base": _result(2.0, metric)})
-    assert "not measured" in quality.verdict(suite, row, {"x": _result(1.9, metric)})
-    matches = quality.Row("x", "arch", claim=quality.Claim("claim", "base", "matches"))
-    assert "**holds**" in quality.verdict(suite, matches, {"x": _result(2.06, metric), "base": _result(2.0, metric)})
-    assert "**not reproduced**" in quality.verdict(suite, matches, {"x": _result(2.07, metric), "base": _result(2.0, metric)})
+    base = _lm_row(2.0, metric)
+
+    def text(relation, ours):
+        row = quality.Row("x", "arch", claim=quality.Claim("claim", "base", relation))
+        return quality.verdict(suite, row, {"x": ours, "base": base})
+
+    assert "**holds**" in text("better", _lm_row(1.9, metric, seed=1))
+    assert "**not reproduced**" in text("better", _lm_row(2.1, metric, seed=1))
+    assert "**within noise**" in text("better", dict(base))  # identical: p = 1
+    assert "**holds**" in text("matches", dict(base))
+    assert "**not reproduced**" in text("matches", _lm_row(2.1, metric, seed=1))
+    works_limit = 2.0 + math.log2(quality.WORKS_LM_RATIO) if metric == "perplexity" else 2.0 * quality.WORKS_LM_RATIO
+    assert "**holds**" in text("works", _lm_row(works_limit - 0.1, metric, seed=1))
+    assert "**not reproduced**" in text("works", _lm_row(works_limit + 0.1, metric, seed=1))
+    assert "not measured" in quality.verdict(suite, quality.Row("x", "a", claim=quality.Claim("c", "base")),
+                                             {"x": base})
+    with pytest.raises(SystemExit, match="different blocks"):
+        text("better", _lm_row(1.9, metric, blocks=100, seed=1))
+
+
+def test_lm_bootstrap_is_deterministic_and_scores_the_real_metric():
+    base, ours = _lm_row(2.0, "perplexity"), _lm_row(1.98, "perplexity", seed=1)
+    first = quality.paired_lm(ours["block_losses"], base["block_losses"], perplexity=True)
+    assert first == quality.paired_lm(ours["block_losses"], base["block_losses"], perplexity=True)
+    assert first.ours == pytest.approx(ours["score"]["perplexity"], abs=0.006)
+    assert 0 < first.p_value <= 1 and first.ours_ci > 0
+
+
+EVAL_LM_LOG = """\
+2026-11-22 | INFO | fairseq_cli.eval_lm | {'_name': None}
+2026-11-22 | INFO | fairseq_cli.eval_lm | num. model params: 1,000
+2026-11-22 | INFO | fairseq_cli.eval_lm | 1 the [-0.693147]\tking [-1.386294]
+INFO:fairseq_cli.eval_lm:0 [1] [-0.693147]\t</s> [-0.693147]\tfrog [-0.693147]
+2026-11-22 | INFO | fairseq_cli.eval_lm | Evaluated 5 tokens in 0.1s (50.00 tokens/s)
+2026-11-22 | INFO | fairseq_cli.eval_lm | Loss (base 2): 1.2000, Perplexity: 2.30
+"""
+
+
+def test_parse_eval_lm_blocks_reads_every_blocks_bits_in_sample_order():
+    blocks = quality.parse_eval_lm_blocks(EVAL_LM_LOG)
+    assert blocks == [[3, pytest.approx(3.0, abs=1e-5)], [2, pytest.approx(3.0, abs=1e-5)]]
+    quality.check_blocks_reproduce_the_loss(blocks, 1.2, "log")
+    with pytest.raises(SystemExit, match="fairseq-eval-lm reported 1.50000"):
+        quality.check_blocks_reproduce_the_loss(blocks, 1.5, "log")
+    with pytest.raises(SystemExit, match="--output-word-probs"):
+        quality.parse_eval_lm_blocks(EVAL_LM_LOG.replace("| 1 the", "| the").replace(":0 [1]", ":x"))
+    with pytest.raises(SystemExit, match="finite"):
+        quality.parse_eval_lm_blocks(EVAL_LM_LOG.replace("[-1.386294]", "[-inf]"))
+
+
+def test_report_marks_rows_trained_with_uncommitted_changes():
+    suite = quality.SUITES["grimm"]
+    base = _lm_row(2.0, suite.metric)
+    results = {}
+    for name, git in (("softmax_1head", "abc123def456"), ("extractor_me", "c8a37dc6c08d (with uncommitted changes)")):
+        results[name] = dict(base, git=git, params=1, updates=1, train_seconds=1.0,
+                             settings={"env": {"MAX_UPDATE": "1", "MAX_TOKENS": "1"}}, cores=2)
+    lines = "\n".join(quality.render_suite(suite, results, None))
+    assert "| c8a37dc6c08d* |" in lines and "| abc123def456 |" in lines
+    assert "\\* Trained with uncommitted changes (extractor_me)" in lines
+    assert "--suites grimm --rows extractor_me --force" in lines
+    assert "paired bootstrap" in quality.VERDICT_RULES and "p < 0.05" in quality.VERDICT_RULES
+
+
+def test_commands_in_the_report_name_the_data_folder_as_a_placeholder(tmp_path):
+    root = tmp_path / "shared" / "data"
+    ctx = quality.Context(data_root=str(root), work_dir=str(tmp_path / "work"), quick=False)
+    relative_root = os.path.relpath(root, quality.REPO)
+    command = (f"python -m data_prep.multi30k --raw-dir {relative_root}/multi30k --x {root}/grimm/train.txt "
+               f"--y {relative_root}x/other")
+    assert quality.portable_command(ctx, command) == (
+        f"python -m data_prep.multi30k --raw-dir $DATA_ROOT/multi30k --x $DATA_ROOT/grimm/train.txt "
+        f"--y {relative_root}x/other")
+
+
+def test_measuring_runs_refuse_uncommitted_changes_unless_allowed(monkeypatch, tmp_path):
+    import provenance
+
+    monkeypatch.setattr(provenance, "git_revision", lambda: "abc123def456 (with uncommitted changes)")
+    with pytest.raises(SystemExit, match="uncommitted changes.*--allow-dirty"):
+        provenance.require_committed(False, "a benchmark")
+    assert provenance.require_committed(True, "a benchmark").startswith("abc123def456")
+    # the scripts stop before preparing or training anything
+    args = ["--data-root", str(tmp_path / "missing"), "--work-dir", str(tmp_path / "work")]
+    with pytest.raises(SystemExit, match="benchmarks/quality.py: tracked files have uncommitted changes"):
+        quality.main(["--suites", "grimm", *args])
+    decode_speed = _load("decode_speed")
+    with pytest.raises(SystemExit, match="benchmarks/decode_speed.py: tracked files have uncommitted changes"):
+        decode_speed.main(["--parts", "lm", *args])
+    assert not (tmp_path / "work").exists()
+    monkeypatch.setattr(provenance, "git_revision", lambda: "abc123def456")
+    assert provenance.require_committed(False, "a benchmark") == "abc123def456"
 
 
 def test_every_claim_names_a_row_of_its_suite():
@@ -159,10 +322,16 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
         assert result["updates"] == 6 and result["params"] > 0 and len(result["train_curve"]) == 3
         assert result["score"]["perplexity"] > 1 and result["git"] != "unknown"
         assert result["evaluate_command"].startswith("NUM_GPUS=0") and "recipes/wikitext2/evaluate.sh" in result["evaluate_command"]
+        # the paired test's items: every evaluated block, adding up to eval-lm's own loss
+        assert "--output-word-probs" in result["evaluate_command"] and len(result["block_losses"]) > 1
+        tokens = sum(n for n, _ in result["block_losses"])
+        assert 2 ** (sum(bits for _, bits in result["block_losses"]) / tokens) == pytest.approx(
+            result["score"]["perplexity"], abs=0.006)
     assert rows["extractor_me"]["params"] < rows["softmax_1head"]["params"]  # ME has no q/k/v projections
     text = report.read_text()
     me_row = next(line for line in text.splitlines() if line.startswith("| extractor_me |"))
     assert "`extractor_me_lm`" in me_row and ("**holds**" in me_row or "**not reproduced**" in me_row)
+    assert re.search(r"p [=<] [01]\.\d{3}; 95 % intervals", me_row), me_row
     assert f"{rows['extractor_me']['score']['perplexity']:.1f}" in me_row
     assert (tmp_path / "docs" / "quality_grimm_loss.png").stat().st_size > 1000
     assert "recipes/wikitext2/train.sh softmax_1head_lm" in text
@@ -177,6 +346,27 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
                            + command[command.index("--suites") + 2:], cwd=tmp_path, capture_output=True, text=True)
     assert third.returncode == 0, third.stderr[-3000:]
     assert me_row in report.read_text() and "tiny Shakespeare" in report.read_text()
+
+    # A row finished before the paired test (no per-block losses) has no verdict; the next run (or --rescore)
+    # evaluates its checkpoint again, trains nothing, and the verdict is back
+    path = work / "results" / "grimm" / "extractor_me.json"
+    stored = json.loads(path.read_text())
+    blocks = stored.pop("block_losses")
+    path.write_text(json.dumps(stored))
+    rendered = subprocess.run(command + ["--report-only"], cwd=tmp_path, capture_output=True, text=True)
+    assert rendered.returncode == 0, rendered.stderr[-3000:]
+    old_row = next(line for line in report.read_text().splitlines() if line.startswith("| extractor_me |"))
+    assert "no verdict" in old_row and "--rescore" in old_row and "**" not in old_row
+    flat = [value for block in blocks for value in block]
+    for extra in ([], ["--rescore"]):  # a plain run scores it again too, --rescore only does that
+        path.write_text(json.dumps(stored))
+        rescored = subprocess.run(command + extra, cwd=tmp_path, capture_output=True, text=True)
+        assert rescored.returncode == 0, rescored.stderr[-3000:]
+        assert "training" not in rescored.stderr and rescored.stderr.count("scoring the test set again") == 1
+        again = json.loads(path.read_text())
+        assert [value for block in again["block_losses"] for value in block] == pytest.approx(flat)
+        assert "--output-word-probs" in again["rescored"]["command"]
+    assert me_row in report.read_text()
 
 
 def test_decode_speed_samples_exactly_the_asked_lengths(tmp_path):
@@ -218,3 +408,16 @@ def test_recipe_variables_are_read_from_the_recipes():
     assert documented <= quality.RECIPE_VARIABLES
     assert {"DATA_NAME", "SAVE_NAME"} <= quality.RECIPE_VARIABLES  # read with a default in recipes/lib/common.sh
     assert not {"PATH", "HOME"} & quality.RECIPE_VARIABLES
+
+
+def test_decode_report_marks_a_part_measured_with_uncommitted_changes(tmp_path):
+    decode_speed = _load("decode_speed")
+    stored = {"results": {"softmax": {"tokens_per_second": 1.0}}, "commands": [], "lengths": None, "cores": 2,
+              "cpu": "test cpu", "load_average": "0 0 0"}
+    for git, marked in (("abc123def456", False), ("abc123def456 (with uncommitted changes)", True)):
+        (tmp_path / "translation.json").write_text(json.dumps(dict(stored, git=git)))
+        results, _, _ = decode_speed.load_part(str(tmp_path), "translation")
+        measured = results["softmax"]["measured"]
+        assert "Measured at git abc123def456" in measured and "(test cpu)" in measured
+        assert ("**Measured with uncommitted changes**" in measured) == marked
+        assert ("--parts translation" in measured) == marked
