@@ -38,6 +38,7 @@ from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
+from .precision import autocast_off, float32_backward, float32_forward, without_autocast
 from .registry import (
     DECODER_SELF,
     ENCODER_DECODER,
@@ -112,9 +113,11 @@ def _length_error(length: int, horizon: int, placement: str) -> ValueError:
     )
 
 
+@without_autocast
 def cosformer_bidirectional(q: Tensor, k: Tensor, v1: Tensor, q_angle: Tensor, k_angle: Tensor, eps: float) -> Tensor:
     """Non-causal cosFormer, eq. 10. q: B,H,T,D; k: B,H,S,D; v1: B,H,S,E (last column: 1 for real keys);
-    angles: B,1,T,1 and B,1,S,1. Returns B,H,T,E-1."""
+    angles: B,1,T,1 and B,1,S,1. Returns B,H,T,E-1. Runs with autocast off (sums over all keys: see
+    ``CosformerAttention.forward``)."""
     kv_cos = (k * torch.cos(k_angle)).transpose(-1, -2) @ v1  # B,H,D,E
     kv_sin = (k * torch.sin(k_angle)).transpose(-1, -2) @ v1
     out = (q * torch.cos(q_angle)) @ kv_cos + (q * torch.sin(q_angle)) @ kv_sin
@@ -385,9 +388,14 @@ class _ChunkedCausalCosformer(torch.autograd.Function):
     internals from the state saved at its start, so that only q, k, v, u, the output, the clamped
     denominator and one state per segment are kept: memory O(T D) per head plus one segment's
     temporaries, no T x D x D tensor. The backward is not itself differentiable.
+
+    Under autocast both passes run in float32 with autocast off (floating-point inputs cast to float32):
+    the running states sum over all earlier tokens, which overflows float16 and keeps too few digits in
+    bfloat16 (and autocast would hand the in-place products here operands of mixed dtypes).
     """
 
     @staticmethod
+    @float32_forward
     def forward(ctx, q, k, v, u, cos, sin, decay, state, eps, chunk, k_pad=None, raw=False, own=False):
         bsz, heads, length, dim = q.shape
         e_dim = v.size(-1)
@@ -416,6 +424,7 @@ class _ChunkedCausalCosformer(torch.autograd.Function):
         return y_buf.permute(1, 2, 0, 3)[:, :, :length], _join_state(st, bsz, heads)
 
     @staticmethod
+    @float32_backward
     @once_differentiable
     def backward(ctx, gy, g_final):
         if ctx.own:
@@ -483,8 +492,10 @@ def _causal_chunked(q, k, v, u, angle, horizon, eps, state, chunk_size, k_pad=No
     return _ChunkedCausalCosformer.apply(q, k, v, u, cos_a, sin_a, decay, state, eps, chunk, k_pad, raw, own)
 
 
+@without_autocast
 def _causal_step(q, k, v, u, cos_a, sin_a, eps, state):
-    """One new token per sequence (decoding): add it to the state, then read the state. q, k, v: B,H,1,*."""
+    """One new token per sequence (decoding): add it to the state, then read the state. q, k, v: B,H,1,*.
+    Runs with autocast off, like ``_ChunkedCausalCosformer``: the state sums over the whole prefix."""
     bsz, heads, _, dim = q.shape
     e_dim = v.size(-1)
     v1 = torch.cat([v, u.expand(bsz, heads, 1, 1) if u is not None else v.new_ones(bsz, heads, 1, 1)], dim=-1)
@@ -657,6 +668,9 @@ class CosformerAttention(BaseAttention):
         elif attn_mask is not None:
             raise ValueError(f"cosformer {self.placement} attention cannot apply an attn_mask (linear attention has no score matrix)")
         tgt_len, bsz, _ = query.shape
+        # The projections follow autocast like any linear layer; the attention itself runs in float32
+        # (or float64) with autocast off: its sums run over all keys, which overflows float16 and keeps
+        # too few digits in bfloat16 (a carried decoding state sums over the whole prefix).
         compute_dtype = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
         # W_q x; phi = ReLU is applied below, or, in causal self-attention, fused into the chunked form.
         q = self._split_heads(self.q_proj(query)).to(compute_dtype)
@@ -761,18 +775,20 @@ class CosformerAttention(BaseAttention):
             k_pos = sequence_positions(key_padding_mask, bsz, src_len, q.device)
             if src_len > self.horizon and int(k_pos.max()) >= self.horizon:
                 raise _length_error(int(k_pos.max()) + 1, self.horizon, self.placement)
-            k_angle = self._angles(k_pos, self.horizon, dtype)
-            kv_state = torch.stack(
-                [(k * torch.cos(k_angle)).transpose(-1, -2) @ v1, (k * torch.sin(k_angle)).transpose(-1, -2) @ v1], dim=2
-            )  # B,H,2,D,E
+            with autocast_off(q.device.type):
+                k_angle = self._angles(k_pos, self.horizon, dtype)
+                kv_state = torch.stack(
+                    [(k * torch.cos(k_angle)).transpose(-1, -2) @ v1, (k * torch.sin(k_angle)).transpose(-1, -2) @ v1], dim=2
+                )  # B,H,2,D,E
         offset = buffer.get("query_position")
         q_pos = sequence_positions(None, bsz, tgt_len, q.device, offset)
         end = (offset if offset is not None else 0) + tgt_len
         if int(torch.as_tensor(end).max()) > self.horizon:
             raise _length_error(int(torch.as_tensor(end).max()), self.horizon, self.placement)
-        q_angle = self._angles(q_pos, self.horizon, dtype)
-        out = (q * torch.cos(q_angle)) @ kv_state[:, :, 0] + (q * torch.sin(q_angle)) @ kv_state[:, :, 1]
-        out = out[..., :-1] / out[..., -1:].clamp_min(self.eps)
+        with autocast_off(q.device.type):
+            q_angle = self._angles(q_pos, self.horizon, dtype)
+            out = (q * torch.cos(q_angle)) @ kv_state[:, :, 0] + (q * torch.sin(q_angle)) @ kv_state[:, :, 1]
+            out = out[..., :-1] / out[..., -1:].clamp_min(self.eps)
         if incremental_state is not None:
             buffer.update(kv_state=kv_state, keys=k, key_positions=k_pos, query_position=torch.as_tensor(end, device=q.device).expand(bsz).clone())
             if key_padding_mask is not None:

@@ -74,6 +74,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .precision import autocast_dtype
 from .registry import DECODER_SELF, AttentionConfigError, BaseAttention, register_attention
 
 CONV_IMPLS = ("auto", "direct", "fft")
@@ -202,10 +203,19 @@ class _DenseConv1dWithoutOneDNN(torch.autograd.Function):
     backward-data kernel for d = 512, 128 taps from about 4,000 positions on
     (minutes per pass, benchmarks/attention_speed.py found it); torch's own
     implementation (im2col + GEMM) is as fast at shorter lengths and stays so.
-    The backward backend is chosen when backward runs, hence the Function."""
+    The backward backend is chosen when backward runs, hence the Function.
+
+    Under autocast it computes in autocast's dtype, as autocast runs F.conv1d,
+    but casts here and saves the cast inputs: the backward's
+    convolution_backward, which autocast does not cast, then gets inputs and
+    gradient of one dtype. Autograd casts the gradients back to the inputs'
+    dtypes."""
 
     @staticmethod
     def forward(ctx, x, weight):
+        dtype = autocast_dtype(x)
+        if dtype is not None:
+            x, weight = x.to(dtype), weight.to(dtype)
         ctx.save_for_backward(x, weight)
         with _mkldnn_disabled():
             return F.conv1d(x, weight)

@@ -272,3 +272,109 @@ def test_attention_weights_are_distributions(kind, variant, placement):
     if placement == DECODER_SELF:
         future = torch.ones(query.size(0), memory.size(0), dtype=torch.bool).triu(1)
         assert weights[:, future].abs().max() < 1e-12, "weight on future tokens"
+
+
+
+# -- mixed precision ---------------------------------------------------------
+# fairseq's --amp (and --fp16/--bf16 through autocast) trains under torch.autocast:
+# every kind must run forward and backward there, in every placement, at a
+# length past every chunk (cosFormer: 64 tokens) and window (AMP_LAGS) so that
+# the chunked, windowed and carried-state paths all run.
+AMP_LEN, AMP_SRC_LEN, AMP_POSITIONS, AMP_LAGS = 200, 150, 256, 48
+# Decoding runs token by token (a call per token): past the window, not to AMP_LEN.
+AMP_DECODE_LEN = 64
+AMP_DTYPES = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float16, id="fp16")]
+# Largest difference from the float32 pass, relative to the float32 tensor's
+# largest entry: 8 unit roundoffs of the autocast dtype (2^-8 for bfloat16's 8
+# significant bits, 2^-11 for float16's 11). Every low-precision op rounds its
+# result once; through the projections, the attention and (for gradients) the
+# backward the largest errors seen are 2.5 unit roundoffs, while cosFormer's
+# sums over the T = 200 keys in bfloat16 (before they were made float32) missed
+# by 40 to 70, and in float16 gave NaN gradients.
+AMP_TOL = {torch.bfloat16: 8 * 2.0**-8, torch.float16: 8 * 2.0**-11}
+
+
+def make_for_amp(kind, variant, placement, dtype):
+    """A float32 module in train mode whose parameters are representable in
+    ``dtype``: autocast's casts of them are then exact, so that the float32 pass
+    is a reference for what the kind does under autocast (otherwise rounding a
+    ReLU feature of cosFormer from 0 to a tiny positive value legitimately moves
+    that head's output from 0 to an average of values)."""
+    overrides = {} if variant is None else dict(ATTENTION_REGISTRY[kind].conformance_variants[variant].overrides)
+    overrides.setdefault("max_target_positions", AMP_POSITIONS)
+    overrides.setdefault("max_source_positions", AMP_POSITIONS)
+    overrides.setdefault("extractor_lags", AMP_LAGS)
+    torch.manual_seed(0)
+    module = build_attention(kind, placement, EMBED, HEADS, model_cfg(**overrides)).train()
+    with torch.no_grad():
+        for param in module.parameters():
+            param.copy_(param.to(dtype))
+    return module
+
+
+def inputs_for_amp(placement, dtype, tgt_len=AMP_LEN):
+    """Float32 inputs representable in ``dtype`` (see ``make_for_amp``)."""
+    query, memory = inputs(placement, tgt_len=tgt_len, src_len=AMP_SRC_LEN, dtype=torch.float32)
+    query = query.to(dtype).float()
+    return query, query if placement != ENCODER_DECODER else memory.to(dtype).float()
+
+
+def amp_pass(module, query, memory, pad, dtype):
+    """Forward and backward under CPU autocast to ``dtype`` (None: plain float32).
+    Returns the output at real queries, the gradients of the inputs, and those of
+    all parameters flattened into one vector, all in float32."""
+    module.zero_grad(set_to_none=True)
+    cross = module.placement == ENCODER_DECODER
+    query = query.detach().requires_grad_(True)
+    memory = memory.detach().requires_grad_(True) if cross else query
+    with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        out, _ = call(module, query, memory, pad)
+    out = out.float() * real_queries(module.placement, pad, query.size(0))
+    (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(4))).sum().backward()
+    grads = {"query": query.grad.float()}
+    if cross:
+        grads["memory"] = memory.grad.float()
+    for name, param in module.named_parameters():
+        assert param.grad is not None and bool(torch.isfinite(param.grad).all()), f"{name}: no or a non-finite gradient"
+    # One vector: a parameter's gradient may be zero in exact arithmetic (softmax
+    # ignores a shift shared by all keys: the key bias gets none), which leaves
+    # only rounding noise to compare per tensor.
+    grads["parameters"] = torch.cat([param.grad.float().flatten() for param in module.parameters()])
+    return out.detach(), grads
+
+
+def relative_error(low, reference):
+    return ((low - reference).abs().max() / reference.abs().max().clamp_min(1e-12)).item()
+
+
+@pytest.mark.parametrize("dtype", AMP_DTYPES)
+@pytest.mark.parametrize("kind,variant,placement", CASES)
+def test_forward_and_backward_under_autocast(kind, variant, placement, dtype):
+    module = make_for_amp(kind, variant, placement, dtype)
+    query, memory = inputs_for_amp(placement, dtype)
+    pad = padding_for(placement, memory.size(0))
+    reference, reference_grads = amp_pass(module, query, memory, pad, None)
+    out, grads = amp_pass(module, query, memory, pad, dtype)
+    assert torch.isfinite(out).all(), "non-finite output under autocast"
+    assert relative_error(out, reference) < AMP_TOL[dtype], f"output: {relative_error(out, reference):.2e}"
+    for name, grad in grads.items():
+        assert torch.isfinite(grad).all(), f"{name}: non-finite gradient under autocast"
+        error = relative_error(grad, reference_grads[name])
+        assert error < AMP_TOL[dtype], f"gradient of {name}: {error:.2e}"
+
+
+@pytest.mark.parametrize("dtype", AMP_DTYPES)
+@pytest.mark.parametrize("kind,variant,placement", DECODING_CASES)
+def test_decoding_under_autocast(kind, variant, placement, dtype):
+    """Step-by-step decoding under autocast (the carried state of linear
+    attention, the caches of the others), past every window: close to the
+    float32 full pass."""
+    module = make_for_amp(kind, variant, placement, dtype).eval()
+    query, memory = inputs_for_amp(placement, dtype, tgt_len=AMP_DECODE_LEN)
+    pad = padding_for(placement, memory.size(0)) if placement == ENCODER_DECODER else None
+    with torch.no_grad():
+        reference, _ = call(module, query, memory, pad)
+        with torch.autocast("cpu", dtype=dtype):
+            steps = step_by_step(module, query, memory, pad).float()
+    assert torch.isfinite(steps).all(), "non-finite decoding output under autocast"
+    assert relative_error(steps, reference) < AMP_TOL[dtype], f"{relative_error(steps, reference):.2e}"

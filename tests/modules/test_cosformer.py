@@ -173,3 +173,58 @@ def test_gradients_through_a_carried_state():
     g_single = torch.autograd.grad(run(7), [qs, state])
     assert all(torch.allclose(a, b, atol=1e-10) for a, b in zip(g_chunked, g_single))
     assert torch.autograd.gradcheck(lambda s: cosformer_causal(qs.detach(), k, v1, angle, 20, 1e-6, s, 3)[0].sum(), (state,))
+
+
+def _representable(module, x, dtype):
+    """Parameters and input rounded to ``dtype`` (kept float32): autocast's casts of them are exact, so
+    the float32 pass is a reference for autocast's own rounding (see test_conformance.make_for_amp)."""
+    with torch.no_grad():
+        for param in module.parameters():
+            param.copy_(param.to(dtype))
+    return x.to(dtype).float()
+
+
+def test_decoding_state_stays_float32_under_float16_autocast():
+    """Under autocast (fairseq's --amp) the carried decoding state sums over the whole prefix in float32:
+    here its sums pass float16's largest value, 65504, which a float16 state turns into inf."""
+    torch.manual_seed(0)
+    length = 300
+    module = CosformerAttention(DECODER_SELF, 16, 2, horizon=length).eval()
+    x = _representable(module, 100 * torch.randn(length, 2, 16, generator=torch.Generator().manual_seed(1)), torch.float16)
+    state, steps = {}, []
+    with torch.no_grad():
+        reference, _ = module(x, x, x, need_weights=False)
+        with torch.autocast("cpu", dtype=torch.float16):
+            for t in range(length):
+                steps.append(module(x[t : t + 1], x[t : t + 1], x[t : t + 1], incremental_state=state, need_weights=False)[0])
+    carried = module._get_input_buffer(state)["state"]
+    assert carried.dtype == torch.float32 and carried.abs().max() > torch.finfo(torch.float16).max
+    steps = torch.cat(steps).float()
+    assert torch.isfinite(steps).all()
+    error = (steps - reference).abs().max() / reference.abs().max()
+    assert error < 8 * 2.0**-11, error  # 8 unit roundoffs of float16, as AMP_TOL in test_conformance.py
+
+
+def test_backward_inside_the_autocast_region():
+    """PyTorch advises calling backward outside autocast, but some training loops call it inside: the
+    causal form's hand-written backward declares (torch.amp.custom_bwd) that it runs as its forward,
+    in float32 with autocast off, and gives the gradients of a backward outside the region. (Ops that
+    autograd records are autocast again in such a backward, torch's documented caveat, so only the
+    causal placement, whose attention is this Function, gives identical gradients.)"""
+    torch.manual_seed(0)
+    module = CosformerAttention(DECODER_SELF, 16, 2, horizon=256)
+    x = _representable(module, torch.randn(200, 2, 16, generator=torch.Generator().manual_seed(1)), torch.bfloat16)
+    grads = []
+    for inside in (False, True):
+        module.zero_grad(set_to_none=True)
+        x_in = x.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, _ = module(x_in, x_in, x_in, need_weights=False)
+            if inside:
+                out.float().square().sum().backward()
+        if not inside:
+            out.float().square().sum().backward()
+        grads.append([x_in.grad] + [p.grad for p in module.parameters()])
+    for outside, inside in zip(*grads):
+        assert torch.isfinite(inside).all()
+        assert torch.allclose(inside, outside, atol=1e-6 * outside.abs().max().item(), rtol=0), (inside - outside).abs().max()

@@ -233,3 +233,36 @@ def test_bfloat16_inputs(conv_impl):
     out = forward(module.to(torch.bfloat16), x.to(torch.bfloat16))
     assert out.dtype == torch.bfloat16
     assert torch.allclose(out.double(), reference, atol=0.1 * reference.abs().max().item(), rtol=0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("conv_impl", ["direct", "fft"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_both_paths_under_autocast(kind, conv_impl, dtype):
+    """Forward and backward under CPU autocast (fairseq's --amp) on each
+    convolution path, past the window (the conformance suite runs the path the
+    cost rule picks): finite, and within 8 unit roundoffs of the autocast dtype
+    of float32 (see AMP_TOL in test_conformance.py), with parameters and inputs
+    representable in that dtype so that only autocast's own rounding differs."""
+    length, lags = 40, 12
+    torch.manual_seed(0)
+    module = build_attention(kind, DECODER_SELF, 16, 2, cfg(extractor_lags=lags, extractor_conv_impl=conv_impl)).train()
+    with torch.no_grad():
+        for param in module.parameters():
+            param.copy_(param.to(dtype))
+    x = sequence(length, embed=16).float().to(dtype).float()
+    pad = padding(length)
+    real = (~pad).T.unsqueeze(-1)
+    weights = torch.randn(x.shape, generator=torch.Generator().manual_seed(2))
+    results = []
+    for amp in (False, True):
+        module.zero_grad(set_to_none=True)
+        x_in = x.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=dtype, enabled=amp):
+            out = forward(module, x_in, pad).float() * real
+        (out * weights).sum().backward()
+        results.append([out.detach(), x_in.grad] + [p.grad for p in module.parameters()])
+    tol = 8 * (2.0**-8 if dtype == torch.bfloat16 else 2.0**-11)
+    for reference, low in zip(*results):
+        assert torch.isfinite(low).all()
+        assert (low - reference).abs().max() < tol * reference.abs().max(), (low - reference).abs().max() / reference.abs().max()
