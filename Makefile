@@ -8,15 +8,23 @@ PIP := $(PY) -m pip --disable-pip-version-check
 # fairseq 0.12 still uses np.compat.long (TokenBlockDataset, LanguagePairDataset).
 BUILD_TOOLS := cython==3.3.1 numpy==1.26.4 setuptools==84.2.1 wheel==0.48.0
 STAMP := $(VENV)/.setup-done
+# Where pip looks for torch. Empty: pip's own configuration (on this project's
+# development machine a local CPU wheel). On Linux, PyPI's torch is the CUDA
+# build (several GB): point this at a CPU wheel index instead, e.g.
+#   make setup TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+TORCH_INDEX_URL ?=
 
 .PHONY: setup demo test bench bench-speed bench-decode bench-quality clean
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt constraints.txt setup.py Makefile
+$(STAMP): requirements.txt constraints.txt setup.py Makefile tools/check_build_prereqs.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required; set PYTHON=...)"; exit 1; }
+	@# fairseq-fixed is built from source below: check the compilers and Python headers
+	@# before anything is downloaded (skipped once fairseq is installed).
+	@$(PY) -c "import fairseq" 2>/dev/null || $(PYTHON) tools/check_build_prereqs.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q -c constraints.txt torch==2.13.0
+	$(PIP) install -q -c constraints.txt $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) torch==2.13.0
 	$(PIP) install -q -c constraints.txt $(BUILD_TOOLS)
 	# fairseq-fixed: the PyPI fairseq 0.12.2 does not import on Python 3.11.
 	# --no-deps: its metadata asks for torchaudio, which would bring a CUDA torch.

@@ -4,6 +4,10 @@ Importing the package registers the attention kinds, models, architectures,
 tasks and criteria with fairseq, and the few classes that fairseq checkpoints
 contain as safe globals for ``torch.load(weights_only=True)``.
 """
+from .known_warnings import hide_known_warnings
+
+hide_known_warnings()
+
 from . import checkpoint_compat  # noqa: F401
 from . import modules  # noqa: F401
 from . import models  # noqa: F401
