@@ -12,6 +12,10 @@ real multiplications, additions, divisions and exponentiations of
 and the trainable parameters, which equal those of the modules in
 ``fairseq_plugins.modules`` (the tests build them and compare).
 
+``KIND_COSTS`` gives every registered kind, in every placement, its parameters
+and the multiply-adds of its matrix products (below), from which
+``python -m fairseq_plugins.cli.model_costs`` sums whole presets.
+
 Counting conventions:
 
 * a dot product of length k: k multiplications, k - 1 additions; a bias adds
@@ -31,7 +35,7 @@ Counting conventions:
 """
 import argparse
 from dataclasses import dataclass, fields
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
 EXTRACTOR_KINDS = ("extractor_she", "extractor_he", "extractor_we", "extractor_me")
 
@@ -149,6 +153,113 @@ def extractor_training(kind: str, d: int, lags: int, n: int, output_projection: 
 def extractor_step(kind: str, d: int, lags: int, t: int, output_projection: bool = True) -> Counts:
     """The t-th token sums min(t, l) lag terms."""
     return extractor(kind, d, queries=1, terms=lag_terms([t], lags), output_projection=output_projection)
+
+
+# ------------------------------------------- every kind, for whole models ---
+# Matrix-product work of one forward pass of a sub-layer, counted in
+# multiply-accumulates (MACs; FLOPs = 2 MACs, the convention of
+# torch.utils.flop_counter). Each kind is counted as defined, for one sequence
+# without padding, ``queries`` query tokens and ``keys`` key tokens (self-
+# attention: keys = queries):
+#
+# * linear maps: rows x d_in x d_out (biases are element-wise, not counted);
+# * softmax: q . k and a . v over the visible (query, key) pairs only
+#   (fairseq's implementation computes the whole T x S matrices and masks them);
+# * cosFormer: the linear form of eq. 10, cos and sin parts, with the
+#   normaliser as an extra all-ones value column (as cosformer.py computes it):
+#   phi(K)^T [V 1] and phi(Q) (phi(K)^T [V 1]), 2 (S + T) d (d_h + 1);
+#   the causal form counted the same (its prefix sums are additions);
+# * BET: softmax's q . k and a . v, the token scores w^T [H_j; K_j] (2 d per
+#   token), and A' V over the pairs of the second mask;
+# * Extractors: every lag term of eqs. 23-29, as in ``extractor`` above.
+#
+# Element-wise work (softmax, scaling, re-weighting, activations, norms) is left
+# out; the per-operation counts above keep it.
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    """The model options that change a kind's parameters or counted work."""
+
+    lags: int = 128                         # Extractors' l
+    extractor_output_projection: bool = True
+    softmax_diag_free: bool = False         # decoder self-attention only
+    bet_diag_free: bool = True
+
+
+@dataclass(frozen=True)
+class KindCost:
+    # parameters(placement, d, heads, kdim, options) -> int
+    parameters: Callable[[str, int, int, int, AttentionOptions], int]
+    # macs(placement, d, heads, queries, keys, kdim, options) -> int
+    macs: Callable[[str, int, int, int, int, int, AttentionOptions], int]
+
+
+def visible_pairs(placement: str, queries: int, keys: int, diag_free: bool = False) -> int:
+    """(query, key) pairs an attention distribution covers: all of them, or in
+    causal self-attention (queries = keys = n) token i sees tokens j <= i, and
+    with the diagonal-free mask j < i (the first token still sees itself)."""
+    if placement != "decoder_self":
+        return queries * keys
+    if queries != keys:
+        raise ValueError(f"decoder self-attention has as many keys as queries, got {queries} and {keys}")
+    n = queries
+    return n * (n - 1) // 2 + min(n, 1) if diag_free else n * (n + 1) // 2
+
+
+def _projection_parameters(d: int, kdim: int) -> int:
+    """W_q, W_o on d inputs and W_k, W_v on kdim inputs, each with its bias."""
+    return 2 * linear_parameters(d, d) + 2 * linear_parameters(kdim, d)
+
+
+def _projection_macs(d: int, queries: int, keys: int, kdim: int) -> int:
+    return 2 * queries * d * d + 2 * keys * kdim * d
+
+
+def _softmax_macs(placement, d, heads, queries, keys, kdim, options):
+    diag_free = options.softmax_diag_free and placement == "decoder_self"
+    return _projection_macs(d, queries, keys, kdim) + 2 * visible_pairs(placement, queries, keys, diag_free) * d
+
+
+def _cosformer_macs(placement, d, heads, queries, keys, kdim, options):
+    return _projection_macs(d, queries, keys, kdim) + 2 * (queries + keys) * d * (d // heads + 1)
+
+
+def _bet_parameters(placement, d, heads, kdim, options):
+    return _projection_parameters(d, kdim) + 2 * d  # w: heads x 2 d_h (per-head) or 2 d (shared)
+
+
+def _bet_macs(placement, d, heads, queries, keys, kdim, options):
+    first = visible_pairs(placement, queries, keys)
+    second = visible_pairs(placement, queries, keys, options.bet_diag_free)
+    return _projection_macs(d, queries, keys, kdim) + 2 * first * d + 2 * queries * d + second * d
+
+
+def _extractor_cost(kind: str) -> KindCost:
+    def parameters(placement, d, heads, kdim, options):
+        return extractor_parameters(kind, d, options.lags, options.extractor_output_projection)
+
+    def macs(placement, d, heads, queries, keys, kdim, options):
+        counts = extractor(kind, d, queries, lag_terms(range(1, queries + 1), options.lags), options.extractor_output_projection)
+        # eq. 24's X_adj * X_ext is element-wise: d multiplications per token, no product
+        return counts.multiplications - (0 if kind == "extractor_me" else queries * d)
+
+    return KindCost(parameters, macs)
+
+
+KIND_COSTS: Dict[str, KindCost] = {
+    "softmax": KindCost(lambda placement, d, heads, kdim, options: _projection_parameters(d, kdim), _softmax_macs),
+    "cosformer": KindCost(lambda placement, d, heads, kdim, options: _projection_parameters(d, kdim), _cosformer_macs),
+    "bet": KindCost(_bet_parameters, _bet_macs),
+    **{kind: _extractor_cost(kind) for kind in EXTRACTOR_KINDS},
+}
+
+
+def kind_cost(kind: str) -> KindCost:
+    if kind not in KIND_COSTS:
+        raise ValueError(f"no parameter/FLOP count for attention kind {kind!r}; counted kinds: {', '.join(sorted(KIND_COSTS))} "
+                         "(add one to KIND_COSTS in fairseq_plugins/complexity.py)")
+    return KIND_COSTS[kind]
 
 
 # ------------------------------------------------------------------ table ---

@@ -1,0 +1,247 @@
+"""Whole-model parameter and FLOP counts of every preset (``--arch``), summed
+from the per-kind counts of ``fairseq_plugins.complexity`` (``KIND_COSTS``) and
+fairseq's layer structure (embeddings, positions, layer norms, FFNs, output
+projection), without building the model.
+
+    python -m fairseq_plugins.cli.model_costs                       # every preset, S = T = 128
+    python -m fairseq_plugins.cli.model_costs --arch mformer_wmt_en_de --source-length 64 --target-length 64 --vocab 40000
+
+Parameters and FLOPs that grow with the dictionary (token embeddings, the
+output projection) are given per dictionary entry, so that any vocabulary size
+V can be added: total = count + V x per-entry count (``--vocab V`` adds those
+columns). FLOPs are those of one forward pass over one sentence pair of S
+source and T target tokens (language models: T tokens), 2 per multiply-add of
+the matrix products each kind's definition needs (see complexity.py); the
+tests compare them with ``torch.utils.flop_counter.FlopCounterMode``.
+"""
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+from .. import complexity
+
+ENCODER_DECODER_MODEL = "mixed_transformer"
+LANGUAGE_MODEL = "mixed_transformer_lm"
+MODELS = {ENCODER_DECODER_MODEL: "translation", LANGUAGE_MODEL: "language_modeling"}
+
+
+def _layer_norm_parameters(d: int) -> int:
+    return 2 * d  # weight and bias
+
+
+def _ffn_parameters(d: int, ffn: int) -> int:
+    return complexity.linear_parameters(d, ffn) + complexity.linear_parameters(ffn, d)
+
+
+def _positions_parameters(learned: bool, max_positions: int, d: int, padding_idx: int = 1) -> int:
+    # fairseq's PositionalEmbedding: learned ones have max_positions + padding_idx + 1 rows;
+    # sinusoidal ones are a buffer, not parameters.
+    return (max_positions + padding_idx + 1) * d if learned else 0
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    arch: str
+    model: str                 # "encoder-decoder" or "language model"
+    parameters: int            # everything but the dictionary-sized matrices
+    parameters_per_entry: int  # token embeddings and output projection, per dictionary entry
+    flops: int                 # one forward pass, without the output projection
+    flops_per_entry: int       # the output projection, per dictionary entry
+    source_length: Optional[int]
+    target_length: int
+
+    def total_parameters(self, vocab: int) -> int:
+        return self.parameters + vocab * self.parameters_per_entry
+
+    def total_flops(self, vocab: int) -> int:
+        return self.flops + vocab * self.flops_per_entry
+
+
+def _unsupported(args, model_name: str):
+    """Options that add modules the count does not know: an error naming them, never a wrong number."""
+    checks = {
+        "adaptive_softmax_cutoff": lambda v: v is not None,
+        "adaptive_input": bool,
+        "character_embeddings": bool,
+        "cross_self_attention": bool,
+        "quant_noise_pq": lambda v: bool(v),
+        "scale_attn": bool,
+        "scale_fc": bool,
+        "scale_heads": bool,
+        "scale_resids": bool,
+        "base_layers": lambda v: bool(v),
+        "encoder_layers_to_keep": lambda v: bool(v),
+    }
+    used = [name for name, is_set in checks.items() if is_set(getattr(args, name, None))]
+    if used:
+        raise ValueError(f"{args.arch}: model_costs cannot count a {model_name} with "
+                         f"{', '.join('--' + u.replace('_', '-') for u in used)}; leave those options unset")
+
+
+def attention_options(args) -> complexity.AttentionOptions:
+    """The options of ``args`` that change a kind's counts (Extractors' lags as the modules resolve them)."""
+    from ..modules.extractors import resolve_lags
+
+    kinds = {getattr(args, name, None) or "" for name in ("encoder_attention_kinds", "decoder_attention_kinds", "cross_attention_kinds")}
+    uses_extractor = any(kind.strip().startswith("extractor_") for value in kinds for kind in value.split(","))
+    return complexity.AttentionOptions(
+        lags=resolve_lags(args) if uses_extractor else 1,
+        extractor_output_projection=not bool(getattr(args, "extractor_no_output_projection", False)),
+        softmax_diag_free=bool(getattr(args, "softmax_diag_free", False)),
+        bet_diag_free=not bool(getattr(args, "bet_no_diag_free", False)),
+    )
+
+
+def _attention(kind: str, placement: str, d: int, heads: int, queries: int, keys: int, kdim: int, options):
+    cost = complexity.kind_cost(kind)
+    return cost.parameters(placement, d, heads, kdim, options), cost.macs(placement, d, heads, queries, keys, kdim, options)
+
+
+def model_cost(args, source_length: int = 128, target_length: int = 128) -> ModelCost:
+    """The counts of the model that ``args`` (an architecture's resolved options) builds."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+    from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS, TransformerConfig
+
+    from ..models.layout import decoder_layout, encoder_layout
+
+    model_name = ARCH_MODEL_NAME_REGISTRY.get(args.arch)
+    if model_name not in MODELS:
+        raise ValueError(f"--arch {args.arch}: not an architecture of {' or '.join(MODELS)}")
+    if source_length < 1 or target_length < 1:
+        raise ValueError(f"--source-length and --target-length must be >= 1, got {source_length} and {target_length}")
+    language_model = model_name == LANGUAGE_MODEL
+    # the defaults the models' build_model fills in before building
+    if language_model:
+        from ..models.mixed_transformer_lm import mixed_transformer_lm_base
+
+        mixed_transformer_lm_base(args)
+    else:
+        from ..models.mixed_transformer import mixed_transformer_base
+
+        mixed_transformer_base(args)
+    _unsupported(args, model_name)
+    if language_model:
+        if getattr(args, "decoder_layers_to_keep", None):
+            args.decoder_layers = len(args.decoder_layers_to_keep.split(","))
+        if getattr(args, "max_target_positions", None) is None:  # as MixedTransformerLanguageModel.build_model
+            args.max_target_positions = getattr(args, "tokens_per_sample", DEFAULT_MAX_TARGET_POSITIONS)
+    else:
+        for name, default in (("max_source_positions", DEFAULT_MAX_SOURCE_POSITIONS), ("max_target_positions", DEFAULT_MAX_TARGET_POSITIONS)):
+            if getattr(args, name, None) is None:  # as TransformerModel.build_model
+                setattr(args, name, default)
+    cfg = TransformerConfig.from_namespace(args)
+    options = attention_options(args)
+    params = macs = 0
+    S, T = source_length, target_length
+
+    d_enc = cfg.encoder.embed_dim
+    if not language_model:
+        params += _positions_parameters(cfg.encoder.learned_pos and not cfg.no_token_positional_embeddings, cfg.max_source_positions, d_enc)
+        params += _layer_norm_parameters(d_enc) if cfg.layernorm_embedding else 0
+        for choice in encoder_layout(args):
+            p, m = _attention(choice.self_kind, "encoder_self", d_enc, choice.heads, S, S, d_enc, options)
+            params += p + _layer_norm_parameters(d_enc) + _ffn_parameters(d_enc, choice.ffn_embed_dim) + _layer_norm_parameters(d_enc)
+            macs += m + 2 * S * d_enc * choice.ffn_embed_dim
+        params += _layer_norm_parameters(d_enc) if cfg.encoder.normalize_before else 0
+
+    d = cfg.decoder.embed_dim
+    d_in = cfg.decoder.input_dim
+    d_out = cfg.decoder.output_dim
+    if d_in != d:  # project_in_dim, bias-free
+        params += d_in * d
+        macs += T * d_in * d
+    params += _positions_parameters(cfg.decoder.learned_pos and not cfg.no_token_positional_embeddings, cfg.max_target_positions, d)
+    params += _layer_norm_parameters(d) if cfg.layernorm_embedding else 0
+    for choice in decoder_layout(args, has_encoder_attention=not language_model):
+        p, m = _attention(choice.self_kind, "decoder_self", d, choice.heads, T, T, d, options)
+        params += p + _layer_norm_parameters(d)
+        macs += m
+        if not language_model:
+            p, m = _attention(choice.cross_kind, "encoder_decoder", d, choice.cross_heads, T, S, d_enc, options)
+            params += p + _layer_norm_parameters(d)
+            macs += m
+        params += _ffn_parameters(d, choice.ffn_embed_dim) + _layer_norm_parameters(d)
+        macs += 2 * T * d * choice.ffn_embed_dim
+    params += _layer_norm_parameters(d) if cfg.decoder.normalize_before and not cfg.no_decoder_final_norm else 0
+    if d_out != d and not cfg.tie_adaptive_weights:  # project_out_dim, bias-free
+        params += d * d_out
+        macs += T * d * d_out
+
+    # dictionary-sized matrices: token embeddings (one shared matrix with
+    # --share-all-embeddings) and the output projection unless tied to the decoder's
+    shared_all = not language_model and cfg.share_all_embeddings
+    shared_output = cfg.share_decoder_input_output_embed or shared_all
+    per_entry = (0 if language_model or shared_all else d_enc) + d_in + (0 if shared_output else d_out)
+    return ModelCost(
+        arch=args.arch, model="language model" if language_model else "encoder-decoder", parameters=params,
+        parameters_per_entry=per_entry, flops=2 * macs, flops_per_entry=2 * T * d_out,
+        source_length=None if language_model else S, target_length=T,
+    )
+
+
+def preset_args(arch: str, extra: Sequence[str] = ()):
+    """The options fairseq-train resolves for ``--arch arch`` (plus ``extra`` flags), without data."""
+    import fairseq_plugins  # noqa: F401  (registers the models and architectures)
+    from fairseq import options
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    model_name = ARCH_MODEL_NAME_REGISTRY.get(arch)
+    if model_name not in MODELS:
+        raise ValueError(f"--arch {arch}: not a preset of this package; valid: {', '.join(presets())}")
+    parser = options.get_training_parser()
+    return options.parse_args_and_arch(parser, ["unused", "--task", MODELS[model_name], "--arch", arch, *extra])
+
+
+def presets() -> List[str]:
+    import fairseq_plugins  # noqa: F401
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    return [arch for arch, model in ARCH_MODEL_NAME_REGISTRY.items() if model in MODELS]
+
+
+def markdown_table(costs: Sequence[ModelCost], vocab: Optional[int] = None) -> str:
+    header = ["`--arch`", "model", "parameters", "+ per dictionary entry", "forward GFLOPs", "+ per dictionary entry (FLOPs)"]
+    if vocab is not None:
+        header += [f"parameters, V = {vocab:,}", f"forward GFLOPs, V = {vocab:,}"]
+    lines = ["| " + " | ".join(header) + " |", "| --- | --- |" + " ---: |" * (len(header) - 2)]
+    for cost in costs:
+        cells = [f"`{cost.arch}`", cost.model, f"{cost.parameters:,}", f"{cost.parameters_per_entry:,}",
+                 f"{cost.flops / 1e9:.3f}", f"{cost.flops_per_entry:,}"]
+        if vocab is not None:
+            cells += [f"{cost.total_parameters(vocab):,}", f"{cost.total_flops(vocab) / 1e9:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--arch", action="append", help="a preset (repeatable; default: every preset of this package)")
+    parser.add_argument("--source-length", type=int, default=128, help="source tokens S of the forward pass (default 128)")
+    parser.add_argument("--target-length", type=int, default=128, help="target tokens T (language models: tokens) of the forward pass (default 128)")
+    parser.add_argument("--vocab", type=int, help="also give totals at this dictionary size")
+    parser.add_argument("--output", help="write the table to this file (atomically) instead of printing it")
+    args = parser.parse_args(argv)
+    if args.source_length < 1 or args.target_length < 1:
+        parser.error(f"--source-length and --target-length must be >= 1, got {args.source_length} and {args.target_length}")
+    if args.vocab is not None and args.vocab < 1:
+        parser.error(f"--vocab must be >= 1, got {args.vocab}")
+    valid = presets()
+    unknown = [a for a in args.arch or [] if a not in valid]
+    if unknown:
+        parser.error(f"--arch {', '.join(unknown)}: not a preset of this package; valid: {', '.join(valid)}")
+    costs = [model_cost(preset_args(arch), args.source_length, args.target_length) for arch in args.arch or valid]
+    table = markdown_table(costs, args.vocab)
+    if args.output:
+        from ..files import atomic_output
+
+        with atomic_output(args.output) as f:
+            f.write(table)
+    else:
+        sys.stdout.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""fairseq_plugins/cli/model_costs.py and the per-kind counts of complexity.py
+(KIND_COSTS): parameters equal the built modules and models (every registered
+kind in every placement, every preset), and forward FLOPs equal
+torch.utils.flop_counter.FlopCounterMode's count of a small model."""
+import argparse
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from fairseq.data import Dictionary
+from fairseq.models import ARCH_MODEL_REGISTRY
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+import fairseq_plugins  # noqa: F401  (registers kinds, models, presets)
+from fairseq_plugins import complexity
+from fairseq_plugins.cli import model_costs
+from fairseq_plugins.modules import ATTENTION_REGISTRY, ENCODER_DECODER, build_attention
+
+
+def _dictionary(size: int) -> Dictionary:
+    dictionary = Dictionary()
+    for i in range(size - dictionary.nspecial):
+        dictionary.add_symbol(f"w{i}")
+    assert len(dictionary) == size
+    return dictionary
+
+
+def _task(size: int):
+    dictionary = _dictionary(size)
+    return SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+
+
+def _parameters(module) -> int:
+    return sum(p.numel() for p in module.parameters())  # parameters() yields tied weights once
+
+
+def test_every_registered_kind_has_counts():
+    # a new kind without counts would make the README table impossible to compute
+    assert set(complexity.KIND_COSTS) == set(ATTENTION_REGISTRY)
+
+
+def test_a_kind_without_counts_is_a_clear_error():
+    with pytest.raises(ValueError, match="no parameter/FLOP count for attention kind 'nope'.*KIND_COSTS"):
+        complexity.kind_cost("nope")
+
+
+def _kind_cases():
+    """(kind, placement, option overrides): every kind in every placement, its conformance variants,
+    and the Extractor options that change its size."""
+    for name, spec in sorted(ATTENTION_REGISTRY.items()):
+        for placement in spec.placements:
+            yield name, placement, {}
+            for variant, value in spec.conformance_variants.items():
+                if placement in value.placements:
+                    yield name, placement, dict(value.overrides)
+        if name.startswith("extractor_"):
+            yield name, spec.placements[0], {"extractor_no_output_projection": True, "extractor_lags": 5}
+
+
+@pytest.mark.parametrize("kind,placement,overrides", list(_kind_cases()), ids=lambda v: str(v))
+def test_kind_parameters_equal_the_module(kind, placement, overrides):
+    d, heads, kdim = 16, 4, (24 if placement == ENCODER_DECODER else 16)
+    cfg = argparse.Namespace(max_target_positions=12, max_source_positions=12, cosformer_max_positions=None, **overrides)
+    module = build_attention(kind, placement, d, heads, cfg, kdim=kdim, vdim=kdim)
+    options = model_costs.attention_options(argparse.Namespace(decoder_attention_kinds=kind, **vars(cfg)))
+    assert complexity.kind_cost(kind).parameters(placement, d, heads, kdim, options) == _parameters(module)
+
+
+def test_extractor_products_are_its_counted_multiplications_without_the_element_wise_one():
+    # eq. 24's X_adj * X_ext (d multiplications per token) is element-wise, every other one a product
+    options = complexity.AttentionOptions(lags=7)
+    for kind in complexity.EXTRACTOR_KINDS:
+        counted = complexity.extractor_training(kind, 16, 7, 10).multiplications
+        elementwise = 0 if kind == "extractor_me" else 10 * 16
+        assert complexity.kind_cost(kind).macs("decoder_self", 16, 4, 10, 10, 16, options) == counted - elementwise
+
+
+def test_visible_pairs_of_the_masks():
+    assert complexity.visible_pairs("encoder_self", 5, 5) == 25
+    assert complexity.visible_pairs("encoder_decoder", 4, 7) == 28
+    assert complexity.visible_pairs("decoder_self", 5, 5) == 15  # j <= i
+    assert complexity.visible_pairs("decoder_self", 5, 5, diag_free=True) == 11  # j < i, and the first token itself
+    with pytest.raises(ValueError, match="as many keys as queries"):
+        complexity.visible_pairs("decoder_self", 4, 5)
+
+
+@pytest.mark.parametrize("arch", model_costs.presets())
+def test_preset_parameters_equal_the_built_model(arch):
+    vocab = 37
+    cost = model_costs.model_cost(model_costs.preset_args(arch))
+    with torch.device("meta"):  # no memory, no initialisation: the largest presets build in a fraction of a second
+        model = ARCH_MODEL_REGISTRY[arch].build_model(model_costs.preset_args(arch), _task(vocab))
+    assert cost.total_parameters(vocab) == _parameters(model)
+    # the dictionary-sized part is exactly the matrices with a row (or column) per entry
+    assert cost.total_parameters(vocab + 1) - cost.total_parameters(vocab) == cost.parameters_per_entry
+
+
+SMALL = [
+    "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+    "--encoder-ffn-embed-dim", "48", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
+    "--decoder-attention-heads", "2", "--encoder-attention-kinds", "softmax,cosformer",
+    "--cross-attention-kinds", "cosformer,softmax", "--cross-attention-heads", "4,2", "--dropout", "0",
+]
+
+
+def test_forward_flops_equal_flop_counter_mode_on_a_small_model():
+    """One training-mode forward pass (no padding) of a 2+2-layer model with softmax and cosFormer in the
+    encoder, softmax decoder self-attention, cosFormer and softmax encoder-decoder attention.
+
+    FlopCounterMode counts 2 FLOPs per multiply-add of every matrix product that runs (mm, addmm, bmm;
+    sdpa on the math backend, whose products it sees) and nothing else; our count does the same for
+    the products each kind's definition needs. The one difference, stated here exactly: fairseq's
+    softmax decoder self-attention computes the whole T x T score and value products and masks the
+    future, where the count covers the T (T + 1) / 2 visible pairs. (Training mode: in eval mode
+    fairseq asks every encoder-decoder layer for its weights, which cosFormer computes separately.)"""
+    vocab, S, T, d = 29, 9, 6, 32
+    cost = model_costs.model_cost(model_costs.preset_args("mixed_transformer_iwslt_de_en", SMALL), S, T)
+    torch.manual_seed(0)
+    model = ARCH_MODEL_REGISTRY["mixed_transformer_iwslt_de_en"].build_model(
+        model_costs.preset_args("mixed_transformer_iwslt_de_en", SMALL), _task(vocab))
+    model.train()
+    src = torch.randint(4, vocab, (1, S))
+    prev = torch.randint(4, vocab, (1, T))
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(src, torch.tensor([S]), prev)
+    masked_future = 2 * 2 * (T * T - T * (T + 1) // 2) * d  # q.k and a.v products of the masked pairs, 2 FLOPs each
+    softmax_decoder_layers = 2
+    assert counter.get_total_flops() == cost.total_flops(vocab) + softmax_decoder_layers * masked_future
+    # the output projection is the per-entry part
+    output_projection = sum(counter.get_flop_counts()["MixedTransformerModel.decoder.output_projection"].values())
+    assert output_projection == vocab * cost.flops_per_entry == vocab * 2 * T * d
+
+
+def test_language_model_flops_equal_flop_counter_mode():
+    """A tiny LM whose decoder self-attention is cosFormer in no layer and softmax in both (the LM path:
+    no encoder, no cross-attention, shared input/output embeddings)."""
+    vocab, T, d = 31, 7, 128
+    cost = model_costs.model_cost(model_costs.preset_args("mixed_transformer_lm_tiny"), target_length=T)
+    torch.manual_seed(0)
+    model = ARCH_MODEL_REGISTRY["mixed_transformer_lm_tiny"].build_model(model_costs.preset_args("mixed_transformer_lm_tiny"), _task(vocab))
+    model.train()
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(torch.randint(4, vocab, (1, T)))
+    masked_future = 2 * 2 * (T * T - T * (T + 1) // 2) * d
+    assert counter.get_total_flops() == cost.total_flops(vocab) + 2 * masked_future
+    assert cost.parameters_per_entry == d  # shared input/output embeddings
+
+
+def test_unsupported_options_are_an_error_naming_them():
+    args = model_costs.preset_args("mixed_transformer_lm_tiny", ["--adaptive-softmax-cutoff", "10,20"])
+    with pytest.raises(ValueError, match="--adaptive-softmax-cutoff"):
+        model_costs.model_cost(args)
+
+
+def test_cli_table_and_errors(tmp_path, capsys):
+    output = tmp_path / "costs.md"
+    assert model_costs.main(["--arch", "mixed_transformer_lm_tiny", "--arch", "cosformer_lm_tiny", "--vocab", "1000",
+                             "--target-length", "64", "--output", str(output)]) == 0
+    cost = model_costs.model_cost(model_costs.preset_args("mixed_transformer_lm_tiny"), target_length=64)
+    rows = output.read_text().splitlines()[2:]
+    assert [row.split("|")[1].strip() for row in rows] == ["`mixed_transformer_lm_tiny`", "`cosformer_lm_tiny`"]
+    cells = [c.strip() for c in rows[0].split("|")[1:-1]]
+    assert cells[2] == f"{cost.parameters:,}" and cells[6] == f"{cost.total_parameters(1000):,}"
+    assert not list(tmp_path.glob("*.partial"))
+    for argv, message in ((["--arch", "transformer"], "--arch transformer: not a preset"),
+                          (["--target-length", "0"], "--source-length and --target-length must be >= 1")):
+        with pytest.raises(SystemExit):
+            model_costs.main(argv)
+        assert message in capsys.readouterr().err
+
+
+def test_readme_table_is_the_scripts_output():
+    # the README's counts are those of the code at this revision, not a copy that can drift
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    start = "<!-- model_costs: python -m fairseq_plugins.cli.model_costs -->\n"
+    assert readme.count(start) == 1
+    table = readme.split(start, 1)[1].split("<!-- /model_costs -->", 1)[0]
+    expected = model_costs.markdown_table([model_costs.model_cost(model_costs.preset_args(arch)) for arch in model_costs.presets()])
+    assert table == expected, "README.md's preset table is out of date: rerun python -m fairseq_plugins.cli.model_costs"
