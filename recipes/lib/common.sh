@@ -4,8 +4,9 @@
 # and win over everything here):
 #   DATA_BIN            binarised data            (default work_dirs/data-bin/<dataset>)
 #   WORK_DIR            downloads, intermediate files (default work_dirs/data/<basename of DATA_BIN>)
-#   SAVE_DIR            checkpoints               (default checkpoints/<dataset>/<preset>; language
-#                       models with SYNTAX_HINTS=1: checkpoints/<dataset>/<preset>_sg)
+#   SAVE_DIR            checkpoints               (default checkpoints/<dataset>/<preset>; Multi30k:
+#                       checkpoints/multi30k.<SRC>-<TGT>/<preset>; language models with
+#                       SYNTAX_HINTS=1: checkpoints/<dataset>/<preset>_sg)
 #   NUM_GPUS            GPUs to train on          (default: all visible; 0 = CPU)
 #   CPU_PROCS           CPU data-parallel ranks   (default 1; >1 uses fairseq-plugins-cpu-train)
 #   FP16                1 = --fp16 on GPU         (default 1 on GPU)
@@ -19,12 +20,19 @@
 #   BATCH_MULTIPLE      training's --required-batch-size-multiple (default 1: fairseq's
 #                       default 8 drops the last partial batch, also of the valid set)
 #   SAVE_INTERVAL_UPDATES  save a checkpoint every N updates (0 = per epoch only)
+#   KEEP_INTERVAL_UPDATES  update checkpoints to keep (default AVERAGE_LAST, at least 1)
+#   LOG_INTERVAL        --log-interval in updates (default 100)
+#   DATA_WORKERS        --num-workers of training (default 1; 0 = load in the main process)
 #   AVERAGE_LAST        generate/evaluate with the average of the last N update
 #                       checkpoints (0 = checkpoint_best.pt)
 #   CHECKPOINT          evaluate this checkpoint instead
 #   EXTRA_ARGS          more fairseq-train flags (word-split)
 #   GEN_EXTRA_ARGS      more fairseq-generate / fairseq-eval-lm flags (word-split)
 #   BEAM LENPEN GEN_MAX_TOKENS SUBSETS   generation (translation)
+#   OUT_DIR             generate/evaluate outputs (default $SAVE_DIR/generate, $SAVE_DIR/evaluate)
+#   SCORE_ARGS          more recipes/lib/score_translation.py flags (WMT14 en-de: --compound-split)
+#   SHARE_EMBEDDINGS    translation: all (--share-all-embeddings) or decoder
+#                       (--share-decoder-input-output-embed)
 #   TOKENS_PER_SAMPLE CONTEXT_WINDOW     language models
 #   SYNTAX_HINTS        1 = BET(SG): --task translation_with_syntax (word-level language models:
 #                       language_modeling_with_syntax) --syntax-hints required --criterion
@@ -32,6 +40,12 @@
 #                       the hints come from SPACY_MODEL=PARSER recipes/<dataset>/syntax_hints.sh
 #                       (HINTS_BPE: default prepare.json's bpe, none for word-level text); not for enwik8
 #   POINTER_LOSS_WEIGHT the pointer loss's lambda_p with SYNTAX_HINTS=1 (default 1.0)
+#   TENSORBOARD_DIR     TensorBoard logs (tensorboardX): each run writes to
+#                       $TENSORBOARD_DIR/<SAVE_DIR made relative, without its leading checkpoints/>,
+#                       e.g. TENSORBOARD_DIR=tensorboard: tensorboard/<dataset>/<preset>
+#   EVAL_BLEU           1 = translation: BLEU on the valid set at every validation (fairseq's
+#                       --eval-bleu, beam BEAM, detokenised as generate.sh scores it) and
+#                       checkpoint_best.pt chosen by it instead of the valid loss
 #   PYTHON              interpreter with fairseq (default: python on PATH)
 #   DRY_RUN             1 = print the fairseq-train command instead of running it
 set -euo pipefail
@@ -172,6 +186,21 @@ common_train_args() {
         local keep=$((${AVERAGE_LAST:-0} > 0 ? ${AVERAGE_LAST:-0} : 1))
         TRAIN_ARGS+=(--save-interval-updates "$SAVE_INTERVAL_UPDATES" --keep-interval-updates "${KEEP_INTERVAL_UPDATES:-$keep}")
     fi
+    if [ -n "${TENSORBOARD_DIR:-}" ]; then
+        TRAIN_ARGS+=(--tensorboard-logdir "$TENSORBOARD_DIR/$(tensorboard_run_name)")
+    fi
+}
+
+# One TensorBoard run per checkpoint folder, so that `tensorboard --logdir $TENSORBOARD_DIR`
+# shows every run apart: SAVE_DIR relative to the repository (or the current directory),
+# without its leading checkpoints/ (default SAVE_DIR: <dataset>/<preset>).
+tensorboard_run_name() {
+    local run=$SAVE_DIR
+    run=${run#"$REPO_ROOT"/}
+    run=${run#"$PWD"/}
+    run=${run#./}
+    run=${run#/}
+    echo "${run#checkpoints/}"
 }
 
 run_training() {  # common_train_args + task flags ($@), logged to $SAVE_DIR/train.log; DRY_RUN=1 prints it

@@ -21,6 +21,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/syntax_hints.sh"
 
 train_lm() {  # [PRESET] [fairseq-train flags...]
     start_recipe "$@"
+    if [ "${EVAL_BLEU:-0}" != 0 ]; then  # not silently ignored: a language model has no BLEU
+        echo "[recipe] error: EVAL_BLEU=$EVAL_BLEU: valid BLEU is for the translation recipes; $DATASET trains" \
+            "a language model, whose checkpoint_best.pt is chosen by the valid loss" >&2
+        return 2
+    fi
     local task=(--task language_modeling) criterion=(--criterion cross_entropy)
     if [ "${SYNTAX_HINTS:-0}" = 1 ]; then  # BET(SG): hints of the words from syntax_hints.sh
         if [ -n "${NO_SYNTAX_HINTS_REASON:-}" ]; then

@@ -25,8 +25,42 @@ train_translation() {  # [PRESET] [fairseq-train flags...]
         task=(--task translation_with_syntax --syntax-hints required)
         criterion=("${POINTER_CRITERION[@]}")
     fi
+    local eval_bleu=()
+    if [ "${EVAL_BLEU:-0}" = 1 ]; then
+        eval_bleu_args || return
+        eval_bleu=("${EVAL_BLEU_ARGS[@]}")
+    elif [ "${EVAL_BLEU:-0}" != 0 ]; then
+        echo "[recipe] error: EVAL_BLEU=$EVAL_BLEU: expected 1 (select checkpoint_best.pt by valid BLEU) or 0" >&2
+        return 2
+    fi
     run_training "${task[@]}" --source-lang "$SRC" --target-lang "$TGT" "${share[@]}" \
-        "${criterion[@]}" --label-smoothing "$LABEL_SMOOTHING"
+        "${criterion[@]}" --label-smoothing "$LABEL_SMOOTHING" "${eval_bleu[@]}"
+}
+
+# EVAL_BLEU=1 (fairseq's IWSLT14 example): fairseq-train beam-decodes the valid set at every
+# validation and keeps checkpoint_best.pt by that BLEU. Decoded as generate.sh decodes (BEAM,
+# LENPEN; output length at most 1.2 x source + 10) and detokenised as score_translation.py
+# does for sacreBLEU: subword-nmt output without its "@@ " and Moses-detokenised in $TGT,
+# sentencepiece output decoded and left as it is.
+eval_bleu_args() {  # sets EVAL_BLEU_ARGS
+    local settings="$DATA_BIN/prepare.json" bpe
+    if [ ! -f "$settings" ]; then
+        echo "[recipe] error: EVAL_BLEU=1 needs the subword style (bpe) of $settings, which does not exist:" \
+            "run recipes/$DATASET/prepare.sh first (or set DATA_BIN to its output)" >&2
+        return 2
+    fi
+    # as generate_translation reads it: no bpe field is subword-nmt
+    bpe=$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1])).get('bpe', 'subword-nmt'))" "$settings")
+    EVAL_BLEU_ARGS=(--eval-bleu
+        --eval-bleu-args "{\"beam\": $BEAM, \"lenpen\": $LENPEN, \"max_len_a\": 1.2, \"max_len_b\": 10}"
+        --best-checkpoint-metric bleu --maximize-best-checkpoint-metric)
+    case $bpe in
+        sentencepiece) EVAL_BLEU_ARGS+=(--eval-bleu-remove-bpe sentencepiece --eval-bleu-detok space) ;;
+        subword-nmt) EVAL_BLEU_ARGS+=(--eval-bleu-remove-bpe "@@ " --eval-bleu-detok moses
+                                      --eval-bleu-detok-args "{\"target_lang\": \"$TGT\"}") ;;
+        *) echo "[recipe] error: EVAL_BLEU=1: bpe '$bpe' in $settings, expected subword-nmt or sentencepiece" >&2
+           return 2 ;;
+    esac
 }
 
 # The hint dataset prefix of a fairseq subset, as the translation_with_syntax task

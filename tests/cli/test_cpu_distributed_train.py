@@ -4,10 +4,14 @@ The end-to-end tests start the launcher as a subprocess on a small synthetic
 translation task with a shrunk mFormer. Parameters are compared across ranks
 through ``--dump-final-params``: every rank saves its final model state_dict
 (with the rank, world size and update count torch.distributed and fairseq
-report), since fairseq itself writes checkpoints only from rank 0.
+report), since fairseq itself writes checkpoints only from rank 0. A second
+run of the same command with a higher ``--max-update`` resumes from the first
+run's checkpoint on both ranks (fairseq loads it on rank 0 and broadcasts it).
 """
+import io
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +30,8 @@ REPO_ROOT = os.path.dirname(PLUGIN_DIR)
 # Only a guard against a hung run, never a check of speed.
 HANG_GUARD_S = 600
 MAX_UPDATE = 10
+# The resumed run goes on from MAX_UPDATE to here (mid-epoch: 4 updates per epoch with 2 ranks).
+RESUMED_MAX_UPDATE = MAX_UPDATE + 4
 
 
 @pytest.fixture(scope="module")
@@ -104,16 +110,29 @@ def group_gone(pgid, wait_s=30):
     return True
 
 
-# ------------------------------------------------------------ end to end ---
-def test_two_ranks_end_with_identical_parameters(data_bin, tmp_path):
-    dump_dir, save_dir = tmp_path / "final-params", tmp_path / "checkpoints"
+def load_dumps(dump_dir):
+    return [torch.load(dump_dir / f"rank{rank}.pt") for rank in range(2)]
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(data_bin, tmp_path_factory):
+    """A 2-rank run to MAX_UPDATE: (result, dump dir, save dir). Tests share
+    it, so they must not write into its save dir (copy it first)."""
+    root = tmp_path_factory.mktemp("two-ranks")
+    dump_dir, save_dir = root / "final-params", root / "checkpoints"
     result = run_launcher(
-        ["--nprocs", "2", "--dump-final-params", str(dump_dir), "--", *fairseq_args(data_bin, save_dir)], cwd=tmp_path
+        ["--nprocs", "2", "--dump-final-params", str(dump_dir), "--", *fairseq_args(data_bin, save_dir)], cwd=root
     )
+    return result, dump_dir, save_dir
+
+
+# ------------------------------------------------------------ end to end ---
+def test_two_ranks_end_with_identical_parameters(two_rank_run):
+    result, dump_dir, save_dir = two_rank_run
     assert result.returncode == 0, output_tail(result)
     assert "all 2 ranks finished" in result.stderr
 
-    dumps = [torch.load(dump_dir / f"rank{rank}.pt") for rank in range(2)]
+    dumps = load_dumps(dump_dir)
     for rank, dump in enumerate(dumps):
         # A real 2-rank process group, not two independent runs, each at max_update.
         assert (dump["rank"], dump["world_size"], dump["num_updates"]) == (rank, 2, MAX_UPDATE)
@@ -134,6 +153,81 @@ def test_two_ranks_end_with_identical_parameters(data_bin, tmp_path):
     # The loss was logged (by rank 0: fairseq logs only warnings on other ranks) up to the last update.
     assert re.search(rf"^\[rank 0\] .*\| train_inner \|.*loss=[0-9.]+.*num_updates={MAX_UPDATE}\b", result.stdout, re.M)
     assert re.search(r"^\[rank 1\] ", result.stdout + result.stderr, re.M)
+
+
+def test_two_ranks_resume_from_their_checkpoint(data_bin, two_rank_run, tmp_path):
+    # The same command with a higher --max-update. Rank 0 loads checkpoint_last.pt
+    # and fairseq broadcasts the loaded state (config as an omegaconf DictConfig)
+    # to rank 1, which unpickles it with weights-only torch.load.
+    first, first_dump_dir, first_save_dir = two_rank_run
+    assert first.returncode == 0, output_tail(first)
+    save_dir, dump_dir = tmp_path / "checkpoints", tmp_path / "final-params"
+    shutil.copytree(first_save_dir, save_dir)
+    result = run_launcher(
+        ["--nprocs", "2", "--dump-final-params", str(dump_dir), "--",
+         *fairseq_args(data_bin, save_dir, max_update=RESUMED_MAX_UPDATE)],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, output_tail(result)
+    assert "all 2 ranks finished" in result.stderr
+
+    # Rank 0 loaded the first run's last checkpoint (fairseq logs only warnings on other ranks) ...
+    loaded = rf"^\[rank 0\] .*Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ {MAX_UPDATE} updates\)"
+    assert re.search(loaded, result.stdout, re.M), output_tail(result)
+    # ... and training went on from there, not from scratch.
+    logged = re.findall(r"^\[rank 0\] .*\| train_inner \|.*\bnum_updates=(\d+)", result.stdout, re.M)
+    assert [int(n) for n in logged] == list(range(MAX_UPDATE + 1, RESUMED_MAX_UPDATE + 1))
+
+    dumps = load_dumps(dump_dir)
+    for rank, dump in enumerate(dumps):
+        # Rank 1 made only RESUMED_MAX_UPDATE - MAX_UPDATE updates in this run:
+        # its count (like its weights and optimizer state) came from the broadcast checkpoint.
+        assert (dump["rank"], dump["world_size"], dump["num_updates"]) == (rank, 2, RESUMED_MAX_UPDATE)
+    params0, params1 = dumps[0]["model"], dumps[1]["model"]
+    assert params0.keys() == params1.keys()
+    differing = [name for name in params0 if not torch.equal(params0[name], params1[name])]
+    assert not differing, f"parameters differ between rank 0 and rank 1 after resuming: {differing}"
+
+    # The resumed run trained (beyond the first run's weights), and fairseq saved rank 0's model.
+    first_params = load_dumps(first_dump_dir)[0]["model"]
+    assert any(not torch.equal(first_params[name], params0[name]) for name in params0)
+    from fairseq import checkpoint_utils
+
+    saved = checkpoint_utils.load_checkpoint_to_cpu(str(save_dir / "checkpoint_last.pt"))
+    assert saved["optimizer_history"][-1]["num_updates"] == RESUMED_MAX_UPDATE
+    assert all(torch.equal(saved["model"][name], params0[name]) for name in params0)
+
+
+def test_broadcast_checkpoint_needs_exactly_the_allowed_globals(two_rank_run):
+    """What a resuming rank 0 broadcasts names exactly fairseq_plugins' safe
+    globals: every one is needed, and nothing else is (weights-only loading refuses the rest)."""
+    from fairseq import checkpoint_utils
+    from fairseq.distributed.utils import _split_tensors_from_obj
+
+    from fairseq_plugins.checkpoint_compat import BROADCAST_GLOBALS, CHECKPOINT_GLOBALS
+
+    first, _, first_save_dir = two_rank_run
+    assert first.returncode == 0, output_tail(first)
+    # As fairseq's Trainer.load_checkpoint and broadcast_object do on rank 0:
+    # load, swap the tensors for placeholders, torch.save the rest.
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(first_save_dir / "checkpoint_last.pt"))
+    tensors = []
+    buffer = io.BytesIO()
+    torch.save(_split_tensors_from_obj(state, tensors), buffer)
+    assert tensors and any(name.endswith("self_attn.q_proj.weight") for name in state["model"])
+
+    registered = torch.serialization.get_safe_globals()
+    torch.serialization.clear_safe_globals()
+    try:
+        needed = torch.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(buffer.getvalue()))
+        with pytest.raises(Exception, match="Unsupported global"):
+            torch.load(io.BytesIO(buffer.getvalue()))
+    finally:
+        torch.serialization.add_safe_globals(registered)
+    # (EVAL_BLEU_GLOBALS: only checkpoints of --eval-bleu runs hold numpy arrays)
+    assert sorted(needed) == sorted(f"{c.__module__}.{c.__qualname__}" for c in CHECKPOINT_GLOBALS + BROADCAST_GLOBALS)
+    received = torch.load(io.BytesIO(buffer.getvalue()))  # weights_only=True, the torch >= 2.6 default
+    assert received["cfg"].common.seed == state["cfg"].common.seed
 
 
 def test_failed_rank_stops_the_others(data_bin, tmp_path):

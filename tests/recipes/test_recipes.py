@@ -5,6 +5,8 @@ generate.sh (beam search, tokenized BLEU, sacreBLEU with signature) or
 evaluate.sh (fairseq-eval-lm: perplexity or bits per character)."""
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 
@@ -75,6 +77,104 @@ def test_translation_recipe(prepare_sample, tmp_path, dataset, preset, flags, ov
         assert os.path.exists(tmp_path / "checkpoints" / "checkpoint_avg_last2.pt")
     if dataset in ("iwslt14_de_en", "multi30k"):
         assert "case:lc" in out  # the preparation lower-cases
+
+
+def tensorboard_scalars(folder):
+    """{tag: [values]} of every tensorboardX event file under folder (TFRecord framing: length, its CRC, the
+    serialised Event, its CRC)."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    scalars = {}
+    for path in sorted(folder.rglob("events.out.tfevents.*")):
+        data, offset = path.read_bytes(), 0
+        while offset < len(data):
+            (length,) = struct.unpack_from("<Q", data, offset)
+            event = Event.FromString(data[offset + 12:offset + 12 + length])
+            offset += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append(value.simple_value)
+    return scalars
+
+
+def test_translation_recipe_selects_checkpoints_by_valid_bleu_and_logs_to_tensorboard(prepare_sample, tmp_path):
+    """EVAL_BLEU=1: fairseq-train beam-decodes the valid set at validation, logs its BLEU and keeps
+    checkpoint_best.pt by it; TENSORBOARD_DIR: the run's scalars (train and valid, BLEU included) in
+    $TENSORBOARD_DIR/<run> through tensorboardX."""
+    prepared = prepare_sample("iwslt14_de_en")
+    tensorboard = tmp_path / "tensorboard"
+    env = environment(prepared, tmp_path, EVAL_BLEU="1", TENSORBOARD_DIR=str(tensorboard))
+    recipe("iwslt14_de_en", "train.sh", "mixed_transformer_iwslt_de_en", *TINY_TRANSLATION, env=env)
+    log = (tmp_path / "checkpoints" / "train.log").read_text()
+    valid = [line for line in log.splitlines() if "| valid on 'valid' subset |" in line]
+    bleu = [float(re.search(r"\| bleu ([0-9.]+) ", line).group(1)) for line in valid if "| bleu " in line]
+    assert valid and len(bleu) == len(valid), valid
+    assert "Please install tensorboardX" not in log and "tensorboard not found" not in log
+    # checkpoint_best.pt was chosen by that BLEU: fairseq stores the selecting metric's value with it
+    import torch
+
+    import fairseq_plugins  # noqa: F401  (safe globals for weights-only loading)
+
+    best = torch.load(tmp_path / "checkpoints" / "checkpoint_best.pt", map_location="cpu")
+    assert best["cfg"]["checkpoint"]["best_checkpoint_metric"] == "bleu"
+    assert best["cfg"]["checkpoint"]["maximize_best_checkpoint_metric"] is True
+    assert best["extra_state"]["val_loss"] == pytest.approx(bleu[-1], abs=0.01)
+    # ... and generate.sh evaluates it (its valid-BLEU meters are numpy arrays, which weights-only loading
+    # must accept for fairseq-generate, as for resuming)
+    recipe("iwslt14_de_en", "generate.sh", "mixed_transformer_iwslt_de_en",
+           env=dict(env, GEN_EXTRA_ARGS="--max-len-a 0 --max-len-b 8"))
+    generated = (tmp_path / "checkpoints" / "generate" / "generate-test.txt").read_text()
+    assert f"loading model(s) from {tmp_path / 'checkpoints' / 'checkpoint_best.pt'}" in generated
+    score = json.load(open(tmp_path / "checkpoints" / "generate" / "score-test.json"))
+    assert score["sentences"] == len(open(os.path.join(prepared.dest, "refs", "test.en")).read().splitlines())
+    # the run's folder: SAVE_DIR relative to the current directory (the test's tmp_path), as documented
+    run = tensorboard / "checkpoints"
+    assert sorted(p.name for p in run.iterdir()) == ["train", "train_inner", "valid"]
+    scalars = tensorboard_scalars(run / "valid")
+    assert scalars["bleu"] == pytest.approx(bleu, abs=0.01) and "nll_loss" in scalars
+    assert len(tensorboard_scalars(run / "train_inner")["loss"]) == 3  # LOG_INTERVAL=1, MAX_UPDATE=3
+
+
+def test_eval_bleu_and_tensorboard_options_build_the_documented_commands(tmp_path):
+    env = dict(os.environ, DRY_RUN="1", NUM_GPUS="0", PYTHON=sys.executable, DATA_BIN=str(tmp_path))
+    env.pop("SAVE_DIR", None)
+    train = lambda dataset, *args, **overrides: subprocess.run(  # noqa: E731
+        ["bash", os.path.join(RECIPES, dataset, "train.sh"), *args], capture_output=True, text=True,
+        env=dict(env, **overrides), cwd=tmp_path)
+    (tmp_path / "prepare.json").write_text(json.dumps({"bpe": "subword-nmt"}))
+    plain = train("iwslt14_de_en").stdout
+    assert "--eval-bleu" not in plain and "--tensorboard-logdir" not in plain and "--best-checkpoint-metric" not in plain
+    words = shlex.split(train("iwslt14_de_en", "cosformer_iwslt_de_en", EVAL_BLEU="1", TENSORBOARD_DIR="tb").stdout)
+    assert json.loads(words[words.index("--eval-bleu-args") + 1]) == {"beam": 5, "lenpen": 1.0, "max_len_a": 1.2,
+                                                                      "max_len_b": 10}
+    assert words[words.index("--eval-bleu-remove-bpe") + 1] == "@@ "
+    assert words[words.index("--eval-bleu-detok") + 1] == "moses"
+    assert json.loads(words[words.index("--eval-bleu-detok-args") + 1]) == {"target_lang": "en"}
+    assert "--eval-bleu" in words and "--maximize-best-checkpoint-metric" in words
+    assert words[words.index("--best-checkpoint-metric") + 1] == "bleu"
+    assert words[words.index("--tensorboard-logdir") + 1] == "tb/iwslt14_de_en/cosformer_iwslt_de_en"
+    # WMT: the recipe's beam 4 and length penalty 0.6; sentencepiece data is decoded, not Moses-detokenised
+    (tmp_path / "prepare.json").write_text(json.dumps({"bpe": "sentencepiece"}))
+    words = shlex.split(train("wmt14_en_de", EVAL_BLEU="1").stdout)
+    assert json.loads(words[words.index("--eval-bleu-args") + 1])["beam"] == 4
+    assert json.loads(words[words.index("--eval-bleu-args") + 1])["lenpen"] == 0.6
+    assert words[words.index("--eval-bleu-remove-bpe") + 1] == "sentencepiece"
+    assert words[words.index("--eval-bleu-detok") + 1] == "space" and "--eval-bleu-detok-args" not in words
+    # the language models log to TensorBoard the same way; SAVE_DIR names the run
+    words = shlex.split(train("wikitext2", "cosformer_lm_tiny", TENSORBOARD_DIR="/tb",
+                              SAVE_DIR="checkpoints/wikitext2/cosformer").stdout)
+    assert words[words.index("--tensorboard-logdir") + 1] == "/tb/wikitext2/cosformer"
+    # refused, with the reason: a language model has no BLEU; a value other than 0/1; data not prepared
+    result = train("wikitext2", EVAL_BLEU="1")
+    assert result.returncode == 2 and not result.stdout and "EVAL_BLEU=1: valid BLEU is for the translation" in result.stderr
+    result = train("multi30k", EVAL_BLEU="yes")
+    assert result.returncode == 2 and not result.stdout and "EVAL_BLEU=yes: expected 1" in result.stderr
+    result = train("multi30k", EVAL_BLEU="1", DATA_BIN=str(tmp_path / "missing"))
+    assert result.returncode == 2 and "prepare.json, which does not exist" in result.stderr
+    (tmp_path / "prepare.json").write_text(json.dumps({"bpe": "bytes"}))
+    result = train("iwslt14_de_en", EVAL_BLEU="1")
+    assert result.returncode == 2 and "bpe 'bytes'" in result.stderr
 
 
 def test_multi30k_syntax_hints_recipe(prepare_sample, tmp_path, tmp_path_factory):
