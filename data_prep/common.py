@@ -18,6 +18,9 @@
   was in (whose outputs were never renamed into place), or only the part of it
   (``Steps.run_each``: one stamp per split), a changed parameter redoes that
   step and every step after it.
+* ``read_lines``: the one text reader of the preparations and the syntax-hint
+  tool. Invalid UTF-8 is an error naming the file, line and byte, or, with
+  ``--invalid-utf8 replace``, U+FFFD and a warning with the counts per file.
 * ``progress``: tqdm progress bars on stderr.
 * ``require`` / ``main_guard``: a missing Python package is a one-line error
   naming it and how to install it (``make setup``, or pip with the version
@@ -53,6 +56,8 @@ DISTRIBUTIONS = {"fairseq": "fairseq-fixed", "fairseq_cli": "fairseq-fixed", "su
                  "hydra": "hydra-core", "sklearn": "scikit-learn"}
 PIN_FILES = ("requirements.txt", "constraints.txt", "Makefile")  # where `make setup` takes the versions from
 OUR_PACKAGES = ("data_prep", "fairseq_plugins")  # not installable: a missing one of these is a bug
+INVALID_UTF8_POLICIES = ("error", "replace")
+_invalid_utf8 = "error"  # the policy of read_lines when its caller gives none (see invalid_utf8_policy)
 
 
 class PrepError(RuntimeError):
@@ -154,6 +159,13 @@ def copy_file(source: str, destination: str) -> None:
         shutil.copyfileobj(src, dst, CHUNK)
 
 
+def copy_text(source: str, destination: str) -> int:
+    """Copy a text file line by line through ``read_lines`` (so under its invalid-UTF-8 policy: never
+    bytes that fairseq-preprocess cannot decode), atomically; a missing final newline is added.
+    Returns the number of lines."""
+    return write_lines(destination, read_lines(source))
+
+
 def sacrebleu_registry(purpose: str) -> List[Tuple[str, str]]:
     """(url, md5) of every file in the installed sacreBLEU's dataset registry that has a published md5."""
     datasets = require("sacrebleu.dataset", "sacrebleu", purpose).DATASETS
@@ -161,12 +173,95 @@ def sacrebleu_registry(purpose: str) -> List[Tuple[str, str]]:
             for url, md5 in zip(dataset.data, getattr(dataset, "md5", None) or [])]
 
 
-def read_lines(path: str) -> Iterator[str]:
-    """Lines without their end-of-line (only '\\n' splits, as in Moses' scripts); .gz files are decompressed."""
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+@contextlib.contextmanager
+def invalid_utf8_policy(policy: str):
+    """``read_lines`` without an explicit policy follows ``policy`` inside this block (``main_guard``
+    sets ``--invalid-utf8`` for a whole preparation: the reads are spread over every dataset module)."""
+    global _invalid_utf8
+    if policy not in INVALID_UTF8_POLICIES:
+        raise ValueError(f"invalid UTF-8 policy must be one of {', '.join(INVALID_UTF8_POLICIES)}, got {policy!r}")
+    saved, _invalid_utf8 = _invalid_utf8, policy
+    try:
+        yield
+    finally:
+        _invalid_utf8 = saved
+
+
+def add_invalid_utf8_argument(parser: argparse.ArgumentParser) -> None:
+    """``--invalid-utf8``: the one policy of every text reader (the preparations and the syntax-hint tool)."""
+    parser.add_argument("--invalid-utf8", choices=INVALID_UTF8_POLICIES, default="error",
+                        help="text that is not valid UTF-8: error (name the file, line and byte) or replace "
+                        "(every invalid sequence becomes U+FFFD; a warning counts them per file)")
+
+
+def invalid_utf8_params(args) -> Dict[str, str]:
+    """Step parameters of the step that reads the release's text: the text depends on ``--invalid-utf8``.
+    The default adds none, so the stamps of runs made before the option existed stay valid."""
+    policy = getattr(args, "invalid_utf8", "error")
+    return {} if policy == "error" else {"invalid_utf8": policy}
+
+
+def read_lines(path: str, invalid_utf8: Optional[str] = None, universal_newlines: bool = False,
+               warn: bool = True) -> Iterator[str]:
+    """Lines without their end-of-line; .gz files are decompressed. Only '\\n' splits (as in Moses'
+    scripts) unless ``universal_newlines`` ('\\r\\n' and '\\r' too, as Python's text files and so
+    fairseq-preprocess read them).
+
+    Text that is not valid UTF-8 follows ``invalid_utf8`` (default: the policy of the enclosing
+    ``invalid_utf8_policy``, else "error"): "error" raises a ``PrepError`` naming the file, line and byte;
+    "replace" gives U+FFFD for every invalid sequence (as ``errors="replace"``) and logs a warning with
+    their count once the file has been read (``warn=False``: not again, for a second pass over a file)."""
+    policy = invalid_utf8 or _invalid_utf8
+    where = "decompressed file" if path.endswith(".gz") else "file"
+    replaced = replaced_lines = 0
+    first = ""
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", newline="\n", errors="replace") as f:
-        for line in f:
-            yield line[:-1] if line.endswith("\n") else line
+    try:
+        with opener(path, "rb") as f:
+            offset = 0  # of the line in the (decompressed) bytes
+            for number, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    if policy != "replace":
+                        raise PrepError(
+                            f"{path}: line {number} (byte {offset + error.start} of the {where}) is not valid UTF-8 "
+                            f"({error.reason} {raw[error.start:error.end]!r}); fix the file, or pass --invalid-utf8 "
+                            "replace to replace every invalid sequence with U+FFFD") from None
+                    line = raw.decode("utf-8", errors="replace")
+                    # One U+FFFD per invalid sequence; those already in the file are valid text, not counted.
+                    replaced += line.count("\ufffd") - raw.count("\ufffd".encode())
+                    replaced_lines += 1
+                    first = first or f"line {number}, byte {offset + error.start}"
+                offset += len(raw)
+                line = line[:-1] if line.endswith("\n") else line
+                if universal_newlines:
+                    yield from (line[:-1] if line.endswith("\r") else line).split("\r")
+                else:
+                    yield line
+    finally:  # also when the reader stops early: what was replaced so far is said
+        if replaced and warn:
+            log(f"warning: {path}: replaced {_plural(replaced, 'invalid UTF-8 sequence')} on "
+                f"{_plural(replaced_lines, 'line')} with U+FFFD (--invalid-utf8 replace; the first on {first})")
+
+
+def require_text(path: str, expected: str) -> None:
+    """A ``PrepError`` naming ``path`` when no line of it has a token (an empty file, or blank lines only):
+    an empty split otherwise crashes inside subword-nmt or binarises to nothing. ``expected``: what
+    the split needs, for the message."""
+    opener = gzip.open if path.endswith(".gz") else open
+    lines = 0
+    with opener(path, "rb") as f:
+        for raw in f:
+            # Decoded only to see white space as fairseq's tokenizer does; read_lines judges the encoding.
+            if raw.decode("utf-8", errors="replace").strip():
+                return
+            lines += 1
+    raise PrepError(f"{path}: no text ({_plural(lines, 'blank line') if lines else 'an empty file'}); {expected}")
 
 
 def count_lines(path: str) -> int:
@@ -588,6 +683,7 @@ def argument_parser(name: str, description: str, default_dest: str) -> argparse.
     parser.add_argument("--workers", type=int, default=max(1, min(8, os.cpu_count() or 1)),
                         help="processes for tokenisation, BPE and binarisation")
     parser.add_argument("--stop-after", metavar="STEP", help="stop once this step is done (rerun to continue)")
+    add_invalid_utf8_argument(parser)
     return parser
 
 
@@ -607,7 +703,7 @@ def main_guard(prepare: Callable[[argparse.Namespace], str], parser: argparse.Ar
     and so does a module that is not installed (also one that an imported package needs)."""
     args = parser.parse_args(argv)
     try:
-        with exclusive(args.work_dir):
+        with exclusive(args.work_dir), invalid_utf8_policy(args.invalid_utf8):
             dest = prepare(args)
     except PrepError as error:
         fail(error)

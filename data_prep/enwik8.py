@@ -51,7 +51,13 @@ def prepare(args) -> str:
         with open(path, "rb") as f:
             data = f.read()
         valid, test = round(len(data) * args.valid_fraction), round(len(data) * args.test_fraction)
-        for split, part in split_bytes(data, valid, test).items():
+        parts = split_bytes(data, valid, test)
+        empty = [split for split, part in parts.items() if not part]
+        if empty:  # fairseq would binarise nothing and evaluate over 0 tokens
+            raise PrepError(f"--input-file {path}: {len(data)} bytes give an empty {empty[0]} split (--valid-fraction "
+                            f"{args.valid_fraction}, --test-fraction {args.test_fraction}); every split needs at least "
+                            "one byte: give a larger file or larger fractions")
+        for split, part in parts.items():
             with atomic_output(os.path.join(text_dir, f"{split}.raw"), "wb") as f:
                 f.write(part)
             write_lines(os.path.join(text_dir, f"{split}.txt"), byte_lines(part))

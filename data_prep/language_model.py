@@ -9,7 +9,7 @@ import json
 import os
 from typing import Callable
 
-from .common import Steps, atomic_output, binarize, log
+from .common import Steps, atomic_output, binarize, invalid_utf8_params, log, require_text
 from .text import dictionary_size
 
 SPLITS = ("train", "valid", "test")
@@ -20,8 +20,16 @@ def prepare_lm(args, write_text: Callable[[str], None], unit: str, raw_step_para
     work, dest = args.work_dir, args.dest
     steps = Steps(work, total=2, stop_after=args.stop_after)
     text = {split: os.path.join(work, "text", f"{split}.txt") for split in SPLITS}
-    steps.run("text", list(text.values()), lambda: write_text(os.path.join(work, "text")),
-              raw_dir=os.path.abspath(args.raw_dir) if args.raw_dir else None, **raw_step_params)
+
+    def write_checked_text():
+        write_text(os.path.join(work, "text"))
+        if unit == "word":  # (a byte split is checked by its module: a line of a newline byte alone is a token)
+            for split, path in text.items():
+                require_text(path, f"the {split} split needs at least one token")
+
+    steps.run("text", list(text.values()), write_checked_text,
+              raw_dir=os.path.abspath(args.raw_dir) if args.raw_dir else None, **raw_step_params,
+              **invalid_utf8_params(args))
 
     def write_settings(staging: str):
         with atomic_output(os.path.join(staging, "prepare.json")) as f:

@@ -18,7 +18,17 @@ length cleaning (captions are short and every pair is kept); joint BPE with
 import os
 from typing import Optional, Sequence
 
-from .common import Resource, argument_parser, fetch_all, log, main_guard, read_lines, sacrebleu_registry, write_lines
+from .common import (
+    Resource,
+    argument_parser,
+    fetch_all,
+    log,
+    main_guard,
+    read_lines,
+    require_text,
+    sacrebleu_registry,
+    write_lines,
+)
 from .translation import RawText, TranslationConfig, add_bpe_arguments, prepare_translation
 
 LANGS = ("de", "en")
@@ -68,6 +78,8 @@ def prepare(args) -> str:
                 f"{', '.join(tests)} (testsets.tsv lists them). To add them, put {names} (from "
                 f"https://github.com/{REPOSITORY}/tree/master/{RAW_PATH}) in --raw-dir or rerun with network access: "
                 "this step is left unstamped, so the next run looks for them again and binarises what it finds")
+        for lang in LANGS:  # subword-nmt would crash on it, deep inside learn_bpe
+            require_text(files[f"train.{lang}"], "the training split needs at least one sentence")
         for name in ["train", "val", *tests]:
             for lang in LANGS:
                 split = "valid" if name == "val" else name

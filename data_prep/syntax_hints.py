@@ -16,6 +16,10 @@ parser (no re-tokenisation; later components are switched off). The model is
 an installed spaCy package (``python -m spacy download en_core_web_sm``) or a
 folder, e.g. ``model-best`` of ``data_prep/train_parser.sh``.
 
+The text is read as the preparations read theirs (``data_prep.common.read_lines``):
+invalid UTF-8 is an error naming the file, line and byte, or with
+``--invalid-utf8 replace`` U+FFFD and a warning with the counts.
+
 Large corpora: the lines are parsed in shards of ``--shard-lines`` that are
 written (atomically) into ``--work-dir``; a rerun skips finished shards, the
 shards are merged into ``--output``.{bin,idx} at the end and checked against
@@ -39,12 +43,14 @@ if __package__ in (None, ""):  # run as a script: python data_prep/syntax_hints.
 
 from data_prep.common import (  # noqa: E402
     PrepError,
+    add_invalid_utf8_argument,
     atomic_output,
     exclusive,
     fail_for_missing_module,
     file_digest,
     log,
     progress,
+    read_lines,
     require,
 )
 
@@ -80,13 +86,10 @@ def tokenize(line: str) -> List[str]:
     return tokenize_line(line)
 
 
-def read_text(path: str) -> Iterator[str]:
-    """The lines of ``path`` as fairseq-preprocess reads them (utf-8, universal newlines)."""
-    with open(path, "r", encoding="utf-8") as f:
-        try:
-            yield from f
-        except UnicodeDecodeError as error:
-            raise PrepError(f"--input {path} is not valid UTF-8 ({error})") from None
+def read_text(path: str, invalid_utf8: str = "error", warn: bool = True) -> Iterator[str]:
+    """The lines of ``path`` as fairseq-preprocess splits them (universal newlines), through the
+    preparations' reader: invalid UTF-8 follows the same ``--invalid-utf8`` policy."""
+    return read_lines(path, invalid_utf8=invalid_utf8, universal_newlines=True, warn=warn)
 
 
 def line_words(tokens: Sequence[str], bpe: str, line_number: int) -> Tuple[List[str], List[int]]:
@@ -200,7 +203,10 @@ def shard_done(prefix: str, token_counts: Sequence[int]) -> bool:
     """A finished shard (written atomically) whose sizes match its lines."""
     if not hint_dataset_exists(prefix):
         return False
-    dataset = load_hint_dataset(prefix)
+    try:
+        dataset = load_hint_dataset(prefix)
+    except HintDataError:  # damaged (e.g. the disk filled up): parse the shard again
+        return False
     sizes = np.array(dataset.sizes)  # a copy: the sizes live in the index's mmap, closed with the dataset
     del dataset
     return len(sizes) == len(token_counts) and bool((sizes == np.asarray(token_counts) + 1).all())
@@ -281,7 +287,8 @@ def extract(args) -> str:
     work_dir = args.work_dir or output + ".work"
 
     log(f"reading {args.input}")
-    token_counts = np.fromiter((len(tokenize(line)) for line in read_text(args.input)), dtype=np.int64)
+    token_counts = np.fromiter((len(tokenize(line)) for line in read_text(args.input, args.invalid_utf8)),
+                               dtype=np.int64)
     if len(token_counts) == 0:
         raise PrepError(f"--input {args.input} is empty (no lines); give the text that fairseq-preprocess binarises")
     # What the values depend on (contents, not paths: moving the data or the model redoes nothing).
@@ -321,7 +328,7 @@ def extract(args) -> str:
             f"{n_shards - len(todo)} done before, {len(todo)} to parse")
         if todo:
             nlp = load_parser(args.spacy_model)
-            lines = read_text(args.input)
+            lines = read_text(args.input, args.invalid_utf8, warn=False)  # the first pass reported replacements
             with progress(total=sum(min(args.shard_lines, total - k * args.shard_lines) for k in todo),
                           desc="parsing", unit="lines") as bar:
                 position = 0
@@ -392,6 +399,7 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--shard-lines", type=int, default=50000, help="lines per resumable shard")
     parser.add_argument("--work-dir", help="shards of an unfinished run (default: PREFIX.work; removed when done)")
     parser.add_argument("--text-dump", metavar="FILE", help="also write the distances as text, one line per sentence")
+    add_invalid_utf8_argument(parser)
     return parser
 
 

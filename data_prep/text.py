@@ -8,7 +8,7 @@ import os
 import re
 from typing import Callable, Iterable, List, Optional, Sequence
 
-from .common import atomic_output, count_lines, log, progress, read_lines, require, write_lines
+from .common import atomic_output, count_lines, log, progress, read_lines, require, require_text, write_lines
 
 # --------------------------------------------------------------- raw text ---
 # prepare-iwslt14.sh / prepare-wmt14en2de.sh: grep '<seg id' | sed 's/<seg id="[0-9]*">\s*//g'
@@ -163,6 +163,8 @@ def learn_bpe(inputs: Sequence[str], codes: str, merges: int, workers: int = 1) 
     require("subword_nmt", "subword-nmt", "BPE")
     from subword_nmt.learn_bpe import learn_bpe as subword_learn_bpe
 
+    for path in inputs:  # subword-nmt crashes deep inside on a side without text
+        require_text(path, "BPE is learnt on the training text (did the data, or its cleaning, leave no pair?)")
     joint = codes + ".input"
     concatenate(inputs, joint)
     with open(joint, encoding="utf-8") as infile, atomic_output(codes) as outfile:

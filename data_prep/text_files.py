@@ -10,7 +10,7 @@ symbols included). For example the Grimm tales used by the benchmarks:
 import os
 from typing import Optional, Sequence
 
-from .common import PrepError, argument_parser, copy_file, file_digest, main_guard
+from .common import PrepError, argument_parser, copy_text, file_digest, main_guard, require_text
 from .language_model import SPLITS, prepare_lm
 
 
@@ -20,11 +20,13 @@ def prepare(args) -> str:
     if missing:
         raise PrepError(f"--input-dir {args.input_dir}: missing {', '.join(missing)} "
                         f"(expected {', '.join(s + '.txt' for s in SPLITS)})")
+    for split, path in inputs.items():
+        require_text(path, f"the {split} split needs at least one token")
 
     def write_text(text_dir: str):
         os.makedirs(text_dir, exist_ok=True)
         for split, source in inputs.items():
-            copy_file(source, os.path.join(text_dir, f"{split}.txt"))
+            copy_text(source, os.path.join(text_dir, f"{split}.txt"))
 
     # The digests make a changed input redo the preparation instead of keeping stale binaries.
     return prepare_lm(args, write_text, unit="word", raw_step_params={

@@ -19,7 +19,7 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .common import Steps, atomic_output, binarize, log, read_lines, write_lines
+from .common import Steps, atomic_output, binarize, invalid_utf8_params, log, read_lines, write_lines
 from .text import (
     MosesPipeline,
     apply_bpe,
@@ -103,7 +103,8 @@ def prepare_translation(args, config: TranslationConfig, write_raw: Callable[[st
 
     first_splits = ["train"] + ([] if config.valid_every else ["valid"])
     steps.run("raw", [path("raw", s, l) for s in first_splits for l in config.langs] + [test_list], raw,
-              raw_dir=os.path.abspath(args.raw_dir) if args.raw_dir else None, **raw_step_params)
+              raw_dir=os.path.abspath(args.raw_dir) if args.raw_dir else None, **raw_step_params,
+              **invalid_utf8_params(args))
     config.test_sets = list(read_lines(test_list))
     splits = first_splits + config.test_sets
     final_splits = ["train", "valid", *config.test_sets]

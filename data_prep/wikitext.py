@@ -12,7 +12,7 @@ symbols included, as in the fairseq and Transformer-XL papers.
 import os
 from typing import Optional, Sequence
 
-from .common import Resource, argument_parser, copy_file, fetch, main_guard
+from .common import Resource, argument_parser, copy_text, fetch, main_guard
 from .language_model import SPLITS, prepare_lm
 
 
@@ -42,7 +42,7 @@ def main_for(variant: str, argv: Optional[Sequence[str]] = None) -> str:
                           retries=args.retries, mirrors=args.mirror)
             os.makedirs(text_dir, exist_ok=True)
             for split in SPLITS:
-                copy_file(files[f"wiki.{split}.tokens"], os.path.join(text_dir, f"{split}.txt"))
+                copy_text(files[f"wiki.{split}.tokens"], os.path.join(text_dir, f"{split}.txt"))
 
         return prepare_lm(args, write_text, unit="word", raw_step_params={"release": resource(variant).name})
 

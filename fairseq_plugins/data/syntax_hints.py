@@ -43,6 +43,7 @@ functions below, which need no parser and are tested on hand-built trees):
   (A parent immediately to the left, s = t - 1, also gives 0.)
 """
 import os
+import struct
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -52,6 +53,11 @@ from fairseq.data import data_utils, indexed_dataset
 HINTS_SUFFIX = "hints"
 # No value is a token id, so the dtype is fixed rather than fitted to a vocabulary.
 HINT_DTYPE = np.int32
+# The header of fairseq's mmap index (MMapIndexedDataset.Index): magic, version, value type code,
+# number of items; then the items' sizes (int32) and byte offsets into the .bin (int64).
+INDEX_HEADER = struct.Struct("<9sQBQ")
+INDEX_VERSION = 1
+REWRITE = "write the hint dataset again with data_prep/syntax_hints.py"
 
 
 class HintDataError(ValueError):
@@ -104,13 +110,60 @@ def write_hint_dataset(prefix: str, sentences: Iterable[Sequence[int]]) -> int:
     return count
 
 
+def check_hint_files(prefix: str) -> None:
+    """Check ``prefix``.idx (header, size, sizes and offsets) and the size of ``prefix``.bin against it.
+
+    fairseq's reader asserts on a damaged header and maps a short .bin without a word: the damage
+    would surface as a crash inside it, or at the first batch that reads past the end of the .bin.
+    """
+    index_path, data_path = indexed_dataset.index_file_path(prefix), indexed_dataset.data_file_path(prefix)
+    index_bytes = os.path.getsize(index_path)
+    if index_bytes < INDEX_HEADER.size:
+        problem = "is empty" if index_bytes == 0 else (
+            f"has {index_bytes} bytes, fewer than its {INDEX_HEADER.size}-byte header: the .idx is truncated")
+        raise HintDataError(f"{index_path} {problem}; {REWRITE}")
+    with open(index_path, "rb") as f:
+        magic, version, dtype_code, count = INDEX_HEADER.unpack(f.read(INDEX_HEADER.size))
+    expected_magic = indexed_dataset.MMapIndexedDataset.Index._HDR_MAGIC
+    if magic != expected_magic or version != INDEX_VERSION:
+        raise HintDataError(f"{index_path} is not an index of fairseq's mmap dataset format (its header does not "
+                            f"start with {expected_magic!r} and version {INDEX_VERSION}); {REWRITE}")
+    dtype = indexed_dataset._code_to_dtype.get(dtype_code)  # fairseq's table of value type codes
+    if dtype is None:
+        raise HintDataError(f"{index_path} names value type code {dtype_code}, which fairseq does not know; {REWRITE}")
+    expected_index_bytes = INDEX_HEADER.size + count * (4 + 8)
+    if index_bytes != expected_index_bytes:
+        raise HintDataError(f"{index_path} has {index_bytes} bytes, but its header lists {count} sentences "
+                            f"({expected_index_bytes} bytes): the .idx is truncated; {REWRITE}")
+    sizes = np.fromfile(index_path, dtype=np.int32, count=count, offset=INDEX_HEADER.size).astype(np.int64)
+    offsets = np.fromfile(index_path, dtype=np.int64, count=count, offset=INDEX_HEADER.size + 4 * count)
+    if (sizes < 0).any():
+        raise HintDataError(f"{index_path} lists a negative size (sentence {int(np.argmax(sizes < 0)) + 1}); {REWRITE}")
+    itemsize = np.dtype(dtype).itemsize
+    expected_offsets = (np.cumsum(sizes) - sizes) * itemsize
+    wrong = np.nonzero(offsets != expected_offsets)[0]
+    if len(wrong):
+        i = int(wrong[0])
+        raise HintDataError(f"{index_path}: the offset of sentence {i + 1} is {int(offsets[i])}, not "
+                            f"{int(expected_offsets[i])} (the sizes before it); the .idx is damaged; {REWRITE}")
+    values = int(sizes.sum())
+    data_bytes = os.path.getsize(data_path)
+    if data_bytes != values * itemsize:
+        raise HintDataError(f"{data_path} has {data_bytes} bytes, but {index_path} lists {count} sentences of {values} "
+                            f"values ({values * itemsize} bytes): the .bin is truncated or belongs to another index; "
+                            f"{REWRITE}")
+    if count == 0:  # (fairseq cannot map the empty .bin of an empty dataset)
+        raise HintDataError(f"{index_path} lists no sentences; {REWRITE} from the non-empty text of the split")
+
+
 def load_hint_dataset(prefix: str):
-    """Load a hint dataset (items are int64 tensors of distances)."""
+    """Load a hint dataset (items are int64 tensors of distances), its files checked first (``check_hint_files``)."""
     if not hint_dataset_exists(prefix):
         raise HintDataError(
             f"hint dataset {prefix}.bin/.idx not found; write it with data_prep/syntax_hints.py "
             "(see recipes/README.md, BET(SG))"
         )
+    check_hint_files(prefix)
     return data_utils.load_indexed_dataset(prefix, None, dataset_impl="mmap")
 
 

@@ -7,13 +7,16 @@ in the model configuration, so checkpoints store them as given.
 """
 import copy
 import dataclasses
+import logging
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models.transformer import TransformerConfig
 
 from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError, check_kind
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -33,8 +36,9 @@ class DecoderLayoutConfig(FairseqDataclass):
     cosformer_max_positions: Optional[int] = field(
         default=None,
         metadata={
-            "help": "cosFormer horizon M of causal and encoder-decoder attention: positions must stay below it "
-            "(default: --max-target-positions, and for encoder-decoder attention the larger of source and target)"
+            "help": "cosFormer horizon M of causal and encoder-decoder attention: positions must stay below it, so it "
+            "must be at least the positions the model is built for (default: --max-target-positions, and for "
+            "encoder-decoder attention the larger of source and target)"
         },
     )
     extractor_lags: Optional[int] = field(
@@ -232,3 +236,75 @@ def layer_config(cfg: TransformerConfig, side: str, choice: LayerChoice, model_a
     layer_cfg.layer_choice = choice
     layer_cfg.model_args = model_args
     return layer_cfg
+
+
+# ------------------------------------------------- checks across options ---
+PLACEMENT_NAMES = {ENCODER_SELF: "encoder self-attention", DECODER_SELF: "decoder self-attention",
+                   ENCODER_DECODER: "encoder-decoder attention"}
+EXTRACTOR_KINDS = ("extractor_she", "extractor_he", "extractor_we", "extractor_me")
+# The kinds and placements whose layers read each kind option (the option's help says the same).
+# cosFormer encoder self-attention takes its M from each sequence; extractor_me has no output projection.
+KIND_OPTION_USERS = {
+    "cosformer_max_positions": (("cosformer",), (DECODER_SELF, ENCODER_DECODER)),
+    "extractor_lags": (EXTRACTOR_KINDS, (DECODER_SELF,)),
+    "extractor_no_output_projection": (("extractor_she", "extractor_he", "extractor_we"), (DECODER_SELF,)),
+    "extractor_conv_impl": (EXTRACTOR_KINDS, (DECODER_SELF,)),
+    "bet_score_weights": (("bet",), (DECODER_SELF,)),
+    "bet_no_diag_free": (("bet",), (DECODER_SELF,)),
+    "softmax_diag_free": (("softmax",), (DECODER_SELF,)),
+    "softmax_diag_scale": (("softmax",), (DECODER_SELF,)),
+}
+
+
+def placed_kinds(encoder: Sequence[LayerChoice], decoder: Sequence[LayerChoice]) -> List[Tuple[str, int, str]]:
+    """(placement, layer index, kind) of every attention sub-layer of the model."""
+    return ([(ENCODER_SELF, i, c.self_kind) for i, c in enumerate(encoder)]
+            + [(DECODER_SELF, i, c.self_kind) for i, c in enumerate(decoder)]
+            + [(ENCODER_DECODER, i, c.cross_kind) for i, c in enumerate(decoder) if c.cross_kind is not None])
+
+
+def check_cosformer_horizon(args, encoder: Sequence[LayerChoice], decoder: Sequence[LayerChoice],
+                            target_positions: Sequence[Tuple[str, Optional[int]]],
+                            source_positions: Sequence[Tuple[str, Optional[int]]] = ()) -> None:
+    """An explicit ``--cosformer-max-positions`` must cover the positions the model is built for, or
+    cosFormer fails only at the first batch with a longer sequence, possibly hours into training.
+
+    ``target_positions`` / ``source_positions``: (option, positions) of the decoder's and the encoder's
+    sequences (a language model: ``--tokens-per-sample`` and an explicit ``--max-target-positions``).
+    Causal self-attention sees target positions, encoder-decoder attention both (as ``horizon_for``)."""
+    horizon = _option(args, "cosformer_max_positions")
+    if horizon is None:  # the default horizon is taken from these same positions
+        return
+    for placement, layer, kind in placed_kinds(encoder, decoder):
+        if kind != "cosformer" or placement == ENCODER_SELF:
+            continue
+        candidates = list(target_positions) + (list(source_positions) if placement == ENCODER_DECODER else [])
+        known = [(int(positions), option) for option, positions in candidates if positions is not None]
+        if not known:
+            continue
+        positions, option = max(known, key=lambda item: item[0])  # (the first option on a tie)
+        if int(horizon) < positions:
+            raise AttentionConfigError(
+                f"--cosformer-max-positions {horizon} is smaller than {option} {positions}, the positions the model is "
+                f"built for: cosformer {PLACEMENT_NAMES[placement]} (decoder layer {layer}) would fail at the first "
+                f"longer sequence; raise --cosformer-max-positions to at least {positions} or lower {option}")
+
+
+def warn_unused_kind_options(args, encoder: Sequence[LayerChoice], decoder: Sequence[LayerChoice]) -> None:
+    """A warning for every kind option set to a value other than its default that no layer of the model
+    reads (e.g. ``--bet-score-weights`` without a ``bet`` layer): such a run silently trains something else
+    than asked. Values at their defaults never warn, so a preset's or script's explicit defaults are quiet."""
+    layers = placed_kinds(encoder, decoder)
+    model = "; ".join(
+        f"{PLACEMENT_NAMES[placement]} {', '.join(dict.fromkeys(k for p, _, k in layers if p == placement))}"
+        for placement in PLACEMENT_NAMES if any(p == placement for p, _, _ in layers))
+    for name, (kinds, placements) in KIND_OPTION_USERS.items():
+        value = _option(args, name)
+        default = DECODER_LAYOUT_DEFAULTS[name]
+        if value is None or value == default:
+            continue
+        if any(kind in kinds and placement in placements for placement, _, kind in layers):
+            continue
+        flag = f"--{name.replace('_', '-')}" + ("" if isinstance(value, bool) else f" {value}")
+        logger.warning(f"{flag} is set, but no layer of this model uses it: it acts on {', '.join(kinds)} "
+                       f"{' and '.join(PLACEMENT_NAMES[p] for p in placements)} (this model: {model})")

@@ -9,6 +9,8 @@ fairseq's own code.
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
+    DEFAULT_MAX_SOURCE_POSITIONS,
+    DEFAULT_MAX_TARGET_POSITIONS,
     TransformerConfig,
     TransformerDecoder,
     TransformerEncoder,
@@ -24,10 +26,12 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, build_attention
 from .layout import (
     EncoderDecoderLayoutConfig,
+    check_cosformer_horizon,
     decoder_layout,
     encoder_layout,
     layer_config,
     set_layout_defaults,
+    warn_unused_kind_options,
 )
 
 
@@ -141,8 +145,14 @@ class MixedTransformerModel(TransformerModel):
     def build_model(cls, args, task):
         mixed_transformer_base(args)
         # Validate the whole layout before any module is built: errors name the option.
-        encoder_layout(args)
-        decoder_layout(args, has_encoder_attention=True)
+        encoder = encoder_layout(args)
+        decoder = decoder_layout(args, has_encoder_attention=not getattr(args, "no_cross_attention", False))
+        # (super().build_model gives unset positions these same defaults)
+        target = getattr(args, "max_target_positions", None) or DEFAULT_MAX_TARGET_POSITIONS
+        source = getattr(args, "max_source_positions", None) or DEFAULT_MAX_SOURCE_POSITIONS
+        check_cosformer_horizon(args, encoder, decoder, [("--max-target-positions", target)],
+                                [("--max-source-positions", source)])
+        warn_unused_kind_options(args, encoder, decoder)
         return super().build_model(args, task)
 
     @classmethod

@@ -10,7 +10,13 @@ from fairseq.models.transformer_lm import (
     base_lm_architecture,
 )
 
-from .layout import DecoderLayoutConfig, decoder_layout, set_layout_defaults
+from .layout import (
+    DecoderLayoutConfig,
+    check_cosformer_horizon,
+    decoder_layout,
+    set_layout_defaults,
+    warn_unused_kind_options,
+)
 from .mixed_transformer import MixedTransformerDecoder
 
 
@@ -26,9 +32,15 @@ class MixedTransformerLanguageModel(TransformerLanguageModel):
         mixed_transformer_lm_base(args)
         if args.decoder_layers_to_keep:
             args.decoder_layers = len(args.decoder_layers_to_keep.split(","))
+        # The sequences are --tokens-per-sample long; an explicit --max-target-positions may be more.
+        positions = [("--tokens-per-sample", getattr(args, "tokens_per_sample", None))]
         if getattr(args, "max_target_positions", None) is None:
             args.max_target_positions = getattr(args, "tokens_per_sample", DEFAULT_MAX_TARGET_POSITIONS)
-        decoder_layout(args, has_encoder_attention=False)  # errors name the option, before building
+        else:
+            positions.append(("--max-target-positions", args.max_target_positions))
+        decoder = decoder_layout(args, has_encoder_attention=False)  # errors name the option, before building
+        check_cosformer_horizon(args, [], decoder, positions)
+        warn_unused_kind_options(args, [], decoder)
         if args.character_embeddings or args.adaptive_input:
             # fairseq builds these inputs inline in build_model; reuse them
             # from a throw-away stock model rather than copying that code.

@@ -164,7 +164,10 @@ def test_cross_self_attention_needs_softmax(data_dir):
 
 
 def test_sequence_longer_than_cosformer_horizon_fails_clearly(data_dir):
-    _, _, model = build(data_dir, "cosformer_iwslt_de_en", "--encoder-layers", "1", "--decoder-layers", "1", "--cosformer-max-positions", "4")
+    # A model built for 4 positions (a smaller horizon than the model's positions fails when it is built:
+    # tests/models/test_option_checks.py) given longer sequences.
+    _, _, model = build(data_dir, "cosformer_iwslt_de_en", "--encoder-layers", "1", "--decoder-layers", "1", "--cosformer-max-positions", "4",
+                        "--max-source-positions", "4", "--max-target-positions", "4")
     src, lengths, prev = batch()
     with pytest.raises(ValueError, match="--cosformer-max-positions"):
         model(src, lengths, prev)

@@ -88,3 +88,21 @@ def test_lm_report_units(tmp_path, capsys):
     assert lm_report.main([str(tmp_path / "log"), "--unit", "byte", "--dataset", "enwik8"])["bits_per_character"] == 1.25
     assert "enwik8 test: 1.2500 bits per character (byte) over 1000 tokens" in capsys.readouterr().out
     assert lm_report.main([str(tmp_path / "log"), "--unit", "word"])["perplexity"] == 2.38
+
+
+@pytest.mark.parametrize("log, message", [
+    # every sample skipped (e.g. all longer than the model's positions): fairseq prints perplexity 1.00 over nothing
+    ("| Evaluated 0 tokens in 0.0s (0.00 tokens/s)\n| Loss (base 2): 0.0000, Perplexity: 1.00\n",
+     "error: {log}: fairseq-eval-lm evaluated 0 tokens, so its 'Loss (base 2): 0.0000, Perplexity: 1.00' is over "
+     "nothing; every sample was skipped: check --gen-subset, and --tokens-per-sample and --max-tokens against the "
+     "data and the model's positions"),
+    ("| Loss (base 2): 1.2500, Perplexity: 2.38\n",
+     "error: {log}: fairseq-eval-lm printed no 'Evaluated N tokens' line, so the loss may be over nothing; pass the "
+     "whole output of fairseq-eval-lm (its INFO lines included)"),
+], ids=["0 tokens", "no token count"])
+def test_lm_report_over_no_tokens_is_an_error(tmp_path, log, message):
+    (tmp_path / "log").write_text(log)
+    with pytest.raises(SystemExit) as exit_info:
+        lm_report.main([str(tmp_path / "log"), "--unit", "word", "--json", str(tmp_path / "score.json")])
+    assert str(exit_info.value.code) == message.format(log=tmp_path / "log")
+    assert not (tmp_path / "score.json").exists()

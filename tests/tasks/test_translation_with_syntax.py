@@ -288,3 +288,32 @@ def model_args(data):
                     "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
                     "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--dropout", "0"],
     )
+
+
+@pytest.mark.parametrize("damage", ["truncated_bin", "longer_bin", "empty_idx", "truncated_idx"])
+def test_damaged_hint_files_fail_when_the_split_is_loaded(corpus, tmp_path, damage):
+    """Sizes are checked against the .idx when the hints are opened, not at the first batch that reads
+    past the end of the .bin (or inside fairseq's index reader)."""
+    data = copy_without_hints(corpus, tmp_path)
+    prefix = hint_dataset_prefix(data, "train", "src", "tgt")
+    write_hint_dataset(prefix, corpus["a"]["distances"]["train"])
+    values = sum(len(d) for d in corpus["a"]["distances"]["train"])
+    bin_size, idx_size = os.path.getsize(prefix + ".bin"), os.path.getsize(prefix + ".idx")
+    assert bin_size == 4 * values and idx_size == 26 + 12 * 40  # int32 values; header, int32 sizes, int64 offsets
+    if damage in ("truncated_bin", "longer_bin"):
+        size = bin_size - 8 if damage == "truncated_bin" else bin_size + 4
+        with open(prefix + ".bin", "r+b") as f:
+            f.truncate(size)
+        match = (f"^{prefix}.bin has {size} bytes, but {prefix}.idx lists 40 sentences of {values} values \\({bin_size} "
+                 "bytes\\): the .bin is truncated or belongs to another index; write the hint dataset again with "
+                 "data_prep/syntax_hints.py$")
+    elif damage == "empty_idx":
+        open(prefix + ".idx", "wb").close()
+        match = f"^{prefix}.idx is empty; write the hint dataset again with data_prep/syntax_hints.py$"
+    else:
+        with open(prefix + ".idx", "r+b") as f:
+            f.truncate(idx_size - 12)
+        match = (f"^{prefix}.idx has {idx_size - 12} bytes, but its header lists 40 sentences \\({idx_size} bytes\\): "
+                 "the .idx is truncated; write the hint dataset again with data_prep/syntax_hints.py$")
+    with pytest.raises(HintDataError, match=match):
+        setup_task(data, "--syntax-hints", "required").load_dataset("train")

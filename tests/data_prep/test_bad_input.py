@@ -1,0 +1,205 @@
+"""Bad input to the preparations is a one-line error naming the file and what
+is expected, never a silent change of the data or a crash inside a library:
+invalid UTF-8 (one policy for the preparations and the syntax-hint tool:
+an error naming file, line and byte, or with ``--invalid-utf8 replace``
+U+FFFD and a warning with counts) and empty training files."""
+import gzip
+import subprocess
+import sys
+
+import pytest
+from prepared import ROOT_DIR, arguments, run_main
+from raw_samples import write_multi30k, write_wikitext
+
+from data_prep import syntax_hints as tool
+from data_prep.common import PrepError, read_lines
+from data_prep.text import learn_bpe
+from fairseq_plugins.data.syntax_hints import load_hint_dataset, write_hint_dataset
+
+REPLACEMENT = "\ufffd"
+
+
+def cli(module, *args):
+    code = f"import sys; sys.path.insert(0, {ROOT_DIR!r}); from data_prep.{module} import main; main({list(args)!r})"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+def one_line_error(result) -> str:
+    """The error line of a failed preparation, which must end the run without a traceback."""
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+def corrupt(path, line_number: int, bad: bytes = b"\xff") -> int:
+    """Put ``bad`` after the first word of line ``line_number`` (1-based); returns its byte offset in the file."""
+    data = open(path, "rb").read().split(b"\n")
+    offset = sum(len(line) + 1 for line in data[: line_number - 1]) + data[line_number - 1].index(b" ")
+    data[line_number - 1] = data[line_number - 1].replace(b" ", b" " + bad, 1)
+    with open(path, "wb") as f:
+        f.write(b"\n".join(data))
+    return offset + 1
+
+
+# ----------------------------------------------------------- the reader ---
+@pytest.mark.parametrize("gzipped", [False, True], ids=["plain", "gzip"])
+def test_invalid_utf8_is_an_error_naming_file_line_and_byte(tmp_path, gzipped):
+    path = tmp_path / ("text.gz" if gzipped else "text")
+    data = "eins zwei\ndrei vier\n".encode() + b"f\xc3nf sechs\n"  # a truncated 2-byte sequence on line 3
+    with (gzip.open if gzipped else open)(path, "wb") as f:
+        f.write(data)
+    with pytest.raises(PrepError) as error:
+        list(read_lines(str(path)))
+    message = str(error.value)
+    assert message.startswith(f"{path}: line 3 (byte 21 of the {'decompressed ' if gzipped else ''}file) is not valid UTF-8 "
+                              "(invalid continuation byte b'\\xc3')")
+    assert "--invalid-utf8 replace" in message and "\n" not in message
+
+
+def test_replacing_invalid_utf8_is_explicit_and_counted(tmp_path, capsys):
+    path = tmp_path / "text"
+    path.write_bytes(b"a\xff b\xfe\nok \xef\xbf\xbd\nc \xe2\x82\n")  # 2 bad bytes on line 1, a real U+FFFD, 1 truncated sequence
+    assert list(read_lines(str(path), invalid_utf8="replace")) == [f"a{REPLACEMENT} b{REPLACEMENT}", f"ok {REPLACEMENT}",
+                                                                  f"c {REPLACEMENT}"]
+    warning = capsys.readouterr().err.strip()
+    assert warning == (f"[data_prep] warning: {path}: replaced 3 invalid UTF-8 sequences on 2 lines with U+FFFD "
+                       "(--invalid-utf8 replace; the first on line 1, byte 1)")
+    list(read_lines(str(path), invalid_utf8="replace"))  # every read of the file says it again
+    assert "replaced 3 invalid UTF-8 sequences" in capsys.readouterr().err
+
+
+def test_valid_text_reads_as_before(tmp_path, capsys):
+    path = tmp_path / "text"
+    path.write_bytes("Straße\r\nüber\n\nend \ufffd".encode())  # '\r' kept: only '\n' splits (as Moses' scripts)
+    assert list(read_lines(str(path))) == ["Straße\r", "über", "", f"end {REPLACEMENT}"]
+    assert capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------- in the preparations ---
+def test_preparation_refuses_invalid_utf8_naming_the_file(tmp_path):
+    raw = tmp_path / "raw"
+    write_multi30k(str(raw), gzipped_extra=False)
+    offset = corrupt(raw / "train.en", 3)
+    result = cli("multi30k", "--raw-dir", str(raw), "--work-dir", str(tmp_path / "work"), "--dest", str(tmp_path / "bin"),
+                 "--no-download", "--workers", "1")
+    assert one_line_error(result) == (
+        f"error: {raw / 'train.en'}: line 3 (byte {offset} of the file) is not valid UTF-8 (invalid start byte "
+        "b'\\xff'); fix the file, or pass --invalid-utf8 replace to replace every invalid sequence with U+FFFD")
+    assert not (tmp_path / "bin").exists()
+
+
+def test_preparation_replaces_invalid_utf8_when_asked_and_says_how_much(tmp_path, capsys):
+    raw = tmp_path / "raw"
+    write_multi30k(str(raw), gzipped_extra=False)
+    corrupt(raw / "train.en", 3)
+    corrupt(raw / "train.en", 7, b"\xc3")
+    argv = arguments("multi30k", str(tmp_path))
+    with pytest.raises(SystemExit) as stopped:
+        run_main("multi30k", [*argv, "--invalid-utf8", "replace", "--stop-after", "raw"])
+    assert stopped.value.code == 0
+    assert (f"warning: {raw / 'train.en'}: replaced 2 invalid UTF-8 sequences on 2 lines with U+FFFD "
+            "(--invalid-utf8 replace; the first on line 3, byte") in capsys.readouterr().err
+    written = list(read_lines(str(tmp_path / "work" / "raw" / "train.en")))
+    assert REPLACEMENT in written[2] and REPLACEMENT in written[6]
+
+
+def test_the_syntax_hint_tool_follows_the_same_policy(tmp_path, capsys):
+    text = tmp_path / "train.en"
+    text.write_bytes(b"the dog barks .\nthe \xff cat .\n")
+    argv = ["--input", str(text), "--output", str(tmp_path / "train.hints"), "--spacy-model", str(tmp_path / "no-model")]
+    with pytest.raises(SystemExit) as exit_info:
+        tool.main(argv)
+    assert exit_info.value.code == 2
+    assert (f"error: {text}: line 2 (byte 20 of the file) is not valid UTF-8 (invalid start byte b'\\xff'); fix the "
+            "file, or pass --invalid-utf8 replace") in capsys.readouterr().err
+
+
+def test_the_syntax_hint_tool_replaces_when_asked(tmp_path, capsys, monkeypatch):
+    text = tmp_path / "train.en"
+    text.write_bytes(b"the dog barks .\nthe \xff cat .\r\nend\n")
+    prefix = tmp_path / "train.hints"
+    parsed = []
+
+    def fake_parse(nlp, lines, bpe, first_line, *args):  # the parser is not what this test is about
+        for line in lines:
+            parsed.append(line)
+            yield [0] * (len(line.split()) + 1)
+
+    monkeypatch.setattr(tool, "model_fingerprint", lambda model: "fake")
+    monkeypatch.setattr(tool, "load_parser", lambda model: None)
+    monkeypatch.setattr(tool, "parse_lines", fake_parse)
+    tool.main(["--input", str(text), "--output", str(prefix), "--spacy-model", "fake", "--invalid-utf8", "replace"])
+    assert [line.rstrip("\r\n") for line in parsed] == ["the dog barks .", f"the {REPLACEMENT} cat .", "end"]
+    assert [len(load_hint_dataset(str(prefix))[i]) for i in range(3)] == [5, 5, 2]
+    assert (f"warning: {text}: replaced 1 invalid UTF-8 sequence on 1 line with U+FFFD (--invalid-utf8 replace; "
+            "the first on line 2, byte 20)") in capsys.readouterr().err
+
+
+def test_a_damaged_shard_of_the_syntax_hint_tool_is_parsed_again(tmp_path):
+    """A shard whose .bin was cut short (a full disk, a killed copy) is not done: the rerun parses it again."""
+    prefix = str(tmp_path / "shard-00000")
+    write_hint_dataset(prefix, [[0, 1, 0], [0]])
+    assert tool.shard_done(prefix, [2, 0])
+    with open(prefix + ".bin", "r+b") as f:
+        f.truncate(8)
+    assert not tool.shard_done(prefix, [2, 0])
+
+
+# -------------------------------------------------------- empty training ---
+@pytest.mark.parametrize("empty", ["train.de", "train.en"])
+def test_empty_multi30k_training_file_is_an_error_naming_it(tmp_path, empty):
+    raw = tmp_path / "raw"
+    write_multi30k(str(raw), gzipped_extra=False)
+    (raw / empty).write_text("\n\n")
+    result = cli("multi30k", "--raw-dir", str(raw), "--work-dir", str(tmp_path / "work"), "--dest", str(tmp_path / "bin"),
+                 "--no-download", "--workers", "1")
+    assert one_line_error(result) == (f"error: {raw / empty}: no text (2 blank lines); the training split needs at least "
+                                      "one sentence")
+
+
+@pytest.mark.parametrize("size", [0, 10])
+def test_byte_file_too_small_for_its_splits_is_an_error(tmp_path, size):
+    source = tmp_path / "input.txt"
+    source.write_bytes(b"abcdefghij"[:size])
+    result = cli("enwik8", "--input-file", str(source), "--work-dir", str(tmp_path / "work"), "--dest", str(tmp_path / "bin"),
+                 "--workers", "1")
+    assert one_line_error(result) == (
+        f"error: --input-file {source}: {size} bytes give an empty "
+        f"{'train' if size == 0 else 'valid'} split (--valid-fraction 0.05, --test-fraction 0.05); every split "
+        "needs at least one byte: give a larger file or larger fractions")
+    assert not (tmp_path / "bin").exists()
+
+
+def test_empty_word_level_training_file_is_an_error(tmp_path):
+    source = tmp_path / "raw"
+    source.mkdir()
+    for split, text in (("train", " \n"), ("valid", "a b\n"), ("test", "b a\n")):
+        (source / f"{split}.txt").write_text(text)
+    result = cli("text_files", "--input-dir", str(source), "--work-dir", str(tmp_path / "work"), "--dest",
+                 str(tmp_path / "bin"), "--workers", "1")
+    assert one_line_error(result) == (f"error: {source / 'train.txt'}: no text (1 blank line); the train split needs "
+                                      "at least one token")
+
+
+def test_empty_word_level_split_of_a_release_is_an_error(tmp_path):
+    """Any language-model preparation (here WikiText-2 with an empty test file) checks its text files."""
+    raw = tmp_path / "raw"
+    write_wikitext(str(raw), "2", articles={"train": 2, "valid": 1, "test": 0})
+    result = cli("wikitext2", "--raw-dir", str(raw), "--work-dir", str(tmp_path / "work"), "--dest", str(tmp_path / "bin"),
+                 "--no-download", "--workers", "1")
+    assert one_line_error(result) == (f"error: {tmp_path / 'work' / 'text' / 'test.txt'}: no text (an empty file); the "
+                                      "test split needs at least one token")
+    assert not (tmp_path / "bin").exists()
+
+
+def test_bpe_on_a_side_without_text_is_an_error_not_a_crash_in_subword_nmt(tmp_path):
+    """Every translation preparation learns BPE on its cleaned training text: one that cleaning emptied is named."""
+    (tmp_path / "train.de").write_text("ein haus\n")
+    (tmp_path / "train.en").write_text("")
+    with pytest.raises(PrepError) as error:
+        learn_bpe([str(tmp_path / "train.de"), str(tmp_path / "train.en")], str(tmp_path / "code"), merges=10)
+    assert str(error.value) == (f"{tmp_path / 'train.en'}: no text (an empty file); BPE is learnt on the training text "
+                                "(did the data, or its cleaning, leave no pair?)")
+    assert not (tmp_path / "code").exists()
