@@ -57,7 +57,9 @@ BROADCAST_GLOBALS = [
 
 # Checkpoints of a run with --eval-bleu (the translation recipes' EVAL_BLEU=1):
 # fairseq's translation task logs the valid BLEU's n-gram counts and totals as
-# numpy int64 arrays, and the checkpoint keeps those meters (extra_state["metrics"]).
+# numpy arrays, and the checkpoint keeps those meters (extra_state["metrics"]): int64
+# on one process, float64 with several (fairseq sums the valid logs across ranks as
+# float64 tensors before the task builds its arrays).
 # An array's elements are unpickled under the same rules, so object arrays can
 # hide nothing.
 EVAL_BLEU_GLOBALS = [
@@ -65,6 +67,7 @@ EVAL_BLEU_GLOBALS = [
     numpy.ndarray,
     numpy.dtype,  # the arrays' dtype ...
     numpy.dtypes.Int64DType,  # ... whose class is built from its state: int64 (np.array of Python ints)
+    numpy.dtypes.Float64DType,  # float64 (np.array of the float64 tensors of a multi-process run)
 ]
 
 SAFE_GLOBALS = CHECKPOINT_GLOBALS + BROADCAST_GLOBALS + EVAL_BLEU_GLOBALS

@@ -10,6 +10,7 @@ import io
 import os
 import pickle
 
+import numpy
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -97,3 +98,14 @@ def test_config_with_allowed_leaves_loads():
     cfg = OmegaConf.create({"common": {"seed": 1, "lr": [0.001], "arch": None}}, flags={"allow_objects": True})
     loaded = torch.load(saved({"cfg": cfg}))["cfg"]
     assert OmegaConf.to_container(loaded) == OmegaConf.to_container(cfg)
+
+
+@pytest.mark.parametrize("counts", [
+    numpy.array([3, 2, 1, 0]),  # one process: the task's counts are Python ints
+    numpy.array([torch.tensor(3.0, dtype=torch.double), torch.tensor(2.0, dtype=torch.double)]),  # summed across ranks
+], ids=["int64", "float64 (several ranks)"])
+def test_eval_bleu_meters_load(counts, tmp_path):
+    # fairseq's translation task keeps --eval-bleu's n-gram counts as numpy arrays in the
+    # checkpoint's meters: int64 on one process, float64 after the cross-rank sum.
+    loaded = torch.load(saved({"extra_state": {"metrics": {"_bleu_counts": counts}}}))
+    assert numpy.array_equal(loaded["extra_state"]["metrics"]["_bleu_counts"], numpy.asarray(counts, dtype=counts.dtype))

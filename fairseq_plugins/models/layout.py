@@ -287,7 +287,8 @@ def check_cosformer_horizon(args, encoder: Sequence[LayerChoice], decoder: Seque
             raise AttentionConfigError(
                 f"--cosformer-max-positions {horizon} is smaller than {option} {positions}, the positions the model is "
                 f"built for: cosformer {PLACEMENT_NAMES[placement]} (decoder layer {layer}) would fail at the first "
-                f"longer sequence; raise --cosformer-max-positions to at least {positions} or lower {option}")
+                f"longer sequence; raise --cosformer-max-positions to at least {positions} or lower {option} (a checkpoint "
+                f"trained before this check loads with --model-overrides \"{{'{option[2:].replace('-', '_')}': {horizon}}}\")")
 
 
 def warn_unused_kind_options(args, encoder: Sequence[LayerChoice], decoder: Sequence[LayerChoice]) -> None:

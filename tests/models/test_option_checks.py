@@ -48,20 +48,24 @@ def unused_warnings(caplog):
     ("cosformer_iwslt_de_en", ["--cosformer-max-positions", "64"],
      "--cosformer-max-positions 64 is smaller than --max-target-positions 1024, the positions the model is built for: "
      "cosformer decoder self-attention (decoder layer 0) would fail at the first longer sequence; raise "
-     "--cosformer-max-positions to at least 1024 or lower --max-target-positions"),
+     "--cosformer-max-positions to at least 1024 or lower --max-target-positions (a checkpoint trained before this "
+     "check loads with --model-overrides \"{'max_target_positions': 64}\")"),
     ("mixed_transformer_iwslt_de_en", ["--cross-attention-kinds", "softmax,cosformer", "--max-source-positions", "300",
                                        "--max-target-positions", "200", "--cosformer-max-positions", "250"],
      "--cosformer-max-positions 250 is smaller than --max-source-positions 300, the positions the model is built for: "
      "cosformer encoder-decoder attention (decoder layer 1) would fail at the first longer sequence; raise "
-     "--cosformer-max-positions to at least 300 or lower --max-source-positions"),
+     "--cosformer-max-positions to at least 300 or lower --max-source-positions (a checkpoint trained before this "
+     "check loads with --model-overrides \"{'max_source_positions': 250}\")"),
     ("cosformer_lm_tiny", ["--tokens-per-sample", "512", "--cosformer-max-positions", "256"],
      "--cosformer-max-positions 256 is smaller than --tokens-per-sample 512, the positions the model is built for: "
      "cosformer decoder self-attention (decoder layer 0) would fail at the first longer sequence; raise "
-     "--cosformer-max-positions to at least 512 or lower --tokens-per-sample"),
+     "--cosformer-max-positions to at least 512 or lower --tokens-per-sample (a checkpoint trained before this "
+     "check loads with --model-overrides \"{'tokens_per_sample': 256}\")"),
     ("cosformer_lm_tiny", ["--tokens-per-sample", "128", "--max-target-positions", "512", "--cosformer-max-positions", "256"],
      "--cosformer-max-positions 256 is smaller than --max-target-positions 512, the positions the model is built for: "
      "cosformer decoder self-attention (decoder layer 0) would fail at the first longer sequence; raise "
-     "--cosformer-max-positions to at least 512 or lower --max-target-positions"),
+     "--cosformer-max-positions to at least 512 or lower --max-target-positions (a checkpoint trained before this "
+     "check loads with --model-overrides \"{'max_target_positions': 256}\")"),
 ], ids=["decoder self", "encoder-decoder", "lm tokens per sample", "lm max target positions"])
 def test_cosformer_horizon_below_the_model_positions_fails_at_build_time(data_dir, arch, extra, message):
     with pytest.raises(AttentionConfigError) as error:
