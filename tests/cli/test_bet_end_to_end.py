@@ -34,7 +34,8 @@ SPLITS = {"train": 2000, "valid": 20, "test": 100}
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 SEED = 1
 # After 200 updates the model is still learning (seeds 1-2 and 1-2 threads gave
-# BLEU 84-97, around the bar); after 300, seeds 1-3 gave 97.6-99.2.
+# BLEU 84-97, around the bar); after 300, seeds 1-3 on 1 thread and seed 1 on 2
+# threads gave 97.6-100.
 MAX_UPDATE = 300
 BPE_MERGES = 25  # few merges: many toy words stay split into several subwords
 OPTIONS = [
