@@ -38,7 +38,8 @@ demo: setup
 	$(PY) -m fairseq_plugins.cli.demo
 
 test: setup
-	$(PY) -m pytest -q tests
+	# --durations: the slowest tests, to keep the suite within its time budget
+	$(PY) -m pytest -q --durations=25 tests
 
 # Benchmarks (never part of `make test`). BENCH_ARGS=--quick for a smoke run of minutes.
 # bench-speed: one attention layer of every kind, time and memory vs T -> docs/benchmarks.md (+ PNG plot)
