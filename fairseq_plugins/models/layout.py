@@ -14,6 +14,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models.transformer import TransformerConfig
 
+from ..complexity import EXTRACTOR_KINDS
 from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError, check_kind
 
 logger = logging.getLogger(__name__)
@@ -241,7 +242,6 @@ def layer_config(cfg: TransformerConfig, side: str, choice: LayerChoice, model_a
 # ------------------------------------------------- checks across options ---
 PLACEMENT_NAMES = {ENCODER_SELF: "encoder self-attention", DECODER_SELF: "decoder self-attention",
                    ENCODER_DECODER: "encoder-decoder attention"}
-EXTRACTOR_KINDS = ("extractor_she", "extractor_he", "extractor_we", "extractor_me")
 # The kinds and placements whose layers read each kind option (the option's help says the same).
 # cosFormer encoder self-attention takes its M from each sequence; extractor_me has no output projection.
 KIND_OPTION_USERS = {
