@@ -113,20 +113,15 @@ def model_cost(args, source_length: int = 128, target_length: int = 128) -> Mode
     language_model = model_name == LANGUAGE_MODEL
     # the defaults the models' build_model fills in before building
     if language_model:
-        from ..models.mixed_transformer_lm import mixed_transformer_lm_base
+        from ..models.mixed_transformer_lm import resolve_lm_sizes
 
-        mixed_transformer_lm_base(args)
+        resolve_lm_sizes(args)  # as MixedTransformerLanguageModel.build_model
     else:
         from ..models.mixed_transformer import mixed_transformer_base
 
         mixed_transformer_base(args)
     _unsupported(args, model_name)
-    if language_model:
-        if getattr(args, "decoder_layers_to_keep", None):
-            args.decoder_layers = len(args.decoder_layers_to_keep.split(","))
-        if getattr(args, "max_target_positions", None) is None:  # as MixedTransformerLanguageModel.build_model
-            args.max_target_positions = getattr(args, "tokens_per_sample", DEFAULT_MAX_TARGET_POSITIONS)
-    else:
+    if not language_model:
         for name, default in (("max_source_positions", DEFAULT_MAX_SOURCE_POSITIONS), ("max_target_positions", DEFAULT_MAX_TARGET_POSITIONS)):
             if getattr(args, name, None) is None:  # as TransformerModel.build_model
                 setattr(args, name, default)

@@ -25,19 +25,26 @@ class MixedTransformerLanguageModelConfig(TransformerLanguageModelConfig, Decode
     pass
 
 
+def resolve_lm_sizes(args):
+    """The preset's defaults, the kept layers and the positions, as ``build_model`` sees them (also used by
+    ``cli.model_costs``, which counts without building). Returns the (option, positions) the model is built
+    for: the sequences are --tokens-per-sample long; an explicit --max-target-positions may be more."""
+    mixed_transformer_lm_base(args)
+    if getattr(args, "decoder_layers_to_keep", None):
+        args.decoder_layers = len(args.decoder_layers_to_keep.split(","))
+    positions = [("--tokens-per-sample", getattr(args, "tokens_per_sample", None))]
+    if getattr(args, "max_target_positions", None) is None:
+        args.max_target_positions = getattr(args, "tokens_per_sample", DEFAULT_MAX_TARGET_POSITIONS)
+    else:
+        positions.append(("--max-target-positions", args.max_target_positions))
+    return positions
+
+
 @register_model("mixed_transformer_lm", dataclass=MixedTransformerLanguageModelConfig)
 class MixedTransformerLanguageModel(TransformerLanguageModel):
     @classmethod
     def build_model(cls, args, task):
-        mixed_transformer_lm_base(args)
-        if args.decoder_layers_to_keep:
-            args.decoder_layers = len(args.decoder_layers_to_keep.split(","))
-        # The sequences are --tokens-per-sample long; an explicit --max-target-positions may be more.
-        positions = [("--tokens-per-sample", getattr(args, "tokens_per_sample", None))]
-        if getattr(args, "max_target_positions", None) is None:
-            args.max_target_positions = getattr(args, "tokens_per_sample", DEFAULT_MAX_TARGET_POSITIONS)
-        else:
-            positions.append(("--max-target-positions", args.max_target_positions))
+        positions = resolve_lm_sizes(args)
         decoder = decoder_layout(args, has_encoder_attention=False)  # errors name the option, before building
         check_cosformer_horizon(args, [], decoder, positions)
         warn_unused_kind_options(args, [], decoder)
