@@ -37,9 +37,14 @@ $(STAMP): requirements.txt constraints.txt setup.py Makefile tools/check_build_p
 demo: setup
 	$(PY) -m fairseq_plugins.cli.demo
 
+# Test files run side by side, one per worker (pytest-xdist; a file's tests share
+# their module fixtures, so a file stays on one worker), each on one thread
+# (tests/conftest.py). TEST_WORKERS=1 runs them one after another.
+TEST_WORKERS ?= auto
+
 test: setup
 	# --durations: the slowest tests, to keep the suite within its time budget
-	$(PY) -m pytest -q --durations=25 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 tests
 
 # Benchmarks (never part of `make test`). BENCH_ARGS=--quick for a smoke run of minutes.
 # bench-speed: one attention layer of every kind, time and memory vs T -> docs/benchmarks.md (+ PNG plot)
