@@ -1,60 +1,20 @@
-"""End to end through fairseq's real CLIs on data the test generates: every
-translation preset (shrunk) learns the synthetic task and beam-decodes it;
-the checkpoint loads with weights-only torch.load, in fairseq-interactive and
-through the hub interface; the LM presets train and fairseq-eval-lm reports a
-perplexity."""
+"""End to end through fairseq's real CLIs on data the test generates: the
+softmax and cosFormer translation presets (shrunk) learn the synthetic task
+and beam-decode it; the checkpoint loads with weights-only torch.load, in
+fairseq-interactive and through the hub interface. The mFormer presets:
+test_mformer_end_to_end.py; the language models: test_lm_end_to_end.py."""
 import os
 
 import pytest
 import torch
 
 import fairseq_plugins  # noqa: F401  (safe globals)
-from fairseq_plugins.cli.pipeline import (
-    EVALUATE_ALL,
-    PLUGIN_DIR,
-    TINY_TRANSLATION_SIZES,
-    TRANSLATION_TRAINING,
-    eval_lm,
-    fairseq_command,
-    generate,
-    run,
-    train,
-)
-from fairseq_plugins.data.synthetic import binarize_lm, binarize_translation, translation_pair, write_lm_corpus, write_translation_task
-
-# Each preset at its own layout, shrunk in width (and in depth where the layout
-# allows it without changing which layers use which kind).
-PRESETS = {
-    "mixed_transformer_iwslt_de_en": ["--encoder-layers", "2", "--decoder-layers", "2"],
-    "cosformer_iwslt_de_en": ["--encoder-layers", "2", "--decoder-layers", "2"],
-    "mformer_iwslt_de_en": ["--decoder-layers", "2"],  # 6 encoder layers, cosFormer in 2 and 4
-    "mformer_wmt_en_de": ["--encoder-layer-ffn-embed-dims", "128", "--decoder-layer-ffn-embed-dims", "128"],
-}
-MAX_UPDATE = 500
-_trained = {}
+from fairseq_plugins.cli.pipeline import EVALUATE_ALL, PLUGIN_DIR, fairseq_command, generate, run
+from fairseq_plugins.data.synthetic import translation_pair
+from translation_presets import PRESETS, save_root, trained, translation_data  # noqa: F401  (fixtures)
 
 
-@pytest.fixture(scope="module")
-def translation_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("translation")
-    write_translation_task(str(root / "raw"))
-    return binarize_translation(str(root / "raw"), str(root / "bin"))
-
-
-@pytest.fixture(scope="module")
-def save_root(tmp_path_factory):
-    return tmp_path_factory.mktemp("checkpoints")
-
-
-def trained(preset, data_bin, save_root):
-    if preset not in _trained:
-        _trained[preset] = train(
-            data_bin, str(save_root / preset), preset, TRANSLATION_TRAINING + TINY_TRANSLATION_SIZES + PRESETS[preset], max_update=MAX_UPDATE
-        )
-    return _trained[preset]
-
-
-@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("preset", [p for p in PRESETS if not p.startswith("mformer_")])
 def test_preset_learns_synthetic_translation_and_beam_decodes(preset, translation_data, save_root):
     result = trained(preset, translation_data, save_root)
     decoded = generate(translation_data, result.checkpoint, beam=5)
@@ -113,25 +73,3 @@ def test_hub_from_pretrained(translation_data, save_root):
     translations = hub.translate(sources, beam=5)
     correct = sum(t == expected_translation(s) for s, t in zip(sources, translations))
     assert correct >= 8, list(zip(sources, translations))
-
-
-@pytest.fixture(scope="module")
-def lm_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lm")
-    write_lm_corpus(str(root / "raw"))
-    return binarize_lm(str(root / "raw"), str(root / "bin"))
-
-
-LM_TRAINING = [
-    "--task", "language_modeling", "--tokens-per-sample", "64", "--sample-break-mode", "eos", "--optimizer", "adam",
-    "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50", "--max-tokens", "2048", "--dropout", "0.0",
-]
-
-
-@pytest.mark.parametrize("preset", ["cosformer_lm_tiny", "mformer_lm_tiny"])
-def test_language_model_trains_and_eval_lm_reports_perplexity(preset, lm_data, tmp_path):
-    result = train(lm_data, str(tmp_path / preset), preset, LM_TRAINING, max_update=150)
-    perplexity = eval_lm(lm_data, result.checkpoint, extra=["--tokens-per-sample", "64", "--sample-break-mode", "eos"])
-    # Counting sentences over a 32-word cycle: only each sentence's first word
-    # and its length are unpredictable; uniform guessing would give ~40.
-    assert 1.0 <= perplexity < 4.0, perplexity
