@@ -57,7 +57,7 @@ from fairseq_plugins.cli.pipeline import (
 from fairseq_plugins.data.synthetic import binarize_translation, write_translation_task
 
 # fairseq's own transformer and one of our presets, both shrunk (the preset as
-# tests/cli/test_end_to_end.py shrinks it).
+# tests/cli/translation_presets.py shrinks it).
 MODELS = {
     "transformer": ["--encoder-layers", "1", "--decoder-layers", "1"],
     "mixed_transformer_iwslt_de_en": ["--encoder-layers", "2", "--decoder-layers", "2"],
