@@ -1,7 +1,8 @@
 """Output files that appear only when complete (written under a temporary
-name, then renamed): used by data_prep/ and the analysis tool."""
+name, then renamed): used by data_prep/, the tooling and the analysis tool."""
 import contextlib
 import os
+from typing import Iterable
 
 
 @contextlib.contextmanager
@@ -21,3 +22,13 @@ def atomic_output(path: str, mode: str = "w"):
         with contextlib.suppress(OSError):
             os.remove(partial)
         raise
+
+
+def write_lines(path: str, lines: Iterable[str]) -> int:
+    """Write one line per item (atomically); returns the number of lines."""
+    count = 0
+    with atomic_output(path) as f:
+        for line in lines:
+            f.write(line + "\n")
+            count += 1
+    return count

@@ -27,7 +27,7 @@ DEMO_ROWS = [
     ("mFormer (cosFormer in enc. layers 2, 4)", "mformer_iwslt_de_en", ["--decoder-layers", "2"]),
 ]
 
-# sentence pairs per split of the generated task (data/synthetic.py)
+# sentence pairs per split of the generated task (cli/synthetic.py)
 FULL_SPLITS = {"train": 3000, "valid": 100, "test": 100}
 QUICK_SPLITS = {"train": 300, "valid": 20, "test": 20}
 QUICK_MAX_UPDATE = 10
@@ -72,7 +72,7 @@ def main(argv=None):
     if args.beam < 1:
         parser.error(f"--beam must be >= 1, got {args.beam}")
 
-    from ..data.synthetic import binarize_translation, write_translation_task
+    from .synthetic import binarize_translation, write_translation_task
 
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
     splits = QUICK_SPLITS if args.quick else FULL_SPLITS

@@ -20,7 +20,7 @@ from fairseq_plugins.cli.pipeline import (
     run,
     train,
 )
-from fairseq_plugins.data.synthetic import binarize_lm, binarize_translation, translation_pair, write_lm_corpus, write_translation_task
+from fairseq_plugins.cli.synthetic import binarize_lm, binarize_translation, translation_pair, write_lm_corpus, write_translation_task
 
 # Each preset at its own layout, shrunk in width (and in depth where the layout
 # allows it without changing which layers use which kind).
@@ -81,7 +81,7 @@ def test_checkpoint_needs_only_the_registered_safe_globals(translation_data, sav
 
 
 def expected_translation(source: str) -> str:
-    # the synthetic task's bijection (see fairseq_plugins/data/synthetic.py)
+    # the synthetic task's bijection (see fairseq_plugins/cli/synthetic.py)
     return " ".join(f"T{(7 * int(w[1:]) + 3) % 24}" for w in source.split())
 
 
