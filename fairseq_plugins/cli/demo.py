@@ -15,6 +15,7 @@ import sys
 
 from tqdm import tqdm
 
+from ..files import atomic_directory
 from .pipeline import TINY_TRANSLATION_SIZES, TRANSLATION_TRAINING, count_parameters, generate, train
 
 # (row label, architecture, extra options): every row is a registered preset
@@ -84,10 +85,8 @@ def main(argv=None):
     if not os.path.exists(os.path.join(data_bin, "dict.src.txt")):
         print("  generating and binarising data (fairseq-preprocess) ...", flush=True)
         raw_dir = write_translation_task(os.path.join(args.work_dir, "raw-quick" if args.quick else "raw"), splits=splits)
-        tmp_bin = data_bin + ".tmp"
-        shutil.rmtree(tmp_bin, ignore_errors=True)
-        binarize_translation(raw_dir, tmp_bin)
-        os.replace(tmp_bin, data_bin)
+        with atomic_directory(data_bin) as partial_bin:
+            binarize_translation(raw_dir, partial_bin)
 
     rows = []
     for label, arch, extra in demo_rows:
