@@ -50,14 +50,11 @@ import time
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCHMARKS = os.path.join(REPO, "benchmarks")
-for _path in (REPO, BENCHMARKS):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if __package__ in (None, ""):  # run by path, not as python -m benchmarks.attention_speed: make the checkout importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.provenance import available_cores, git_revision, is_dirty, load_average  # noqa: E402
 from fairseq_plugins.files import atomic_output  # noqa: E402
-from provenance import available_cores, git_revision, is_dirty, load_average  # noqa: E402  (benchmarks/provenance.py)
 
 EXTRACTOR_KINDS = ("extractor_she", "extractor_he", "extractor_we", "extractor_me")
 KINDS = ("softmax", "cosformer", "cosformer_reference_cumsum") + EXTRACTOR_KINDS + ("bet",)

@@ -37,16 +37,13 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-BENCHMARKS = os.path.dirname(os.path.abspath(__file__))
-if BENCHMARKS not in sys.path:
-    sys.path.insert(0, BENCHMARKS)
+if __package__ in (None, ""):  # run by path, not as python -m benchmarks.decode_speed: make the checkout importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import quality  # noqa: E402  (benchmarks/quality.py: the trained rows, their data and the recipes)
-from provenance import available_cores, is_dirty, require_committed  # noqa: E402  (benchmarks/provenance.py)
-from quality import REPO, Context, log, provenance, relative  # noqa: E402
-
-sys.path.insert(0, REPO)
-from fairseq_plugins.files import atomic_output  # noqa: E402
+from benchmarks import quality  # noqa: E402  (the trained rows, their data and the recipes)
+from benchmarks.provenance import REPO, available_cores, is_dirty, require_committed  # noqa: E402
+from benchmarks.quality import Context, log, provenance, relative  # noqa: E402
+from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
 
 TRANSLATION_ROWS = ("softmax", "mformer", "cosformer_decoder", "extractor_she_decoder", "extractor_he_decoder",
                     "extractor_we_decoder", "extractor_me_decoder", "bet_sf")
@@ -232,9 +229,7 @@ def render(translation: Optional[dict], lm: Optional[dict], lengths: Sequence[in
 
 def save_part(folder: str, part: str, results: dict, commands: List[str], lengths: Optional[List[int]] = None):
     os.makedirs(folder, exist_ok=True)
-    with atomic_output(os.path.join(folder, f"{part}.json")) as f:
-        json.dump({"results": results, "commands": commands, "lengths": lengths, **provenance()}, f, indent=1)
-        f.write("\n")
+    write_json(os.path.join(folder, f"{part}.json"), {"results": results, "commands": commands, "lengths": lengths, **provenance()})
 
 
 def load_part(folder: str, part: str):

@@ -28,9 +28,8 @@ import time
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+if __package__ in (None, ""):  # run by path, not as python -m benchmarks.device_check: make the checkout importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import fairseq_plugins  # noqa: E402,F401  (registers the kinds)
 from fairseq_plugins.modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, build_attention  # noqa: E402

@@ -41,8 +41,10 @@ checkout with uncommitted changes (the rows record their revision) unless
 """
 import argparse
 import datetime
+import functools
 import glob
 import hashlib
+import importlib.util
 import itertools
 import json
 import math
@@ -56,18 +58,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCHMARKS = os.path.join(REPO, "benchmarks")
-for _path in (REPO, BENCHMARKS):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if __package__ in (None, ""):  # run by path, not as python -m benchmarks.quality: make the checkout importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.provenance import (REPO, available_cores, cpu_model, git_revision, is_dirty,  # noqa: E402
+                                   load_average, require_committed)
 from data_prep.common import PrepError, read_lines, write_lines  # noqa: E402
 from data_prep.syntax_hints import info_path, read_summary  # noqa: E402
 from fairseq_plugins.data.syntax_hints import hint_dataset_prefix  # noqa: E402
-from fairseq_plugins.files import atomic_output  # noqa: E402
-from provenance import (available_cores, cpu_model, git_revision, is_dirty,  # noqa: E402  (benchmarks/provenance.py)
-                        load_average, require_committed)
+from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
 
 
 def recipe_variables() -> frozenset:
@@ -379,9 +378,7 @@ def save_preparation_commands(ctx: Context, suite: Suite):
     commands = load_preparation_commands(ctx, suite)
     commands += [c for c in ctx.commands.get(suite.name, []) if c not in commands]
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with atomic_output(path) as f:
-        json.dump(commands, f, indent=1)
-        f.write("\n")
+    write_json(path, commands)
 
 
 def load_preparation_commands(ctx: Context, suite: Suite) -> List[str]:
@@ -466,9 +463,7 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False) -> dict:
               "evaluate_command": shell_line(evaluate_env, evaluate),
               "train_process_seconds": round(train_elapsed, 1), "score": score, **training, **items,
               "finished": datetime.datetime.now().isoformat(timespec="seconds"), **provenance()}
-    with atomic_output(path) as f:
-        json.dump(result, f, indent=1, sort_keys=True)
-        f.write("\n")
+    write_json(path, result, sort_keys=True)
     return result
 
 
@@ -536,18 +531,18 @@ def rescore_row(ctx: Context, suite: Suite, row: Row) -> Optional[dict]:
                          f"stored {result['score'][metric]}: its checkpoint or data changed (retrain with --force)")
     result.update(items, rescored={"command": command, "finished": datetime.datetime.now().isoformat(timespec="seconds"),
                                    "git": git_revision()})
-    with atomic_output(path) as f:
-        json.dump(result, f, indent=1, sort_keys=True)
-        f.write("\n")
+    write_json(path, result, sort_keys=True)
     return result
 
 
+@functools.lru_cache(maxsize=None)
 def recipe_lib(name: str):
-    """A module of recipes/lib (the scoring scripts), imported by name."""
-    folder = os.path.join(REPO, "recipes", "lib")
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    return __import__(name)
+    """A script of recipes/lib (the scoring scripts), loaded from its file: recipes/lib is a folder of
+    scripts that the recipes run by path, not a package."""
+    spec = importlib.util.spec_from_file_location(f"recipes_lib_{name}", os.path.join(REPO, "recipes", "lib", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _prepared_settings(data_bin_dir: str) -> dict:

@@ -135,22 +135,32 @@ def fail(error: PrepError) -> NoReturn:
     raise SystemExit(2)
 
 
-def atomic_output(path: str, mode: str = "w"):
-    """``fairseq_plugins.files.atomic_output`` (one implementation for data_prep and the analysis tool),
-    imported when first used: the fairseq_plugins package imports torch and fairseq, and a data_prep
-    module must import without them so that a missing one is reported as such."""
-    return require("fairseq_plugins.files", "fairseq-fixed", "data_prep").atomic_output(path, mode)
-
-
 # ------------------------------------------------------------------ files ---
+# The atomic writers are fairseq_plugins.files' (one implementation for the repository), imported when
+# first used: the fairseq_plugins package imports torch and fairseq, and a data_prep module must import
+# without them so that a missing one is reported as such.
+def _files():
+    return require("fairseq_plugins.files", "fairseq-fixed", "data_prep")
+
+
+def atomic_output(path: str, mode: str = "w"):
+    """``fairseq_plugins.files.atomic_output``."""
+    return _files().atomic_output(path, mode)
+
+
+def atomic_directory(path: str):
+    """``fairseq_plugins.files.atomic_directory``."""
+    return _files().atomic_directory(path)
+
+
 def write_lines(path: str, lines: Iterable[str]) -> int:
-    """Write one line per item (atomically); returns the number of lines."""
-    count = 0
-    with atomic_output(path) as f:
-        for line in lines:
-            f.write(line + "\n")
-            count += 1
-    return count
+    """``fairseq_plugins.files.write_lines``: one line per item (atomically); returns the number of lines."""
+    return _files().write_lines(path, lines)
+
+
+def write_json(path: str, data, indent: int = 1, sort_keys: bool = False) -> None:
+    """``fairseq_plugins.files.write_json``."""
+    _files().write_json(path, data, indent=indent, sort_keys=sort_keys)
 
 
 def copy_file(source: str, destination: str) -> None:
@@ -465,22 +475,19 @@ def extract(archive: str, dest_dir: str) -> str:
     temporary folder renamed when complete). Returns ``dest_dir``."""
     if os.path.isdir(dest_dir):
         return dest_dir
-    partial = dest_dir + ".partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    os.makedirs(partial)
-    log(f"extracting {os.path.basename(archive)}")
-    if archive.endswith((".tgz", ".tar.gz", ".tar")):
-        with tarfile.open(archive) as tar:
-            tar.extractall(partial, filter="data")
-    elif archive.endswith(".zip"):
-        with zipfile.ZipFile(archive) as zf:
-            zf.extractall(partial)
-    elif archive.endswith(".gz"):
-        with gzip.open(archive, "rb") as src, open(os.path.join(partial, os.path.basename(archive)[:-3]), "wb") as dst:
-            shutil.copyfileobj(src, dst, CHUNK)
-    else:
+    if not archive.endswith((".tgz", ".tar.gz", ".tar", ".zip", ".gz")):
         raise PrepError(f"{archive}: unknown archive type")
-    os.replace(partial, dest_dir)
+    log(f"extracting {os.path.basename(archive)}")
+    with atomic_directory(dest_dir) as partial:
+        if archive.endswith((".tgz", ".tar.gz", ".tar")):
+            with tarfile.open(archive) as tar:
+                tar.extractall(partial, filter="data")
+        elif archive.endswith(".zip"):
+            with zipfile.ZipFile(archive) as zf:
+                zf.extractall(partial)
+        else:
+            with gzip.open(archive, "rb") as src, open(os.path.join(partial, os.path.basename(archive)[:-3]), "wb") as dst:
+                shutil.copyfileobj(src, dst, CHUNK)
     return dest_dir
 
 
@@ -642,25 +649,21 @@ def binarize(destdir: str, trainpref: str, validpref: Optional[str], testpref: O
     options = require("fairseq.options", "fairseq-fixed", "binarisation (fairseq-preprocess)")
     preprocess = require("fairseq_cli.preprocess", "fairseq-fixed", "binarisation (fairseq-preprocess)")
 
-    partial = destdir + ".partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    argv = ["--trainpref", trainpref, "--destdir", partial, "--workers", str(workers), *extra]
-    if validpref:
-        argv += ["--validpref", validpref]
-    if testpref:
-        argv += ["--testpref", testpref]
-    if target_lang:
-        argv += ["--source-lang", source_lang, "--target-lang", target_lang] + (["--joined-dictionary"] if joined else [])
-    else:
-        argv += ["--only-source"]
-    preprocess.main(options.get_preprocessing_parser().parse_args(argv))
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(partial, "preprocess.log"))  # holds the temporary path; the rest is deterministic
-    if complete is not None:
-        complete(partial)
-    if os.path.isdir(destdir):
-        shutil.rmtree(destdir)
-    os.replace(partial, destdir)
+    with atomic_directory(destdir) as partial:
+        argv = ["--trainpref", trainpref, "--destdir", partial, "--workers", str(workers), *extra]
+        if validpref:
+            argv += ["--validpref", validpref]
+        if testpref:
+            argv += ["--testpref", testpref]
+        if target_lang:
+            argv += ["--source-lang", source_lang, "--target-lang", target_lang] + (["--joined-dictionary"] if joined else [])
+        else:
+            argv += ["--only-source"]
+        preprocess.main(options.get_preprocessing_parser().parse_args(argv))
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(partial, "preprocess.log"))  # holds the temporary path; the rest is deterministic
+        if complete is not None:
+            complete(partial)
 
 
 # -------------------------------------------------------------------- CLI ---

@@ -5,11 +5,10 @@ the dictionary from train and binarises all three splits. ``prepare.json`` in
 the destination records the unit the perplexity is counted in; it is written
 into the destination before that is renamed into place, so a killed run never
 leaves binaries without it."""
-import json
 import os
 from typing import Callable
 
-from .common import Steps, atomic_output, binarize, invalid_utf8_params, log, require_text
+from .common import Steps, binarize, invalid_utf8_params, log, require_text, write_json
 from .text import dictionary_size
 
 SPLITS = ("train", "valid", "test")
@@ -32,9 +31,8 @@ def prepare_lm(args, write_text: Callable[[str], None], unit: str, raw_step_para
               **invalid_utf8_params(args))
 
     def write_settings(staging: str):
-        with atomic_output(os.path.join(staging, "prepare.json")) as f:
-            json.dump({"dataset": os.path.basename(dest.rstrip("/")), "unit": unit, **raw_step_params}, f, indent=1, sort_keys=True)
-            f.write("\n")
+        write_json(os.path.join(staging, "prepare.json"),
+                   {"dataset": os.path.basename(dest.rstrip("/")), "unit": unit, **raw_step_params}, sort_keys=True)
 
     def binarise():
         binarize(dest, text["train"], text["valid"], text["test"], workers=args.workers, complete=write_settings)

@@ -44,7 +44,6 @@ if __package__ in (None, ""):  # run as a script: python data_prep/syntax_hints.
 from data_prep.common import (  # noqa: E402
     PrepError,
     add_invalid_utf8_argument,
-    atomic_output,
     exclusive,
     fail_for_missing_module,
     file_digest,
@@ -52,6 +51,8 @@ from data_prep.common import (  # noqa: E402
     progress,
     read_lines,
     require,
+    write_json,
+    write_lines,
 )
 
 try:
@@ -212,12 +213,6 @@ def shard_done(prefix: str, token_counts: Sequence[int]) -> bool:
     return len(sizes) == len(token_counts) and bool((sizes == np.asarray(token_counts) + 1).all())
 
 
-def write_json(path: str, data: dict) -> None:
-    with atomic_output(path) as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-
-
 def read_json(path: str) -> Optional[dict]:
     try:
         with open(path, encoding="utf-8") as f:
@@ -241,9 +236,7 @@ def read_summary(output: str) -> dict:
 
 def write_text_dump(output: str, path: str) -> None:
     hints = load_hint_dataset(output)
-    with atomic_output(path) as f:
-        for i in range(len(hints)):
-            f.write(" ".join(map(str, hints[i].tolist())) + "\n")
+    write_lines(path, (" ".join(map(str, hints[i].tolist())) for i in range(len(hints))))
     log(f"text dump: {path}")
 
 
@@ -318,7 +311,7 @@ def extract(args) -> str:
                     "differ); starting over")
                 for name in stale:
                     os.remove(os.path.join(work_dir, name))
-            write_json(manifest_path, manifest)
+            write_json(manifest_path, manifest, indent=2, sort_keys=True)
 
         total = len(token_counts)
         n_shards = (total + args.shard_lines - 1) // args.shard_lines
@@ -367,7 +360,7 @@ def extract(args) -> str:
             write_text_dump(output, args.text_dump)
         write_json(info_path(output), {"fingerprint": fingerprint, "summary": stats.as_dict(),
                                        "input": os.path.abspath(args.input), "spacy_model": args.spacy_model,
-                                       "written": time.strftime("%Y-%m-%d %H:%M:%S")})
+                                       "written": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2, sort_keys=True)
         log(f"{output}.bin/.idx: {stats.sentences} sentences, {stats.tokens} tokens, "
             f"{stats.above_0} with a hint distance > 0")
         if stats.tokens and not stats.above_0:

@@ -13,13 +13,12 @@ Besides the binaries, the destination folder gets ``code`` (the BPE codes) or
 ``spm.model``, ``refs/<subset>.<tgt>`` (the untokenised references of every
 test subset, for sacreBLEU), ``testsets.tsv`` (fairseq subset -> test set name)
 and ``prepare.json`` (the settings used)."""
-import json
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .common import Steps, atomic_output, binarize, invalid_utf8_params, log, read_lines, write_lines
+from .common import Steps, binarize, invalid_utf8_params, log, read_lines, write_json, write_lines
 from .text import (
     MosesPipeline,
     apply_bpe,
@@ -185,9 +184,8 @@ def prepare_translation(args, config: TranslationConfig, write_raw: Callable[[st
                                 os.path.join(staging, "refs", f"{subset}.{lang}"))
         write_lines(os.path.join(staging, "testsets.tsv"), [f"{subset}\t{name}" for subset, name in subsets])
         shutil.copyfile(codes, os.path.join(staging, os.path.basename(codes)))
-        with atomic_output(os.path.join(staging, "prepare.json")) as f:
-            json.dump({"dataset": os.path.basename(dest.rstrip("/")), **asdict(config)}, f, indent=1, sort_keys=True)
-            f.write("\n")
+        write_json(os.path.join(staging, "prepare.json"), {"dataset": os.path.basename(dest.rstrip("/")), **asdict(config)},
+                   sort_keys=True)
 
     def binarise():
         tests = ",".join(os.path.join(work, "bpe", name) for name in config.test_sets)

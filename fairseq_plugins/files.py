@@ -1,13 +1,18 @@
-"""Output files that appear only when complete (written under a temporary
-name, then renamed): used by data_prep/ and the analysis tool."""
+"""Outputs that appear only when complete (written under a temporary name, then
+renamed): the one implementation for the package, data_prep/, recipes/lib/ and
+benchmarks/."""
 import contextlib
+import json
 import os
+import shutil
+from typing import Iterable, Iterator
 
 
 @contextlib.contextmanager
 def atomic_output(path: str, mode: str = "w"):
-    """Open ``path + '.partial'`` for writing; rename it to ``path`` on success.
-    A killed run leaves only the ``.partial`` file, which the next run overwrites."""
+    """Open ``path + '.partial'`` for writing (text: UTF-8 and '\\n' line ends; ``mode`` with 'b': binary);
+    flush it to disk and rename it to ``path`` on success, remove it on any error (the target is then
+    untouched). A killed run leaves only the ``.partial`` file, which the next run overwrites."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     partial = path + ".partial"
     kwargs = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
@@ -21,3 +26,37 @@ def atomic_output(path: str, mode: str = "w"):
         with contextlib.suppress(OSError):
             os.remove(partial)
         raise
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str) -> Iterator[str]:
+    """Yield an empty folder ``path + '.partial'`` to fill; on success it replaces ``path`` (a folder there
+    before is removed), on any error it is removed. A leftover of a killed run is emptied first."""
+    partial = path + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    try:
+        yield partial
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        os.replace(partial, path)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def write_lines(path: str, lines: Iterable[str]) -> int:
+    """Write one line per item (atomically); returns the number of lines."""
+    count = 0
+    with atomic_output(path) as f:
+        for line in lines:
+            f.write(line + "\n")
+            count += 1
+    return count
+
+
+def write_json(path: str, data, indent: int = 1, sort_keys: bool = False) -> None:
+    """Write ``data`` as JSON and a final newline (atomically)."""
+    with atomic_output(path) as f:
+        json.dump(data, f, indent=indent, sort_keys=sort_keys)
+        f.write("\n")

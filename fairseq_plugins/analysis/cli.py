@@ -11,13 +11,12 @@ sentence's decoder self-attention.
 """
 import argparse
 import ast
-import json
 import logging
 import os
 import sys
 from typing import List, Optional
 
-from ..files import atomic_output
+from ..files import write_json
 from .runner import AnalysisError, AnalysisResult, Loaded, analyse, load, sentence_attention
 from .stats import AttentionStatisticsError, LayerStatistics
 
@@ -195,9 +194,7 @@ def run(args) -> int:
     )
     print(markdown(result, per_head=args.per_head))
     if args.output_json:
-        with atomic_output(args.output_json, "w") as f:
-            json.dump(to_json(result, loaded, args), f, indent=2)
-            f.write("\n")
+        write_json(args.output_json, to_json(result, loaded, args), indent=2)
     if sentence is not None:
         write_heatmap(
             args.heatmap,

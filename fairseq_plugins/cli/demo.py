@@ -15,6 +15,7 @@ import sys
 
 from tqdm import tqdm
 
+from ..files import atomic_directory
 from .pipeline import TINY_TRANSLATION_SIZES, TRANSLATION_TRAINING, count_parameters, generate, train
 
 # (row label, architecture, extra options): every row is a registered preset
@@ -27,7 +28,7 @@ DEMO_ROWS = [
     ("mFormer (cosFormer in enc. layers 2, 4)", "mformer_iwslt_de_en", ["--decoder-layers", "2"]),
 ]
 
-# sentence pairs per split of the generated task (data/synthetic.py)
+# sentence pairs per split of the generated task (cli/synthetic.py)
 FULL_SPLITS = {"train": 3000, "valid": 100, "test": 100}
 QUICK_SPLITS = {"train": 300, "valid": 20, "test": 20}
 QUICK_MAX_UPDATE = 10
@@ -72,7 +73,7 @@ def main(argv=None):
     if args.beam < 1:
         parser.error(f"--beam must be >= 1, got {args.beam}")
 
-    from ..data.synthetic import binarize_translation, write_translation_task
+    from .synthetic import binarize_translation, write_translation_task
 
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
     splits = QUICK_SPLITS if args.quick else FULL_SPLITS
@@ -84,10 +85,8 @@ def main(argv=None):
     if not os.path.exists(os.path.join(data_bin, "dict.src.txt")):
         print("  generating and binarising data (fairseq-preprocess) ...", flush=True)
         raw_dir = write_translation_task(os.path.join(args.work_dir, "raw-quick" if args.quick else "raw"), splits=splits)
-        tmp_bin = data_bin + ".tmp"
-        shutil.rmtree(tmp_bin, ignore_errors=True)
-        binarize_translation(raw_dir, tmp_bin)
-        os.replace(tmp_bin, data_bin)
+        with atomic_directory(data_bin) as partial_bin:
+            binarize_translation(raw_dir, partial_bin)
 
     rows = []
     for label, arch, extra in demo_rows:

@@ -69,9 +69,10 @@ def main(argv=None) -> str:
     state = average(paths)
     import torch
 
-    partial = args.output + ".partial"
-    torch.save(state, partial)
-    os.replace(partial, args.output)
+    from fairseq_plugins.files import atomic_output
+
+    with atomic_output(args.output, "wb") as f:
+        torch.save(state, f)
     print(f"wrote {args.output}", file=sys.stderr)
     return args.output
 

@@ -11,8 +11,6 @@ an error, and so is output without fairseq-eval-lm's token count.
 import argparse
 import re
 
-from report import save  # recipes/lib/report.py (this script's folder is on sys.path)
-
 
 def parse(log: str, name: str = "the log") -> dict:
     """Loss, perplexity and token count of the output ``log`` (``name``: its file, for errors). A loss over
@@ -51,7 +49,11 @@ def main(argv=None) -> dict:
         print(f"{args.dataset} {args.subset}: {result['loss_base2']:.4f} bits per character (byte){counted}")
     else:
         print(f"{args.dataset} {args.subset}: perplexity {result['perplexity']:.2f} per word{counted}")
-    return save(result, args.json)
+    if args.json:
+        from fairseq_plugins.files import write_json  # here, not on top: the package imports torch and fairseq (seconds)
+
+        write_json(args.json, result, sort_keys=True)
+    return result
 
 
 if __name__ == "__main__":

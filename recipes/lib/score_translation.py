@@ -23,8 +23,6 @@ import re
 import sys
 from typing import Dict, List, Tuple
 
-from report import save  # recipes/lib/report.py (this script's folder is on sys.path)
-
 
 def read_generate_output(path: str) -> Tuple[List[str], List[str]]:
     """(hypotheses, references) ordered by sentence id."""
@@ -124,7 +122,11 @@ def main(argv=None) -> dict:
     if "sacrebleu" in result:
         print(f"{args.subset}: sacreBLEU (detokenised): {result['sacrebleu']:.2f}    [{result['sacrebleu_detail']}]")
         print(f"{args.subset}: sacreBLEU signature: {result['sacrebleu_signature']}")
-    return save(result, args.json)
+    if args.json:
+        from fairseq_plugins.files import write_json  # here, not on top: the package imports torch and fairseq (seconds)
+
+        write_json(args.json, result, sort_keys=True)
+    return result
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from PIL import Image
 
 from fairseq_plugins.analysis.cli import main
 from fairseq_plugins.cli.pipeline import PLUGIN_DIR, TINY_TRANSLATION_SIZES, TRANSLATION_TRAINING, train
-from fairseq_plugins.data.synthetic import binarize_lm, binarize_translation, write_lm_corpus, write_translation_task
+from fairseq_plugins.cli.synthetic import binarize_lm, binarize_translation, write_lm_corpus, write_translation_task
 
 SPLITS = {"train": 120, "valid": 4, "test": 24}
 UPDATES = 3

@@ -1,25 +1,14 @@
 """The pure parts of benchmarks/attention_speed.py: FLOP counts, growth bounds, memory guard, plot and
 report rendering. No timings are asserted (the script's measurements are a benchmark, not a test)."""
 import argparse
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-REPO = Path(__file__).resolve().parents[2]
+from benchmarks import attention_speed as bench
 
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("attention_speed", REPO / "benchmarks" / "attention_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_script()
 aten = torch.ops.aten
 
 

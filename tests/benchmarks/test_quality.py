@@ -1,7 +1,6 @@
 """benchmarks/quality.py and benchmarks/decode_speed.py: their log parsing,
 claim verdicts and report writing on known inputs, and a --quick run of the
 real path (recipes, training, eval-lm, sampling) on generated data."""
-import importlib.util
 import json
 import math
 import os
@@ -12,19 +11,10 @@ import sys
 
 import pytest
 
+from benchmarks import decode_speed, provenance, quality
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCHMARKS = os.path.join(REPO, "benchmarks")
-
-
-def _load(name):
-    sys.path.insert(0, BENCHMARKS)  # decode_speed imports quality by name
-    spec = importlib.util.spec_from_file_location(name, os.path.join(BENCHMARKS, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-quality = _load("quality")
 
 TRAIN_LOG = """\
 2026-11-22 01:23:33 | INFO | fairseq_cli.train | {'_name': None, 'common': {}}
@@ -253,8 +243,6 @@ def test_commands_in_the_report_name_the_data_folder_as_a_placeholder(tmp_path):
 
 
 def test_measuring_runs_refuse_uncommitted_changes_unless_allowed(monkeypatch, tmp_path):
-    import provenance
-
     monkeypatch.setattr(provenance, "git_revision", lambda: "abc123def456 (with uncommitted changes)")
     with pytest.raises(SystemExit, match="uncommitted changes.*--allow-dirty"):
         provenance.require_committed(False, "a benchmark")
@@ -263,7 +251,6 @@ def test_measuring_runs_refuse_uncommitted_changes_unless_allowed(monkeypatch, t
     args = ["--data-root", str(tmp_path / "missing"), "--work-dir", str(tmp_path / "work")]
     with pytest.raises(SystemExit, match="benchmarks/quality.py: tracked files have uncommitted changes"):
         quality.main(["--suites", "grimm", *args])
-    decode_speed = _load("decode_speed")
     with pytest.raises(SystemExit, match="benchmarks/decode_speed.py: tracked files have uncommitted changes"):
         decode_speed.main(["--parts", "lm", *args])
     assert not (tmp_path / "work").exists()
@@ -411,7 +398,6 @@ def test_recipe_variables_are_read_from_the_recipes():
 
 
 def test_decode_report_marks_a_part_measured_with_uncommitted_changes(tmp_path):
-    decode_speed = _load("decode_speed")
     stored = {"results": {"softmax": {"tokens_per_second": 1.0}}, "commands": [], "lengths": None, "cores": 2,
               "cpu": "test cpu", "load_average": "0 0 0"}
     for git, marked in (("abc123def456", False), ("abc123def456 (with uncommitted changes)", True)):

@@ -19,7 +19,7 @@ from subword_nmt.learn_bpe import learn_bpe
 
 from fairseq_plugins.cli.pipeline import TINY_TRANSLATION_SIZES, TRANSLATION_TRAINING, generate, train
 from fairseq_plugins.data.syntax_hints import hint_dataset_prefix, load_hint_dataset
-from fairseq_plugins.data.synthetic import binarize_translation
+from fairseq_plugins.cli.synthetic import binarize_translation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "data_prep"))

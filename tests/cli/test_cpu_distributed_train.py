@@ -23,7 +23,7 @@ import torch
 
 import fairseq_plugins
 from fairseq_plugins.cli import cpu_distributed_train as launcher
-from fairseq_plugins.data.synthetic import binarize_translation, write_translation_task
+from fairseq_plugins.cli.synthetic import binarize_translation, write_translation_task
 
 PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_plugins.__file__))
 REPO_ROOT = os.path.dirname(PLUGIN_DIR)

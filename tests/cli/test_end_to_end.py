@@ -10,7 +10,7 @@ import torch
 
 import fairseq_plugins  # noqa: F401  (safe globals)
 from fairseq_plugins.cli.pipeline import EVALUATE_ALL, PLUGIN_DIR, fairseq_command, generate, run
-from fairseq_plugins.data.synthetic import translation_pair
+from fairseq_plugins.cli.synthetic import translation_pair
 from translation_presets import PRESETS, save_root, trained, translation_data  # noqa: F401  (fixtures)
 
 
@@ -41,7 +41,7 @@ def test_checkpoint_needs_only_the_registered_safe_globals(translation_data, sav
 
 
 def expected_translation(source: str) -> str:
-    # the synthetic task's bijection (see fairseq_plugins/data/synthetic.py)
+    # the synthetic task's bijection (see fairseq_plugins/cli/synthetic.py)
     return " ".join(f"T{(7 * int(w[1:]) + 3) % 24}" for w in source.split())
 
 

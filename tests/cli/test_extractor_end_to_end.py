@@ -20,7 +20,7 @@ from fairseq_plugins.cli.pipeline import (
     run,
     train,
 )
-from fairseq_plugins.data.synthetic import binarize_lm, binarize_translation, write_lm_corpus, write_translation_task
+from fairseq_plugins.cli.synthetic import binarize_lm, binarize_translation, write_lm_corpus, write_translation_task
 
 SMALL_SPLITS = {"train": 2000, "valid": 20, "test": 100}
 # The paper's LM preset shrunk for a CPU test: 2 layers of d = 64; the window

@@ -54,7 +54,7 @@ from fairseq_plugins.cli.pipeline import (
     run,
     train,
 )
-from fairseq_plugins.data.synthetic import binarize_translation, write_translation_task
+from fairseq_plugins.cli.synthetic import binarize_translation, write_translation_task
 
 # fairseq's own transformer and one of our presets, both shrunk (the preset as
 # tests/cli/translation_presets.py shrinks it).

@@ -4,7 +4,7 @@ reports a perplexity."""
 import pytest
 
 from fairseq_plugins.cli.pipeline import eval_lm, train
-from fairseq_plugins.data.synthetic import binarize_lm, write_lm_corpus
+from fairseq_plugins.cli.synthetic import binarize_lm, write_lm_corpus
 
 
 @pytest.fixture(scope="module")

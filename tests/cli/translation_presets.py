@@ -5,7 +5,7 @@ presets once and its tests share them)."""
 import pytest
 
 from fairseq_plugins.cli.pipeline import TINY_TRANSLATION_SIZES, TRANSLATION_TRAINING, train
-from fairseq_plugins.data.synthetic import binarize_translation, write_translation_task
+from fairseq_plugins.cli.synthetic import binarize_translation, write_translation_task
 
 # Each preset at its own layout, shrunk in width (and in depth where the layout
 # allows it without changing which layers use which kind).

@@ -8,7 +8,7 @@ import re
 import torch
 
 from fairseq_plugins.cli.pipeline import PLUGIN_DIR, eval_lm, fairseq_command, generate, run
-from fairseq_plugins.data.synthetic import binarize_lm, binarize_translation, write_lm_corpus, write_translation_task
+from fairseq_plugins.cli.synthetic import binarize_lm, binarize_translation, write_lm_corpus, write_translation_task
 from fairseq_plugins.data.syntax_hints import hint_dataset_prefix, write_hint_dataset
 
 SPLITS = {"train": 48, "valid": 12, "test": 12}

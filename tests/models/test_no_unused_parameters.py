@@ -11,7 +11,7 @@ import torch
 from fairseq import options, tasks
 
 import fairseq_plugins
-from fairseq_plugins.data.synthetic import binarize_translation, write_translation_task
+from fairseq_plugins.cli.synthetic import binarize_translation, write_translation_task
 
 PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_plugins.__file__))
 

@@ -1,4 +1,5 @@
-"""Small deterministic data sets that tests and the demo generate themselves.
+"""Small deterministic data sets that tests and the demo generate themselves
+(tooling, not training-time data: hence cli/, beside the pipeline that binarises them).
 
 * Translation: a source sentence of 3-8 words from a 24-word vocabulary; its
   translation maps every word through a fixed bijection to a target
@@ -10,17 +11,10 @@ import os
 import random
 from typing import Dict, Tuple
 
-from ..cli.pipeline import fairseq_command, run
+from ..files import write_lines
+from .pipeline import fairseq_command, run
 
 SPLITS: Dict[str, int] = {"train": 3000, "valid": 100, "test": 100}
-
-
-def _atomic_write(path: str, lines):
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(line + "\n")
-    os.replace(tmp, path)
 
 
 def translation_pair(rng: random.Random, vocab: int = 24, min_len: int = 3, max_len: int = 8) -> Tuple[str, str]:
@@ -36,8 +30,8 @@ def write_translation_task(raw_dir: str, splits: Dict[str, int] = SPLITS, seed: 
     rng = random.Random(seed)
     for split, size in splits.items():
         pairs = [translation_pair(rng, **kwargs) for _ in range(size)]
-        _atomic_write(os.path.join(raw_dir, f"{split}.src"), [s for s, _ in pairs])
-        _atomic_write(os.path.join(raw_dir, f"{split}.tgt"), [t for _, t in pairs])
+        write_lines(os.path.join(raw_dir, f"{split}.src"), [s for s, _ in pairs])
+        write_lines(os.path.join(raw_dir, f"{split}.tgt"), [t for _, t in pairs])
     return raw_dir
 
 
@@ -50,7 +44,7 @@ def write_lm_corpus(raw_dir: str, splits: Dict[str, int] = SPLITS, seed: int = 1
         for _ in range(size):
             start, length = rng.randrange(vocab), rng.randint(4, 12)
             lines.append(" ".join(f"w{(start + i) % vocab}" for i in range(length)))
-        _atomic_write(os.path.join(raw_dir, f"{split}.txt"), lines)
+        write_lines(os.path.join(raw_dir, f"{split}.txt"), lines)
     return raw_dir
 
 

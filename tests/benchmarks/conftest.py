@@ -1,0 +1,7 @@
+"""Make ``benchmarks`` (a package of the checkout, not an installed one) importable."""
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)

@@ -1,0 +1,61 @@
+"""fairseq_plugins.files, the one atomic writer: text (UTF-8, '\\n') and binary,
+JSON and lines, folders; on an error the target is untouched and no temporary
+file or folder is left."""
+import json
+import os
+
+import pytest
+
+from fairseq_plugins.files import atomic_directory, atomic_output, write_json, write_lines
+
+
+def leftovers(folder):
+    return sorted(name for name in os.listdir(folder) if name.endswith(".partial"))
+
+
+def test_text_and_binary_outputs_appear_complete(tmp_path):
+    text, binary = tmp_path / "sub" / "out.txt", tmp_path / "out.bin"
+    with atomic_output(str(text)) as f:
+        f.write("é\nzwei\n")
+        assert not text.exists()
+    assert text.read_bytes() == "é\nzwei\n".encode("utf-8")
+    with atomic_output(str(binary), "wb") as f:
+        f.write(b"\x00\xff")
+    assert binary.read_bytes() == b"\x00\xff"
+    assert leftovers(tmp_path) == leftovers(tmp_path / "sub") == []
+
+
+@pytest.mark.parametrize("mode", ["w", "wb"])
+def test_an_error_leaves_the_old_file_and_no_partial(tmp_path, mode):
+    target = tmp_path / "out"
+    target.write_text("old\n")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_output(str(target), mode) as f:
+            f.write("half" if mode == "w" else b"half")
+            raise KeyboardInterrupt
+    assert target.read_text() == "old\n"
+    assert leftovers(tmp_path) == []
+
+
+def test_lines_and_json(tmp_path):
+    assert write_lines(str(tmp_path / "lines.txt"), (w for w in ["a", "b c"])) == 2
+    assert (tmp_path / "lines.txt").read_text() == "a\nb c\n"
+    write_json(str(tmp_path / "d.json"), {"b": 1, "a": [2]}, sort_keys=True)
+    assert (tmp_path / "d.json").read_text() == json.dumps({"a": [2], "b": 1}, indent=1) + "\n"
+
+
+def test_atomic_directory_replaces_the_folder_or_leaves_it(tmp_path):
+    target = tmp_path / "bin"
+    target.mkdir()
+    (target / "stale").write_text("x")
+    (tmp_path / "bin.partial").mkdir()  # a killed run's leftover
+    (tmp_path / "bin.partial" / "half").write_text("x")
+    with atomic_directory(str(target)) as partial:
+        assert os.listdir(partial) == []
+        (tmp_path / "bin.partial" / "dict.txt").write_text("a 1\n")
+    assert os.listdir(target) == ["dict.txt"] and leftovers(tmp_path) == []
+    with pytest.raises(RuntimeError):
+        with atomic_directory(str(target)) as partial:
+            (tmp_path / "bin.partial" / "other").write_text("y")
+            raise RuntimeError("killed")
+    assert os.listdir(target) == ["dict.txt"] and leftovers(tmp_path) == []
