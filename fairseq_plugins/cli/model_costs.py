@@ -71,7 +71,6 @@ def _unsupported(args, model_name: str):
         "scale_heads": bool,
         "scale_resids": bool,
         "base_layers": lambda v: bool(v),
-        "encoder_layers_to_keep": lambda v: bool(v),
     }
     used = [name for name, is_set in checks.items() if is_set(getattr(args, name, None))]
     if used:
@@ -103,7 +102,7 @@ def model_cost(args, source_length: int = 128, target_length: int = 128) -> Mode
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
     from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS, TransformerConfig
 
-    from ..models.layout import decoder_layout, encoder_layout
+    from ..models.architecture import model_architecture
 
     model_name = ARCH_MODEL_NAME_REGISTRY.get(args.arch)
     if model_name not in MODELS:
@@ -126,6 +125,7 @@ def model_cost(args, source_length: int = 128, target_length: int = 128) -> Mode
             if getattr(args, name, None) is None:  # as TransformerModel.build_model
                 setattr(args, name, default)
     cfg = TransformerConfig.from_namespace(args)
+    architecture = model_architecture(args, decoder_only=language_model)
     options = attention_options(args)
     params = macs = 0
     S, T = source_length, target_length
@@ -134,10 +134,10 @@ def model_cost(args, source_length: int = 128, target_length: int = 128) -> Mode
     if not language_model:
         params += _positions_parameters(cfg.encoder.learned_pos and not cfg.no_token_positional_embeddings, cfg.max_source_positions, d_enc)
         params += _layer_norm_parameters(d_enc) if cfg.layernorm_embedding else 0
-        for choice in encoder_layout(args):
-            p, m = _attention(choice.self_kind, "encoder_self", d_enc, choice.heads, S, S, d_enc, options)
-            params += p + _layer_norm_parameters(d_enc) + _ffn_parameters(d_enc, choice.ffn_embed_dim) + _layer_norm_parameters(d_enc)
-            macs += m + 2 * S * d_enc * choice.ffn_embed_dim
+        for layer in architecture.encoder_layers:
+            p, m = _attention(layer.attention_kind, "encoder_self", d_enc, layer.attention_heads, S, S, d_enc, options)
+            params += p + _layer_norm_parameters(d_enc) + _ffn_parameters(d_enc, layer.ffn_embed_dim) + _layer_norm_parameters(d_enc)
+            macs += m + 2 * S * d_enc * layer.ffn_embed_dim
         params += _layer_norm_parameters(d_enc) if cfg.encoder.normalize_before else 0
 
     d = cfg.decoder.embed_dim
@@ -148,16 +148,16 @@ def model_cost(args, source_length: int = 128, target_length: int = 128) -> Mode
         macs += T * d_in * d
     params += _positions_parameters(cfg.decoder.learned_pos and not cfg.no_token_positional_embeddings, cfg.max_target_positions, d)
     params += _layer_norm_parameters(d) if cfg.layernorm_embedding else 0
-    for choice in decoder_layout(args, has_encoder_attention=not language_model):
-        p, m = _attention(choice.self_kind, "decoder_self", d, choice.heads, T, T, d, options)
+    for layer in architecture.decoder_layers:
+        p, m = _attention(layer.attention_kind, "decoder_self", d, layer.attention_heads, T, T, d, options)
         params += p + _layer_norm_parameters(d)
         macs += m
-        if not language_model:
-            p, m = _attention(choice.cross_kind, "encoder_decoder", d, choice.cross_heads, T, S, d_enc, options)
+        if layer.cross_attention_kind is not None:
+            p, m = _attention(layer.cross_attention_kind, "encoder_decoder", d, layer.cross_attention_heads, T, S, d_enc, options)
             params += p + _layer_norm_parameters(d)
             macs += m
-        params += _ffn_parameters(d, choice.ffn_embed_dim) + _layer_norm_parameters(d)
-        macs += 2 * T * d * choice.ffn_embed_dim
+        params += _ffn_parameters(d, layer.ffn_embed_dim) + _layer_norm_parameters(d)
+        macs += 2 * T * d * layer.ffn_embed_dim
     params += _layer_norm_parameters(d) if cfg.decoder.normalize_before and not cfg.no_decoder_final_norm else 0
     if d_out != d and not cfg.tie_adaptive_weights:  # project_out_dim, bias-free
         params += d * d_out

@@ -25,9 +25,9 @@ are the paper's diagonal ablations on plain softmax attention: diag-free,
 "Reduced Diag" (x0.2) and "Magnified Diag" (x2.0).
 Every value is a default: command-line options override it.
 """
-from fairseq.models import register_model_architecture
 from fairseq.models.transformer import base_architecture
 
+from .architecture import register_preset
 from .mixed_transformer import mixed_transformer_iwslt_de_en
 from .layout import set_layout_defaults
 from .mixed_transformer_lm import mixed_transformer_lm_base
@@ -57,8 +57,8 @@ def _register_pair(model: str, name: str, build, doc: str):
 
     with_mask.__doc__ = doc
     without_mask.__doc__ = doc + " Ablation: ordinary causal mask instead of the diagonal-free mask."
-    register_model_architecture(model, name)(with_mask)
-    register_model_architecture(model, f"{name}_no_diag_free")(without_mask)
+    register_preset(model, name)(with_mask)
+    register_preset(model, f"{name}_no_diag_free")(without_mask)
 
 
 def _wmt_en_de(args):
@@ -110,35 +110,35 @@ _register_pair(
 )
 
 
-@register_model_architecture("mixed_transformer_lm", "bet_baseline_lm_wikitext")
+@register_preset("mixed_transformer_lm", "bet_baseline_lm_wikitext")
 def bet_baseline_lm_wikitext(args):
     """Softmax baseline of bet_sf_lm_wikitext (same sizes)."""
     _default(args, "decoder_attention_kinds", "softmax")
     _lm_wikitext(args)
 
 
-@register_model_architecture("mixed_transformer_lm", "bet_baseline_lm_enwik8")
+@register_preset("mixed_transformer_lm", "bet_baseline_lm_enwik8")
 def bet_baseline_lm_enwik8(args):
     """Softmax baseline of bet_sf_lm_enwik8 (same sizes)."""
     _default(args, "decoder_attention_kinds", "softmax")
     _lm_enwik8(args)
 
 
-@register_model_architecture("mixed_transformer", "diag_free_iwslt_de_en")
+@register_preset("mixed_transformer", "diag_free_iwslt_de_en")
 def diag_free_iwslt_de_en(args):
     """Softmax decoder self-attention with the diagonal-free mask (BET's ablation)."""
     args.softmax_diag_free = True
     mixed_transformer_iwslt_de_en(args)
 
 
-@register_model_architecture("mixed_transformer", "reduced_diag_iwslt_de_en")
+@register_preset("mixed_transformer", "reduced_diag_iwslt_de_en")
 def reduced_diag_iwslt_de_en(args):
     """Softmax decoder self-attention with the diagonal of Q K^T scaled by 0.2 ("Reduced Diag")."""
     _default(args, "softmax_diag_scale", 0.2)
     mixed_transformer_iwslt_de_en(args)
 
 
-@register_model_architecture("mixed_transformer", "magnified_diag_iwslt_de_en")
+@register_preset("mixed_transformer", "magnified_diag_iwslt_de_en")
 def magnified_diag_iwslt_de_en(args):
     """Softmax decoder self-attention with the diagonal of Q K^T scaled by 2.0 ("Magnified Diag")."""
     _default(args, "softmax_diag_scale", 2.0)

@@ -16,7 +16,7 @@ self-attention replaced by an Extractor; our choice of lags is 128 (at most
 ``--max-target-positions``), longer than nearly every IWSLT target sentence.
 Every value is a default: command-line options override it.
 """
-from fairseq.models import register_model_architecture
+from .architecture import register_preset
 
 from .mixed_transformer import mixed_transformer_iwslt_de_en
 from .mixed_transformer_lm import mixed_transformer_lm_base
@@ -63,15 +63,15 @@ def _register_extractor_presets(kind: str):
 
     lm.__doc__ = f"The paper's LM setting with {name} in every layer (l = 128)."
     iwslt.__doc__ = f"mixed_transformer_iwslt_de_en with {name} as every decoder layer's self-attention (l = 128)."
-    register_model_architecture("mixed_transformer_lm", f"{name}_lm")(lm)
-    register_model_architecture("mixed_transformer", f"{name}_iwslt_de_en")(iwslt)
+    register_preset("mixed_transformer_lm", f"{name}_lm")(lm)
+    register_preset("mixed_transformer", f"{name}_iwslt_de_en")(iwslt)
 
 
 for _kind in EXTRACTOR_KINDS:
     _register_extractor_presets(_kind)
 
 
-@register_model_architecture("mixed_transformer_lm", "softmax_1head_lm")
+@register_preset("mixed_transformer_lm", "softmax_1head_lm")
 def softmax_1head_lm(args):
     """Softmax baseline of the paper's LM setting with 1 head."""
     _default(args, "decoder_attention_kinds", "softmax")
@@ -79,7 +79,7 @@ def softmax_1head_lm(args):
     extractor_paper_lm(args)
 
 
-@register_model_architecture("mixed_transformer_lm", "softmax_32head_lm")
+@register_preset("mixed_transformer_lm", "softmax_32head_lm")
 def softmax_32head_lm(args):
     """Softmax baseline of the paper's LM setting with 32 heads (head dimension 4)."""
     _default(args, "decoder_attention_kinds", "softmax")

@@ -3,25 +3,35 @@
 Every per-layer option is a comma-separated list with one value per layer; a
 single value is broadcast to all layers (the mixed-attention paper's searched
 architectures vary kind, heads and FFN width per layer). The lists stay strings
-in the model configuration, so checkpoints store them as given.
+in the model configuration, so checkpoints store them as given; they are
+resolved into one ``Architecture`` value (architecture.py) when the model is built.
 """
 import copy
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models.transformer import TransformerConfig
 
 from ..complexity import EXTRACTOR_KINDS
-from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError, check_kind
+from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError
+from .architecture import Architecture
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class DecoderLayoutConfig(FairseqDataclass):
+    architecture_file: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "build the model from this JSON architecture (embedding widths and every layer's choices, as an "
+            "architecture search writes them; see the README): the per-layer options, layer counts, embedding widths "
+            "and whole-side heads and FFN widths then come from the file and conflict on the command line"
+        },
+    )
     decoder_attention_kinds: str = field(
         default="softmax",
         metadata={"help": "attention kind of each decoder layer's self-attention (comma-separated, one value broadcasts)"},
@@ -130,113 +140,30 @@ def set_layout_defaults(args, decoder_only: bool = False):
             setattr(args, name, default)
 
 
-def parse_per_layer(value, num_layers: int, option: str, cast: Callable, default=None) -> List:
-    """'a,b,c' -> [a, b, c]; one value broadcasts; None -> [default] * num_layers."""
-    if value is None or (isinstance(value, str) and value.strip() == ""):
-        if default is None:
-            raise AttentionConfigError(f"--{option.replace('_', '-')} is not set")
-        return [default] * num_layers
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    items = [str(v).strip() for v in items]
-    if len(items) == 1:
-        items = items * num_layers
-    if len(items) != num_layers:
-        raise AttentionConfigError(
-            f"--{option.replace('_', '-')} has {len(items)} values ({','.join(items)}) but the model has "
-            f"{num_layers} layers: give one value per layer or a single value for all"
-        )
-    try:
-        return [cast(v) for v in items]
-    except ValueError:
-        raise AttentionConfigError(f"--{option.replace('_', '-')}: cannot read {value!r} as a list of {cast.__name__}") from None
-
-
-def _positive_int(text: str) -> int:
-    number = int(text)
-    if number < 1:
-        raise ValueError(text)
-    return number
-
-
-_positive_int.__name__ = "positive integers"
-
-
-@dataclass
-class LayerChoice:
-    self_kind: str
-    heads: int
-    ffn_embed_dim: int
-    cross_kind: Optional[str] = None
-    cross_heads: Optional[int] = None
-
-
 def _option(args, name: str, default=None):
-    """Read a plugin option from the raw model args (argparse Namespace or
-    omegaconf DictConfig). Never through TransformerConfig: it maps names that
-    start with ``encoder_``/``decoder_`` onto its sub-configs and drops keys it
-    does not know when converting a DictConfig."""
+    """Read a plugin option from the raw model args (see ``architecture._option``)."""
     value = getattr(args, name, None)
     return default if value is None else value
 
 
-def encoder_layout(args) -> List[LayerChoice]:
-    std = TransformerConfig.from_namespace(args)
-    n = std.encoder.layers
-    kinds = parse_per_layer(_option(args, "encoder_attention_kinds", "softmax"), n, "encoder_attention_kinds", str)
-    heads = parse_per_layer(_option(args, "encoder_layer_attention_heads"), n, "encoder_layer_attention_heads", _positive_int, std.encoder.attention_heads)
-    ffn = parse_per_layer(_option(args, "encoder_layer_ffn_embed_dims"), n, "encoder_layer_ffn_embed_dims", _positive_int, std.encoder.ffn_embed_dim)
-    layout = [LayerChoice(k, h, f) for k, h, f in zip(kinds, heads, ffn)]
-    for i, choice in enumerate(layout):
-        check_kind(choice.self_kind, ENCODER_SELF, f"--encoder-attention-kinds (encoder layer {i})")
-        _check_heads(std.encoder.embed_dim, choice.heads, f"--encoder-layer-attention-heads (encoder layer {i})")
-    return layout
-
-
-def decoder_layout(args, has_encoder_attention: bool) -> List[LayerChoice]:
-    std = TransformerConfig.from_namespace(args)
-    n = std.decoder.layers
-    kinds = parse_per_layer(_option(args, "decoder_attention_kinds", "softmax"), n, "decoder_attention_kinds", str)
-    heads = parse_per_layer(_option(args, "decoder_layer_attention_heads"), n, "decoder_layer_attention_heads", _positive_int, std.decoder.attention_heads)
-    ffn = parse_per_layer(_option(args, "decoder_layer_ffn_embed_dims"), n, "decoder_layer_ffn_embed_dims", _positive_int, std.decoder.ffn_embed_dim)
-    layout = [LayerChoice(k, h, f) for k, h, f in zip(kinds, heads, ffn)]
-    if has_encoder_attention:
-        cross_kinds = parse_per_layer(_option(args, "cross_attention_kinds", "softmax"), n, "cross_attention_kinds", str)
-        cross_heads_value = _option(args, "cross_attention_heads")
-        cross_heads = (
-            parse_per_layer(cross_heads_value, n, "cross_attention_heads", _positive_int)
-            if cross_heads_value is not None
-            else heads
-        )
-        for choice, kind, h in zip(layout, cross_kinds, cross_heads):
-            choice.cross_kind, choice.cross_heads = kind, h
-    for i, choice in enumerate(layout):
-        check_kind(choice.self_kind, DECODER_SELF, f"--decoder-attention-kinds (decoder layer {i})")
-        _check_heads(std.decoder.embed_dim, choice.heads, f"--decoder-layer-attention-heads (decoder layer {i})")
-        if choice.self_kind != "softmax" and std.cross_self_attention:
-            raise AttentionConfigError(
-                f"--cross-self-attention needs softmax decoder self-attention, but decoder layer {i} uses {choice.self_kind!r}"
-            )
-        if has_encoder_attention:
-            check_kind(choice.cross_kind, ENCODER_DECODER, f"--cross-attention-kinds (decoder layer {i})")
-            _check_heads(std.decoder.embed_dim, choice.cross_heads, f"--cross-attention-heads (decoder layer {i})")
-    return layout
-
-
-def _check_heads(embed_dim: int, heads: int, option: str):
-    if embed_dim % heads != 0:
-        raise AttentionConfigError(f"{option}: embedding dimension {embed_dim} is not divisible by {heads} heads")
-
-
-def layer_config(cfg: TransformerConfig, side: str, choice: LayerChoice, model_args) -> TransformerConfig:
-    """A shallow copy of ``cfg`` whose ``side`` ('encoder'/'decoder') block has
-    this layer's heads and FFN width, carrying the layer's choice and the raw
-    model args (from which attention kinds read their own options)."""
+def layer_config(cfg: TransformerConfig, side: str, heads: int, ffn_embed_dim: int) -> TransformerConfig:
+    """A shallow copy of fairseq's ``cfg`` whose ``side`` ('encoder'/'decoder') block has this layer's
+    heads and FFN width, the values fairseq's layer reads from it."""
     layer_cfg = copy.copy(cfg)
-    block = dataclasses.replace(getattr(cfg, side), attention_heads=choice.heads, ffn_embed_dim=choice.ffn_embed_dim)
-    setattr(layer_cfg, side, block)
-    layer_cfg.layer_choice = choice
-    layer_cfg.model_args = model_args
+    setattr(layer_cfg, side, dataclasses.replace(getattr(cfg, side), attention_heads=heads, ffn_embed_dim=ffn_embed_dim))
     return layer_cfg
+
+
+def layer_count_config(args, side: str, layers: int):
+    """fairseq builds as many layers as its config names: the options themselves when they already
+    name ``layers`` (as fairseq's build_model leaves them), else a TransformerConfig copy that does
+    (a language model pruned with --decoder-layers-to-keep)."""
+    cfg = TransformerConfig.from_namespace(args)
+    if getattr(cfg, side).layers == layers:
+        return args
+    cfg = copy.copy(cfg)
+    setattr(cfg, side, dataclasses.replace(getattr(cfg, side), layers=layers))
+    return cfg
 
 
 # ------------------------------------------------- checks across options ---
@@ -256,14 +183,16 @@ KIND_OPTION_USERS = {
 }
 
 
-def placed_kinds(encoder: Sequence[LayerChoice], decoder: Sequence[LayerChoice]) -> List[Tuple[str, int, str]]:
+def placed_kinds(architecture: Architecture) -> List[Tuple[str, int, str]]:
     """(placement, layer index, kind) of every attention sub-layer of the model."""
-    return ([(ENCODER_SELF, i, c.self_kind) for i, c in enumerate(encoder)]
-            + [(DECODER_SELF, i, c.self_kind) for i, c in enumerate(decoder)]
-            + [(ENCODER_DECODER, i, c.cross_kind) for i, c in enumerate(decoder) if c.cross_kind is not None])
+    encoder, decoder = architecture.encoder_layers, architecture.decoder_layers
+    return ([(ENCODER_SELF, i, layer.attention_kind) for i, layer in enumerate(encoder)]
+            + [(DECODER_SELF, i, layer.attention_kind) for i, layer in enumerate(decoder)]
+            + [(ENCODER_DECODER, i, layer.cross_attention_kind) for i, layer in enumerate(decoder)
+               if layer.cross_attention_kind is not None])
 
 
-def check_cosformer_horizon(args, encoder: Sequence[LayerChoice], decoder: Sequence[LayerChoice],
+def check_cosformer_horizon(args, architecture: Architecture,
                             target_positions: Sequence[Tuple[str, Optional[int]]],
                             source_positions: Sequence[Tuple[str, Optional[int]]] = ()) -> None:
     """An explicit ``--cosformer-max-positions`` must cover the positions the model is built for, or
@@ -275,7 +204,7 @@ def check_cosformer_horizon(args, encoder: Sequence[LayerChoice], decoder: Seque
     horizon = _option(args, "cosformer_max_positions")
     if horizon is None:  # the default horizon is taken from these same positions
         return
-    for placement, layer, kind in placed_kinds(encoder, decoder):
+    for placement, layer, kind in placed_kinds(architecture):
         if kind != "cosformer" or placement == ENCODER_SELF:
             continue
         candidates = list(target_positions) + (list(source_positions) if placement == ENCODER_DECODER else [])
@@ -291,11 +220,11 @@ def check_cosformer_horizon(args, encoder: Sequence[LayerChoice], decoder: Seque
                 f"trained before this check loads with --model-overrides \"{{'{option[2:].replace('-', '_')}': {horizon}}}\")")
 
 
-def warn_unused_kind_options(args, encoder: Sequence[LayerChoice], decoder: Sequence[LayerChoice]) -> None:
+def warn_unused_kind_options(args, architecture: Architecture) -> None:
     """A warning for every kind option set to a value other than its default that no layer of the model
     reads (e.g. ``--bet-score-weights`` without a ``bet`` layer): such a run silently trains something else
     than asked. Values at their defaults never warn, so a preset's or script's explicit defaults are quiet."""
-    layers = placed_kinds(encoder, decoder)
+    layers = placed_kinds(architecture)
     model = "; ".join(
         f"{PLACEMENT_NAMES[placement]} {', '.join(dict.fromkeys(k for p, _, k in layers if p == placement))}"
         for placement in PLACEMENT_NAMES if any(p == placement for p, _, _ in layers))

@@ -7,7 +7,7 @@ Only the hooks that build layers and attention are overridden; everything else
 fairseq's own code.
 """
 from fairseq.distributed import fsdp_wrap
-from fairseq.models import register_model, register_model_architecture
+from fairseq.models import register_model
 from fairseq.models.transformer import (
     DEFAULT_MAX_SOURCE_POSITIONS,
     DEFAULT_MAX_TARGET_POSITIONS,
@@ -23,13 +23,21 @@ from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, build_attention
+from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError, build_attention
+from .architecture import (
+    Architecture,
+    DecoderLayer,
+    EncoderLayer,
+    describe_architecture,
+    model_architecture,
+    record_architecture,
+    register_preset,
+)
 from .layout import (
     EncoderDecoderLayoutConfig,
     check_cosformer_horizon,
-    decoder_layout,
-    encoder_layout,
     layer_config,
+    layer_count_config,
     set_layout_defaults,
     warn_unused_kind_options,
 )
@@ -45,39 +53,55 @@ def wrap_layer(layer, cfg):
 
 
 class MixedTransformerEncoderLayer(TransformerEncoderLayerBase):
+    """fairseq's encoder layer with this layer's choices; ``model_args``: the raw model options,
+    from which attention kinds read their own options."""
+
+    def __init__(self, cfg, choices: EncoderLayer, model_args, return_fc=False):
+        # kept before fairseq's __init__, which calls build_self_attention
+        self.choices = choices
+        self.model_args = model_args
+        super().__init__(layer_config(cfg, "encoder", choices.attention_heads, choices.ffn_embed_dim), return_fc=return_fc)
+
     def build_self_attention(self, embed_dim, cfg):
         return build_attention(
-            cfg.layer_choice.self_kind,
+            self.choices.attention_kind,
             ENCODER_SELF,
             embed_dim,
-            cfg.encoder.attention_heads,
-            cfg.model_args,
+            self.choices.attention_heads,
+            self.model_args,
             dropout=cfg.attention_dropout,
             option_name="--encoder-attention-kinds",
         )
 
 
 class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
+    """fairseq's decoder layer with this layer's choices (see MixedTransformerEncoderLayer)."""
+
+    def __init__(self, cfg, choices: DecoderLayer, model_args, no_encoder_attn=False):
+        self.choices = choices
+        self.model_args = model_args
+        super().__init__(layer_config(cfg, "decoder", choices.attention_heads, choices.ffn_embed_dim), no_encoder_attn=no_encoder_attn)
+
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         if add_bias_kv or add_zero_attn:
             raise ValueError("mixed decoder layers do not support add_bias_kv / add_zero_attn")
         return build_attention(
-            cfg.layer_choice.self_kind,
+            self.choices.attention_kind,
             DECODER_SELF,
             embed_dim,
-            cfg.decoder.attention_heads,
-            cfg.model_args,
+            self.choices.attention_heads,
+            self.model_args,
             dropout=cfg.attention_dropout,
             option_name="--decoder-attention-kinds",
         )
 
     def build_encoder_attention(self, embed_dim, cfg):
         return build_attention(
-            cfg.layer_choice.cross_kind,
+            self.choices.cross_attention_kind,
             ENCODER_DECODER,
             embed_dim,
-            cfg.layer_choice.cross_heads,
-            cfg.model_args,
+            self.choices.cross_attention_heads,
+            self.model_args,
             kdim=cfg.encoder.embed_dim,
             vdim=cfg.encoder.embed_dim,
             dropout=cfg.attention_dropout,
@@ -92,35 +116,49 @@ class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
         return super().forward(x, *args, self_attn_mask=self_attn_mask, **kwargs)
 
 
+def _all_built(layers_to_build, side: str):
+    if next(layers_to_build, None) is not None:
+        raise RuntimeError(f"fairseq built fewer {side} layers than the architecture has")
+
+
 class MixedTransformerEncoder(TransformerEncoder):
-    def __init__(self, args, dictionary, embed_tokens, return_fc=False):
-        # fairseq builds layers inside __init__ without passing their index.
-        self._model_args = args
-        self._layout = encoder_layout(args)
-        self._layers_built = 0
-        super().__init__(args, dictionary, embed_tokens, return_fc=return_fc)
+    def __init__(self, args, dictionary, embed_tokens, return_fc=False, *, architecture: Architecture):
+        self.architecture = architecture
+        self.model_args = args
+        # fairseq's __init__ calls build_encoder_layer(cfg) once per layer, in layer order, and gives it
+        # no index; so the hook takes the next entry of this iterator over the architecture's layers.
+        # (Building the layers after fairseq's __init__ instead would change the order in which seeded
+        # initialisation draws random numbers, and so the parameters a seeded training starts from.)
+        self._layers_to_build = iter(architecture.encoder_layers)
+        super().__init__(layer_count_config(args, "encoder", len(architecture.encoder_layers)), dictionary, embed_tokens, return_fc=return_fc)
+        _all_built(self._layers_to_build, "encoder")
+        del self._layers_to_build
 
     def build_encoder_layer(self, cfg):
         cfg = TransformerConfig.from_namespace(cfg)
-        choice = self._layout[self._layers_built]
-        self._layers_built += 1
-        layer = MixedTransformerEncoderLayer(layer_config(cfg, "encoder", choice, self._model_args), return_fc=self.return_fc)
+        layer = MixedTransformerEncoderLayer(cfg, next(self._layers_to_build), self.model_args, return_fc=self.return_fc)
         return wrap_layer(layer, cfg)
 
 
 class MixedTransformerDecoder(TransformerDecoder):
-    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
-        self._model_args = args
-        self._layout = decoder_layout(args, has_encoder_attention=not no_encoder_attn)
-        self._layers_built = 0
-        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn, output_projection=output_projection)
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None, *,
+                 architecture: Architecture):
+        if no_encoder_attn == architecture.has_cross_attention:
+            raise ValueError(f"no_encoder_attn={no_encoder_attn} but the architecture's decoder layers "
+                             f"{'have' if architecture.has_cross_attention else 'have no'} encoder-decoder attention")
+        self.architecture = architecture
+        self.model_args = args
+        # as in MixedTransformerEncoder: fairseq gives build_decoder_layer no layer index
+        self._layers_to_build = iter(architecture.decoder_layers)
+        super().__init__(layer_count_config(args, "decoder", len(architecture.decoder_layers)), dictionary, embed_tokens,
+                         no_encoder_attn=no_encoder_attn, output_projection=output_projection)
+        _all_built(self._layers_to_build, "decoder")
+        del self._layers_to_build
         self._any_layer_uses_future_mask = any(layer.self_attn.uses_future_mask for layer in self.layers)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         cfg = TransformerConfig.from_namespace(cfg)
-        choice = self._layout[self._layers_built]
-        self._layers_built += 1
-        layer = MixedTransformerDecoderLayer(layer_config(cfg, "decoder", choice, self._model_args), no_encoder_attn=no_encoder_attn)
+        layer = MixedTransformerDecoderLayer(cfg, next(self._layers_to_build), self.model_args, no_encoder_attn=no_encoder_attn)
         return wrap_layer(layer, cfg)
 
     def buffered_future_mask(self, tensor):
@@ -129,6 +167,18 @@ class MixedTransformerDecoder(TransformerDecoder):
         if not self._any_layer_uses_future_mask:
             return None
         return super().buffered_future_mask(tensor)
+
+
+def load_state_dict_describing_pruned(model, super_load, state_dict, strict, model_cfg, args):
+    """fairseq's load_state_dict, after which the options describe the model: fairseq's
+    ``prune_state_dict`` renumbers the kept layers and clears ``*_layers_to_keep`` in ``model_cfg``, whose
+    per-layer options must then describe the pruned model (a checkpoint saved from it reloads)."""
+    options = model_cfg if model_cfg is not None else args
+    pruned = options is not None and any(getattr(options, name, None) for name in ("encoder_layers_to_keep", "decoder_layers_to_keep"))
+    result = super_load(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+    if pruned and not any(getattr(options, name, None) for name in ("encoder_layers_to_keep", "decoder_layers_to_keep")):
+        describe_architecture(options, model.architecture)
+    return result
 
 
 @register_model("mixed_transformer")
@@ -144,40 +194,58 @@ class MixedTransformerModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         mixed_transformer_base(args)
-        # Validate the whole layout before any module is built: errors name the option.
-        encoder = encoder_layout(args)
-        decoder = decoder_layout(args, has_encoder_attention=not getattr(args, "no_cross_attention", False))
+        if getattr(args, "architecture_file", None):  # (presets apply it; an --arch of another package does not)
+            raise AttentionConfigError(f"--architecture-file needs an --arch of mixed_transformer registered by this package, not {args.arch}")
+        # The whole architecture, resolved and validated before any module is built: errors name the option.
+        architecture = model_architecture(args)
         # (super().build_model gives unset positions these same defaults)
         target = getattr(args, "max_target_positions", None) or DEFAULT_MAX_TARGET_POSITIONS
         source = getattr(args, "max_source_positions", None) or DEFAULT_MAX_SOURCE_POSITIONS
-        check_cosformer_horizon(args, encoder, decoder, [("--max-target-positions", target)],
+        check_cosformer_horizon(args, architecture, [("--max-target-positions", target)],
                                 [("--max-source-positions", source)])
-        warn_unused_kind_options(args, encoder, decoder)
-        return super().build_model(args, task)
+        warn_unused_kind_options(args, architecture)
+        # fairseq's build_model hands build_encoder/build_decoder only the options: they read the
+        # architecture from this record of it (written before anything is built)
+        record_architecture(args, architecture)
+        layer_counts = args.encoder_layers, args.decoder_layers
+        model = super().build_model(args, task)
+        # fairseq sets --encoder-layers/--decoder-layers to the kept counts; the per-layer options still
+        # describe every layer: keep the counts they were given for, so that the saved options, with
+        # *_layers_to_keep, build this model again
+        args.encoder_layers, args.decoder_layers = layer_counts
+        return model
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        return MixedTransformerEncoder(args, src_dict, embed_tokens)
+        return MixedTransformerEncoder(args, src_dict, embed_tokens, architecture=Architecture.from_json(args.architecture))
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return MixedTransformerDecoder(args, tgt_dict, embed_tokens, no_encoder_attn=args.no_cross_attention)
+        return MixedTransformerDecoder(args, tgt_dict, embed_tokens, no_encoder_attn=args.no_cross_attention,
+                                       architecture=Architecture.from_json(args.architecture))
+
+    @property
+    def architecture(self) -> Architecture:
+        return self.decoder.architecture
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        return load_state_dict_describing_pruned(self, super().load_state_dict, state_dict, strict, model_cfg, args)
 
 
 # ---------------------------------------------------------------- presets ---
-@register_model_architecture("mixed_transformer", "mixed_transformer")
+@register_preset("mixed_transformer", "mixed_transformer")
 def mixed_transformer_base(args):
     set_layout_defaults(args)
     base_architecture(args)
 
 
-@register_model_architecture("mixed_transformer", "mixed_transformer_iwslt_de_en")
+@register_preset("mixed_transformer", "mixed_transformer_iwslt_de_en")
 def mixed_transformer_iwslt_de_en(args):
     set_layout_defaults(args)
     transformer_iwslt_de_en(args)
 
 
-@register_model_architecture("mixed_transformer", "cosformer_iwslt_de_en")
+@register_preset("mixed_transformer", "cosformer_iwslt_de_en")
 def cosformer_iwslt_de_en(args):
     """transformer_iwslt_de_en sizes, cosFormer in every attention sub-layer."""
     for option in ("encoder_attention_kinds", "decoder_attention_kinds", "cross_attention_kinds"):
@@ -185,7 +253,7 @@ def cosformer_iwslt_de_en(args):
     mixed_transformer_iwslt_de_en(args)
 
 
-@register_model_architecture("mixed_transformer", "mformer_iwslt_de_en")
+@register_preset("mixed_transformer", "mformer_iwslt_de_en")
 def mformer_iwslt_de_en(args):
     """transformer_iwslt_de_en sizes with the mFormer layout searched for WMT14
     (Liu et al., Table 3): cosFormer self-attention in encoder layers 2 and 4
@@ -196,7 +264,7 @@ def mformer_iwslt_de_en(args):
     mixed_transformer_iwslt_de_en(args)
 
 
-@register_model_architecture("mixed_transformer", "mformer_wmt_en_de")
+@register_preset("mixed_transformer", "mformer_wmt_en_de")
 def mformer_wmt_en_de(args):
     """mFormer for WMT14 en-de (Liu et al., Table 3).
 

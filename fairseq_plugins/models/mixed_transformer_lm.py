@@ -2,7 +2,7 @@
 attention kind, head count and FFN width of every layer chosen per layer."""
 from dataclasses import dataclass
 
-from fairseq.models import register_model, register_model_architecture
+from fairseq.models import register_model
 from fairseq.models.transformer_lm import (
     DEFAULT_MAX_TARGET_POSITIONS,
     TransformerLanguageModel,
@@ -10,14 +10,10 @@ from fairseq.models.transformer_lm import (
     base_lm_architecture,
 )
 
-from .layout import (
-    DecoderLayoutConfig,
-    check_cosformer_horizon,
-    decoder_layout,
-    set_layout_defaults,
-    warn_unused_kind_options,
-)
-from .mixed_transformer import MixedTransformerDecoder
+from ..modules import AttentionConfigError
+from .architecture import Architecture, model_architecture, record_architecture, register_preset
+from .layout import DecoderLayoutConfig, check_cosformer_horizon, set_layout_defaults, warn_unused_kind_options
+from .mixed_transformer import MixedTransformerDecoder, load_state_dict_describing_pruned
 
 
 @dataclass
@@ -26,12 +22,11 @@ class MixedTransformerLanguageModelConfig(TransformerLanguageModelConfig, Decode
 
 
 def resolve_lm_sizes(args):
-    """The preset's defaults, the kept layers and the positions, as ``build_model`` sees them (also used by
-    ``cli.model_costs``, which counts without building). Returns the (option, positions) the model is built
-    for: the sequences are --tokens-per-sample long; an explicit --max-target-positions may be more."""
+    """The preset's defaults and the positions, as ``build_model`` sees them (also used by
+    ``cli.model_costs``, which counts without building; the kept layers are the architecture's, see
+    ``model_architecture``). Returns the (option, positions) the model is built for: the sequences are
+    --tokens-per-sample long; an explicit --max-target-positions may be more."""
     mixed_transformer_lm_base(args)
-    if getattr(args, "decoder_layers_to_keep", None):
-        args.decoder_layers = len(args.decoder_layers_to_keep.split(","))
     positions = [("--tokens-per-sample", getattr(args, "tokens_per_sample", None))]
     if getattr(args, "max_target_positions", None) is None:
         args.max_target_positions = getattr(args, "tokens_per_sample", DEFAULT_MAX_TARGET_POSITIONS)
@@ -44,18 +39,35 @@ def resolve_lm_sizes(args):
 class MixedTransformerLanguageModel(TransformerLanguageModel):
     @classmethod
     def build_model(cls, args, task):
+        if getattr(args, "architecture_file", None):  # (presets apply it; fairseq's own mixed_transformer_lm does not)
+            raise AttentionConfigError(
+                "--architecture-file needs an --arch preset of mixed_transformer_lm registered by this package "
+                "(e.g. mixed_transformer_lm_tiny), not mixed_transformer_lm itself")
         positions = resolve_lm_sizes(args)
-        decoder = decoder_layout(args, has_encoder_attention=False)  # errors name the option, before building
-        check_cosformer_horizon(args, [], decoder, positions)
-        warn_unused_kind_options(args, [], decoder)
+        # The whole architecture, resolved and validated before any module is built: errors name the option.
+        architecture = model_architecture(args, decoder_only=True)
+        check_cosformer_horizon(args, architecture, positions)
+        warn_unused_kind_options(args, architecture)
+        record_architecture(args, architecture)
         if args.character_embeddings or args.adaptive_input:
             # fairseq builds these inputs inline in build_model; reuse them
-            # from a throw-away stock model rather than copying that code.
+            # from a throw-away stock model rather than copying that code
+            # (which sets --decoder-layers to the kept count: the per-layer options keep theirs).
+            layers = args.decoder_layers
             embed_tokens = super().build_model(args, task).decoder.embed_tokens
+            args.decoder_layers = layers
         else:
             embed_tokens = cls.build_embedding(args, task.source_dictionary, args.decoder_input_dim)
-        decoder = MixedTransformerDecoder(args, task.target_dictionary, embed_tokens, no_encoder_attn=True)
+        decoder = MixedTransformerDecoder(args, task.target_dictionary, embed_tokens, no_encoder_attn=True,
+                                          architecture=architecture)
         return cls(decoder)
+
+    @property
+    def architecture(self) -> Architecture:
+        return self.decoder.architecture
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        return load_state_dict_describing_pruned(self, super().load_state_dict, state_dict, strict, model_cfg, args)
 
 
 # The plain "mixed_transformer_lm" architecture is registered by
@@ -65,7 +77,7 @@ def mixed_transformer_lm_base(args):
     base_lm_architecture(args)
 
 
-@register_model_architecture("mixed_transformer_lm", "mixed_transformer_lm_tiny")
+@register_preset("mixed_transformer_lm", "mixed_transformer_lm_tiny")
 def mixed_transformer_lm_tiny(args):
     """A small LM for quick CPU work: 2 layers, d = 128, 4 heads, FFN 512, pre-norm."""
     args.decoder_layers = getattr(args, "decoder_layers", 2)
@@ -77,14 +89,14 @@ def mixed_transformer_lm_tiny(args):
     mixed_transformer_lm_base(args)
 
 
-@register_model_architecture("mixed_transformer_lm", "cosformer_lm_tiny")
+@register_preset("mixed_transformer_lm", "cosformer_lm_tiny")
 def cosformer_lm_tiny(args):
     """mixed_transformer_lm_tiny with cosFormer in every layer."""
     args.decoder_attention_kinds = getattr(args, "decoder_attention_kinds", None) or "cosformer"
     mixed_transformer_lm_tiny(args)
 
 
-@register_model_architecture("mixed_transformer_lm", "mformer_lm_tiny")
+@register_preset("mixed_transformer_lm", "mformer_lm_tiny")
 def mformer_lm_tiny(args):
     """mixed_transformer_lm_tiny with 4 layers alternating cosFormer and softmax."""
     args.decoder_layers = getattr(args, "decoder_layers", 4)
