@@ -241,7 +241,7 @@ def test_layerdrop_training_pruned_by_fairseq_generate_and_read_back(tmp_path):
     """The issue's run: train with LayerDrop and different kinds per layer, then prune at inference with
     fairseq-generate --model-overrides (beam search); the checkpoint's architecture reads back as JSON."""
     from fairseq_plugins.cli.pipeline import fairseq_command, run
-    from fairseq_plugins.data.synthetic import binarize_translation, write_translation_task
+    from fairseq_plugins.cli.synthetic import binarize_translation, write_translation_task
 
     data_bin = binarize_translation(write_translation_task(str(tmp_path / "raw"), splits={"train": 60, "valid": 4, "test": 4}),
                                     str(tmp_path / "bin"))
