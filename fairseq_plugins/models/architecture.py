@@ -35,7 +35,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
-from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError, check_kind
+from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError, check_key_copies, check_kind
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,8 @@ class DecoderLayer:
     ffn_embed_dim: int
     cross_attention_kind: Optional[str] = None  # None: no encoder-decoder attention (language models)
     cross_attention_heads: Optional[int] = None
-    # how many last encoder layers the encoder-decoder attention attends to (only 1 is implemented)
+    # how many last encoder layers the encoder-decoder attention attends to (their outputs concatenated
+    # along time; 1: the last encoder layer only, fairseq's encoder-decoder attention)
     encoder_decoder_connect: int = 1
 
 
@@ -73,6 +74,12 @@ class Architecture:
     def has_cross_attention(self) -> bool:
         return any(layer.cross_attention_kind is not None for layer in self.decoder_layers)
 
+    @property
+    def connects_earlier_encoder_layers(self) -> bool:
+        """Some decoder layer attends to more than the last encoder layer: the encoder must return its
+        intermediate layer outputs (fairseq's ``encoder_states``)."""
+        return any(layer.encoder_decoder_connect > 1 for layer in self.decoder_layers)
+
     # ------------------------------------------------------------- checks ---
     def check(self, cross_self_attention: bool = False) -> "Architecture":
         """Every check of the per-layer choices, with errors naming the option that sets each value
@@ -86,17 +93,20 @@ class Architecture:
         if any(crossed) and self.decoder_only:
             raise AttentionConfigError("--cross-attention-kinds: a language model (no encoder) has no encoder-decoder attention")
         _check_decoder_layers(self.decoder_layers, self.decoder_embed_dim, cross_self_attention)
+        _check_connect(self.decoder_layers, len(self.encoder_layers))
         return self
 
     # ------------------------------------------------------------ pruning ---
     def keep_layers(self, encoder: Optional[Sequence[int]] = None, decoder: Optional[Sequence[int]] = None) -> "Architecture":
         """The architecture of the kept layers (LayerDrop pruning), in layer order as fairseq's
         ``prune_state_dict`` renumbers them; None keeps every layer of that side."""
-        return dataclasses.replace(
+        kept = dataclasses.replace(
             self,
             encoder_layers=_kept(self.encoder_layers, encoder, "--encoder-layers-to-keep", "encoder"),
             decoder_layers=_kept(self.decoder_layers, decoder, "--decoder-layers-to-keep", "decoder"),
         )
+        _check_connect(kept.decoder_layers, len(kept.encoder_layers), " (after --encoder-layers-to-keep)")
+        return kept
 
     # --------------------------------------------------------------- JSON ---
     def to_dict(self) -> dict:
@@ -177,12 +187,16 @@ class Architecture:
         ffn = parse_per_layer(_option(args, "decoder_layer_ffn_embed_dims"), n, "decoder_layer_ffn_embed_dims", _positive_int, std.decoder.ffn_embed_dim)
         cross_kinds: List[Optional[str]] = [None] * n
         cross_heads: List[Optional[int]] = [None] * n
+        connect: List[int] = [1] * n
         if not decoder_only and not getattr(args, "no_cross_attention", False):
             cross_kinds = parse_per_layer(_option(args, "cross_attention_kinds", "softmax"), n, "cross_attention_kinds", str)
             cross_heads_value = _option(args, "cross_attention_heads")
             cross_heads = (parse_per_layer(cross_heads_value, n, "cross_attention_heads", _positive_int)
                            if cross_heads_value is not None else heads)
-        decoder = tuple(DecoderLayer(*choices) for choices in zip(kinds, heads, ffn, cross_kinds, cross_heads))
+            connect = parse_per_layer(_option(args, "encoder_decoder_connect", "1"), n, "encoder_decoder_connect", _positive_int)
+        elif _option(args, "encoder_decoder_connect") is not None and str(_option(args, "encoder_decoder_connect")).strip() not in ("", "1"):
+            raise AttentionConfigError("--encoder-decoder-connect: this model has no encoder-decoder attention")
+        decoder = tuple(DecoderLayer(*choices) for choices in zip(kinds, heads, ffn, cross_kinds, cross_heads, connect))
         return cls(
             decoder_embed_dim=std.decoder.embed_dim,
             decoder_layers=decoder,
@@ -223,6 +237,7 @@ def architecture_options(architecture: Architecture) -> dict:
         if architecture.has_cross_attention:
             options["cross_attention_kinds"] = _joined(layer.cross_attention_kind for layer in architecture.decoder_layers)
             options["cross_attention_heads"] = _joined(layer.cross_attention_heads for layer in architecture.decoder_layers)
+            options["encoder_decoder_connect"] = _joined(layer.encoder_decoder_connect for layer in architecture.decoder_layers)
     return options
 
 
@@ -233,7 +248,7 @@ STRUCTURE_OPTIONS = (
     "encoder_attention_kinds", "encoder_layer_attention_heads", "encoder_layer_ffn_embed_dims",
     "decoder_embed_dim", "decoder_layers", "decoder_attention_heads", "decoder_ffn_embed_dim",
     "decoder_attention_kinds", "decoder_layer_attention_heads", "decoder_layer_ffn_embed_dims",
-    "cross_attention_kinds", "cross_attention_heads", "no_cross_attention",
+    "cross_attention_kinds", "cross_attention_heads", "no_cross_attention", "encoder_decoder_connect",
 )
 
 
@@ -392,11 +407,25 @@ def _check_decoder_layers(layers: Sequence[DecoderLayer], embed_dim: int, cross_
         if layer.cross_attention_kind is not None:
             check_kind(layer.cross_attention_kind, ENCODER_DECODER, f"--cross-attention-kinds (decoder layer {i})")
             _check_heads(embed_dim, layer.cross_attention_heads, f"--cross-attention-heads (decoder layer {i})")
-        if layer.encoder_decoder_connect != 1:
+
+
+def _check_connect(layers: Sequence[DecoderLayer], encoder_layers: int, where: str = "") -> None:
+    """--encoder-decoder-connect: 1 <= k <= the encoder's layers, and a cross-attention kind that can attend
+    to k concatenated encoder layers; a layer without encoder-decoder attention has k = 1."""
+    for i, layer in enumerate(layers):
+        k = layer.encoder_decoder_connect
+        option = f"--encoder-decoder-connect (decoder layer {i})"
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise AttentionConfigError(f"{option}: {k!r} is not a positive number of encoder layers")
+        if k == 1:
+            continue
+        if layer.cross_attention_kind is None:
+            raise AttentionConfigError(f"{option}: {k} encoder layers, but the layer has no encoder-decoder attention")
+        if k > encoder_layers:
             raise AttentionConfigError(
-                f"encoder_decoder_connect {layer.encoder_decoder_connect} (decoder layer {i}): attending to the last "
-                f"{layer.encoder_decoder_connect} encoder layers is not implemented yet; only 1 (the last encoder layer) is supported"
-            )
+                f"{option}: {k} encoder layers, but the encoder has {encoder_layers}{where}; "
+                f"give 1 to {encoder_layers} (the last k encoder layers)")
+        check_key_copies(layer.cross_attention_kind, k, option)
 
 
 def _check_heads(embed_dim: int, heads: int, option: str):

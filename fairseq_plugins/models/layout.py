@@ -123,6 +123,15 @@ class EncoderDecoderLayoutConfig(DecoderLayoutConfig):
         default=None,
         metadata={"help": "encoder-decoder attention heads of each decoder layer (comma-separated; default: the layer's self-attention heads)"},
     )
+    encoder_decoder_connect: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "En-De Connect: how many last encoder layers each decoder layer's encoder-decoder attention attends "
+            "to, 1 <= k <= --encoder-layers (comma-separated, one value broadcasts; default: 1, the last encoder layer "
+            "only). With k > 1 the keys are the outputs of the last k encoder layers concatenated along time (the last "
+            "one after the encoder's final layer norm, the earlier ones as the layers return them; see the README)"
+        },
+    )
 
 
 LAYOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EncoderDecoderLayoutConfig)}

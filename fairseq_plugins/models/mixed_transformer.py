@@ -4,8 +4,15 @@ Architecture Search on Efficient Transformers and Beyond").
 
 Only the hooks that build layers and attention are overridden; everything else
 (embeddings, positions, layer norms, incremental decoding, beam search) is
-fairseq's own code.
+fairseq's own code; except, when some decoder layer attends to more than the
+last encoder layer (``--encoder-decoder-connect``), the decoder's layer loop,
+which then gives each layer its own keys (see ``connected_source``).
 """
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model
 from fairseq.models.transformer import (
@@ -106,6 +113,7 @@ class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
             vdim=cfg.encoder.embed_dim,
             dropout=cfg.attention_dropout,
             option_name="--cross-attention-kinds",
+            key_copies=self.choices.encoder_decoder_connect,
         )
 
     def forward(self, x, *args, self_attn_mask=None, **kwargs):
@@ -114,6 +122,16 @@ class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
         if not self.self_attn.uses_future_mask:
             self_attn_mask = None
         return super().forward(x, *args, self_attn_mask=self_attn_mask, **kwargs)
+
+
+def _choices(layer) -> DecoderLayer:
+    """The architecture entry of a (possibly FSDP-wrapped) decoder layer."""
+    choices = getattr(layer, "choices", None)
+    if choices is None and hasattr(layer, "module"):
+        choices = getattr(layer.module, "choices", None)
+    if choices is None:
+        raise TypeError(f"decoder layer {type(layer).__name__} has no architecture choices")
+    return choices
 
 
 def _all_built(layers_to_build, side: str):
@@ -139,6 +157,39 @@ class MixedTransformerEncoder(TransformerEncoder):
         layer = MixedTransformerEncoderLayer(cfg, next(self._layers_to_build), self.model_args, return_fc=self.return_fc)
         return wrap_layer(layer, cfg)
 
+    def forward(self, src_tokens, src_lengths: Optional[torch.Tensor] = None, return_all_hiddens: bool = False,
+                token_embeddings: Optional[torch.Tensor] = None):
+        # --encoder-decoder-connect k > 1: the decoder reads the earlier layers' outputs from fairseq's
+        # encoder_states (which reorder_encoder_out reorders for beam search), returned only then (or when asked)
+        return_all_hiddens = return_all_hiddens or self.architecture.connects_earlier_encoder_layers
+        return super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+
+
+def connected_source(encoder_out: Dict[str, List[Tensor]], k: int):
+    """The keys (k*S x B x C) and padding mask (B x k*S, or None) of encoder-decoder attention over the
+    last ``k`` encoder layers: their outputs concatenated along time, the last layer first (HAT's order:
+    the first S keys are fairseq's usual ``encoder_out``), the source's padding mask repeated k times.
+
+    The last layer's copy is ``encoder_out`` (after the encoder's final layer norm, where there is one:
+    ``--encoder-normalize-before``); the earlier layers' copies are fairseq's ``encoder_states``, the layer
+    outputs as the layers return them: with post-norm layers already layer-normed, with pre-norm layers the
+    residual stream without the final layer norm (as Hardware-Aware Transformers' arbitrary encoder-decoder
+    attention). ``encoder_states`` holds the embeddings and then every layer's output (``build_model``
+    refuses ``--encoder-layerdrop``, which would leave out the dropped layers' outputs)."""
+    enc = encoder_out["encoder_out"][0]
+    mask = encoder_out["encoder_padding_mask"][0] if len(encoder_out["encoder_padding_mask"]) > 0 else None
+    if k == 1:
+        return enc, mask
+    layer_outputs = encoder_out["encoder_states"][1:]
+    if len(layer_outputs) < k:
+        raise ValueError(f"--encoder-decoder-connect {k} needs the outputs of the last {k} encoder layers in "
+                         f"encoder_states (return_all_hiddens), got {len(layer_outputs)}")
+    earlier = layer_outputs[-k:-1][::-1]  # the second last, third last, ... layer
+    keys = torch.cat([enc] + earlier, dim=0)
+    if mask is not None:
+        mask = mask.repeat(1, len(earlier) + 1)
+    return keys, mask
+
 
 class MixedTransformerDecoder(TransformerDecoder):
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None, *,
@@ -160,6 +211,92 @@ class MixedTransformerDecoder(TransformerDecoder):
         cfg = TransformerConfig.from_namespace(cfg)
         layer = MixedTransformerDecoderLayer(cfg, next(self._layers_to_build), self.model_args, no_encoder_attn=no_encoder_attn)
         return wrap_layer(layer, cfg)
+
+    def extract_features_scriptable(
+        self,
+        prev_output_tokens,
+        encoder_out: Optional[Dict[str, List[Tensor]]],
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        full_context_alignment: bool = False,
+        alignment_layer: Optional[int] = None,
+        alignment_heads: Optional[int] = None,
+    ):
+        if encoder_out is None or not self.architecture.connects_earlier_encoder_layers:
+            return super().extract_features_scriptable(prev_output_tokens, encoder_out, incremental_state,
+                                                       full_context_alignment, alignment_layer, alignment_heads)
+        return self._extract_features_connected(prev_output_tokens, encoder_out, incremental_state,
+                                                full_context_alignment, alignment_layer, alignment_heads)
+
+    def _extract_features_connected(self, prev_output_tokens, encoder_out, incremental_state, full_context_alignment,
+                                    alignment_layer, alignment_heads):
+        """fairseq 0.12's ``TransformerDecoderBase.extract_features_scriptable``, except that each layer gets the
+        keys of its ``encoder_decoder_connect`` (``connected_source``) as its encoder output and padding mask
+        (arguments, so activation checkpointing sees them). When decoding, those of the first step are
+        cached by the encoder-decoder attention (fairseq's static_kv) and later steps' keys are not read."""
+        bs, slen = prev_output_tokens.size()
+        if alignment_layer is None:
+            alignment_layer = self.num_layers - 1
+        sources = {k: connected_source(encoder_out, k)
+                   for k in sorted({layer.encoder_decoder_connect for layer in self.architecture.decoder_layers})}
+
+        positions = None
+        if self.embed_positions is not None:
+            positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
+        if incremental_state is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+            if positions is not None:
+                positions = positions[:, -1:]
+        prev_output_tokens = prev_output_tokens.contiguous()
+        x = self.embed_scale * self.embed_tokens(prev_output_tokens)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        if positions is not None:
+            x += positions
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+
+        self_attn_padding_mask: Optional[Tensor] = None
+        if self.cross_self_attention or prev_output_tokens.eq(self.padding_idx).any():
+            self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)
+
+        attn: Optional[Tensor] = None
+        inner_states: List[Optional[Tensor]] = [x]
+        # (with --decoder-layerdrop self.layers skips layers: iterate it, as fairseq does, and find each
+        # layer's choices on the layer itself)
+        for idx, layer in enumerate(self.layers):
+            if incremental_state is None and not full_context_alignment:
+                self_attn_mask = self.buffered_future_mask(x)
+            else:
+                self_attn_mask = None
+            enc, padding_mask = sources[_choices(layer).encoder_decoder_connect]
+            x, layer_attn, _ = layer(
+                x,
+                enc,
+                padding_mask,
+                incremental_state,
+                self_attn_mask=self_attn_mask,
+                self_attn_padding_mask=self_attn_padding_mask,
+                need_attn=bool((idx == alignment_layer)),
+                need_head_weights=bool((idx == alignment_layer)),
+            )
+            inner_states.append(x)
+            if layer_attn is not None and idx == alignment_layer:
+                attn = layer_attn.float().to(x)
+
+        if attn is not None:
+            if alignment_heads is not None:
+                attn = attn[:alignment_heads]
+            attn = attn.mean(dim=0)  # average probabilities over heads
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x = x.transpose(0, 1)  # T x B x C -> B x T x C
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x, {"attn": [attn], "inner_states": inner_states}
 
     def buffered_future_mask(self, tensor):
         # The O(T^2) mask only when some layer's kind uses it (linear kinds are
@@ -204,6 +341,10 @@ class MixedTransformerModel(TransformerModel):
         check_cosformer_horizon(args, architecture, [("--max-target-positions", target)],
                                 [("--max-source-positions", source)])
         warn_unused_kind_options(args, architecture)
+        if architecture.connects_earlier_encoder_layers and (getattr(args, "encoder_layerdrop", 0) or 0) > 0:
+            raise AttentionConfigError(
+                "--encoder-decoder-connect > 1 cannot be combined with --encoder-layerdrop: a dropped encoder layer has "
+                "no output to attend to (prune with --encoder-layers-to-keep instead)")
         # fairseq's build_model hands build_encoder/build_decoder only the options: they read the
         # architecture from this record of it (written before anything is built)
         record_architecture(args, architecture)

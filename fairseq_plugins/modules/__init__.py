@@ -9,6 +9,7 @@ from .registry import (  # noqa: F401
     BaseAttention,
     ConformanceVariant,
     build_attention,
+    check_key_copies,
     check_kind,
     register_attention,
     valid_kinds,

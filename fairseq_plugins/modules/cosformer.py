@@ -94,6 +94,18 @@ def sequence_positions(key_padding_mask: Optional[Tensor], bsz: int, length: int
     return pos
 
 
+def copy_positions(key_padding_mask: Optional[Tensor], bsz: int, length: int, copies: int, device) -> Tensor:
+    """``sequence_positions`` of keys that are ``copies`` concatenated copies of one source (B x length,
+    length = copies * S): counted within each copy, so every copy has the positions 0..S-1 of the source."""
+    if copies == 1:
+        return sequence_positions(key_padding_mask, bsz, length, device)
+    if length % copies:
+        raise ValueError(f"cosformer encoder-decoder attention got {length} keys, not {copies} copies of one source")
+    src_len = length // copies
+    mask = None if key_padding_mask is None else key_padding_mask.reshape(bsz * copies, src_len)
+    return sequence_positions(mask, bsz * copies, src_len, device).reshape(bsz, length)
+
+
 def _check_contiguous(key_padding_mask: Tensor):
     """The causal chunked form needs each sequence's real tokens in one block
     (fairseq's left or right padding)."""
@@ -557,11 +569,16 @@ def naive_cosformer(module, query, key, value, key_padding_mask=None):
     k = F.relu(F.linear(key, module.k_proj.weight, module.k_proj.bias))
     v = F.linear(value, module.v_proj.weight, module.v_proj.bias)
     out = query.new_zeros(tgt_len, bsz, heads * dim)
+    copies = getattr(module, "key_copies", 1) if module.placement == ENCODER_DECODER else 1
+    copy_len = src_len // copies  # encoder-decoder keys: ``copies`` copies of one source, positions within each
     for b in range(bsz):
         pad = key_padding_mask[b].bool().tolist() if key_padding_mask is not None else [False] * src_len
         real_keys = [j for j in range(src_len) if not pad[j]]
-        first_real = real_keys[0] if real_keys else 0
-        key_pos = {j: j - first_real for j in real_keys}
+        key_pos = {}
+        for c in range(copies):
+            copy_keys = [j for j in real_keys if c * copy_len <= j < (c + 1) * copy_len]
+            first_real = copy_keys[0] if copy_keys else 0
+            key_pos.update({j: j - first_real for j in copy_keys})
         if module.placement == ENCODER_SELF:
             horizon = len(real_keys)
             query_pos = {i: key_pos.get(i, 0) for i in range(tgt_len)}
@@ -594,6 +611,10 @@ def naive_cosformer(module, query, key, value, key_padding_mask=None):
 )
 class CosformerAttention(BaseAttention):
     uses_future_mask = False
+    # Encoder-decoder attention over k concatenated copies of the source: key positions (and so the cos
+    # re-weighting and the horizon check) are counted within each copy; the constant-size state sums over
+    # every copy's keys, which is the sum of the per-copy states.
+    supports_key_copies = True
 
     def __init__(
         self,
@@ -772,7 +793,7 @@ class CosformerAttention(BaseAttention):
                 raise ValueError("cosformer encoder-decoder attention needs the encoder output as key on its first call")
             src_len = key.size(0)
             k, v1 = self._keys_values(key, key, key_padding_mask, dtype)
-            k_pos = sequence_positions(key_padding_mask, bsz, src_len, q.device)
+            k_pos = copy_positions(key_padding_mask, bsz, src_len, self.key_copies, q.device)
             if src_len > self.horizon and int(k_pos.max()) >= self.horizon:
                 raise _length_error(int(k_pos.max()) + 1, self.horizon, self.placement)
             with autocast_off(q.device.type):

@@ -15,6 +15,13 @@ Placements:
   are causal *by construction* here: they must give the same result whether or
   not fairseq's additive future mask is passed (see ``BaseAttention``);
 * ``encoder_decoder``: decoder queries over encoder keys and values.
+
+Key copies (the "En-De Connect" of the mixed-attention search space): an
+``encoder_decoder`` module built with ``key_copies=k`` gets as keys and values
+the outputs of k encoder layers of one source concatenated along time (k*S x B
+x C, ``key_padding_mask`` B x k*S: the source's mask repeated). Kinds that
+declare ``supports_key_copies`` accept it; a kind whose weights depend on key
+positions counts them within each copy (each copy has positions 0..S-1).
 """
 import math
 from dataclasses import dataclass, field
@@ -128,6 +135,16 @@ def check_kind(kind: str, placement: str, option_name: str = "attention kind") -
     return spec
 
 
+def check_key_copies(kind: str, copies: int, option_name: str = "key copies") -> None:
+    """Fail unless ``kind``'s encoder-decoder attention can attend to ``copies`` concatenated copies."""
+    spec = ATTENTION_REGISTRY.get(kind)
+    if copies != 1 and spec is not None and not getattr(spec.cls, "supports_key_copies", False):
+        raise AttentionConfigError(
+            f"{option_name}: attention kind {kind!r} cannot attend to {copies} concatenated encoder layers "
+            f"(kinds that can: {', '.join(n for n in valid_kinds(ENCODER_DECODER) if getattr(ATTENTION_REGISTRY[n].cls, 'supports_key_copies', False))})"
+        )
+
+
 def build_attention(
     kind: str,
     placement: str,
@@ -138,8 +155,12 @@ def build_attention(
     vdim: Optional[int] = None,
     dropout: float = 0.0,
     option_name: str = "attention kind",
+    key_copies: int = 1,
 ):
     """Build attention kind ``kind`` for ``placement``.
+
+    ``key_copies`` (``encoder_decoder`` only): the keys are that many concatenated
+    copies of the source (module docstring).
 
     ``cfg`` holds the raw model options (the argparse Namespace or omegaconf
     DictConfig fairseq passes to ``build_model``); kinds read their own options
@@ -150,7 +171,10 @@ def build_attention(
         raise AttentionConfigError(
             f"{option_name}: embedding dimension {embed_dim} is not divisible by {num_heads} attention heads"
         )
-    return spec.cls.from_config(
+    if key_copies < 1 or (key_copies != 1 and placement != ENCODER_DECODER):
+        raise AttentionConfigError(f"{option_name}: key_copies {key_copies} needs encoder_decoder placement and >= 1")
+    check_key_copies(kind, key_copies, option_name)
+    module = spec.cls.from_config(
         placement=placement,
         embed_dim=embed_dim,
         num_heads=num_heads,
@@ -159,6 +183,9 @@ def build_attention(
         dropout=dropout,
         cfg=cfg,
     )
+    if key_copies != 1:
+        module.key_copies = key_copies
+    return module
 
 
 class BaseAttention(FairseqIncrementalState, nn.Module):
@@ -181,6 +208,10 @@ class BaseAttention(FairseqIncrementalState, nn.Module):
     # True when a query never attends to its own token (BET's diagonal-free
     # mask), except where no other key is visible: losses on attention read it.
     hides_diagonal = False
+    # True when the kind's encoder-decoder attention handles keys that are concatenated copies of one
+    # source (module docstring); key_copies: how many (set by build_attention).
+    supports_key_copies = False
+    key_copies = 1
 
     def __init__(self, placement: str, embed_dim: int, num_heads: int, kdim: int, vdim: int):
         super().__init__()

@@ -143,6 +143,9 @@ class SoftmaxAttention(MultiheadAttention):
 
     uses_future_mask = True
     returns_attention_weights = True
+    # Softmax attention does not depend on key positions: k concatenated copies need nothing else.
+    supports_key_copies = True
+    key_copies = 1
 
     def __init__(
         self,

@@ -86,8 +86,8 @@ def test_keep_layers_follows_the_listed_layers_in_order():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"encoder_decoder_connect": 2}, "encoder_decoder_connect 2 (decoder layer 0): attending to the last 2 encoder layers "
-                                     "is not implemented yet; only 1 (the last encoder layer) is supported"),
+    ({"encoder_decoder_connect": 3}, "--encoder-decoder-connect (decoder layer 0): 3 encoder layers, but the encoder has 2; "
+                                     "give 1 to 2 (the last k encoder layers)"),
     ({"attention_kind": "nosuchkind"}, "--decoder-attention-kinds (decoder layer 0): unknown attention kind 'nosuchkind'"),
     ({"cross_attention_heads": 3}, "--cross-attention-heads (decoder layer 0): embedding dimension 16 is not divisible by 3 heads"),
     ({"ffn_embed_dim": 0}, "decoder layer 0: ffn_embed_dim must be a positive integer, got 0"),
