@@ -24,6 +24,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class DecoderLayoutConfig(FairseqDataclass):
+    preset: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "the preset (--arch) whose values the model options hold: set when the preset fills them in, and "
+            "by the preset's hydra config file fairseq_plugins/config/model/<preset>.yaml; a fairseq-hydra-train "
+            "config naming a preset without its file is refused (it would hold the model's defaults instead)"
+        },
+    )
     architecture_file: Optional[str] = field(
         default=None,
         metadata={
