@@ -12,6 +12,8 @@ setup(
     version="0.1.0",
     description="Attention kinds (cosFormer, mixed attention, Extractors, Bird-Eye) for fairseq",
     packages=find_packages(include=["fairseq_plugins", "fairseq_plugins.*"]),
+    # the presets' hydra config files (fairseq-hydra-train --config-dir .../fairseq_plugins/config)
+    package_data={"fairseq_plugins": ["config/model/*.yaml"]},
     python_requires=">=3.11,<3.12",
     install_requires=[],
     entry_points={

@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 from dataclasses import dataclass
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
@@ -276,20 +277,56 @@ def apply_architecture_file(args, decoder_only: bool) -> None:
     logger.info(f"architecture from --architecture-file {path}: {architecture.to_json()}")
 
 
+# arch name -> model name of every preset registered by ``register_preset`` (the hydra config files
+# under fairseq_plugins/config/model/ are generated from these: models/hydra_configs.py)
+PRESETS = {}
+
+
+def preset_config_file(arch_name: str) -> str:
+    """The hydra config file of a preset, shipped inside the package: fairseq_plugins/config/model/<preset>.yaml."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.join(package, "config", "model", f"{arch_name}.yaml")
+
+
+def refuse_hydra_defaults(args, model_name: str, arch_name: str) -> None:
+    """fairseq-hydra-train fills every model option from the model's dataclass defaults before the preset
+    runs (a preset only fills options that are unset), so ``model: {_name: <preset>}`` alone would build
+    the dataclass's model, not the preset's. The preset's config file holds its values and
+    ``preset: <preset>``; options without the field at all (checkpoints saved before it existed, encoder-
+    decoder models, whose hydra options are only the file's keys) hold no dataclass defaults."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.is_config(args) or "preset" not in args or args.preset == arch_name:
+        return
+    path = preset_config_file(arch_name)
+    config_dir = os.path.dirname(os.path.dirname(path))
+    held = (f"the values of the preset {args.preset}" if args.preset is not None
+            else f"{model_name}'s defaults (fairseq-hydra-train fills them in before the preset runs)")
+    raise AttentionConfigError(
+        f"model._name {arch_name}: the model options hold {held}, so this would build another model than "
+        f"--arch {arch_name}; use the preset's config file {path} (fairseq-hydra-train --config-dir "
+        f"{config_dir} --config-name config model={arch_name} common.user_dir=... ; options given after it override it)")
+
+
 def register_preset(model_name: str, arch_name: str):
     """``register_model_architecture`` for this package's presets: the preset runs after
-    ``--architecture-file`` (if given) has been applied, so the file's values win over the preset's defaults."""
+    ``--architecture-file`` (if given) has been applied, so the file's values win over the preset's defaults;
+    it records its name in the ``preset`` option, and refuses hydra options that hold another preset's or
+    the model's defaults (see ``refuse_hydra_defaults``)."""
     from fairseq.models import register_model_architecture
 
     decoder_only = model_name == "mixed_transformer_lm"
 
     def decorator(preset: Callable):
         def with_architecture_file(args):
+            refuse_hydra_defaults(args, model_name, arch_name)
             apply_architecture_file(args, decoder_only)
             preset(args)
+            _set_option(args, "preset", arch_name)
 
         with_architecture_file.__doc__ = preset.__doc__
         register_model_architecture(model_name, arch_name)(with_architecture_file)
+        PRESETS[arch_name] = model_name
         return preset
 
     return decorator

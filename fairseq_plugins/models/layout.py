@@ -10,7 +10,7 @@ import copy
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models.transformer import TransformerConfig
@@ -24,6 +24,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class DecoderLayoutConfig(FairseqDataclass):
+    preset: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "the preset (--arch) whose values the model options hold: set when the preset fills them in, and "
+            "by the preset's hydra config file fairseq_plugins/config/model/<preset>.yaml; a fairseq-hydra-train "
+            "config naming a preset without its file is refused (it would hold the model's defaults instead)"
+        },
+    )
     architecture_file: Optional[str] = field(
         default=None,
         metadata={
@@ -201,32 +209,53 @@ def placed_kinds(architecture: Architecture) -> List[Tuple[str, int, str]]:
                if layer.cross_attention_kind is not None])
 
 
+class Positions(NamedTuple):
+    """The positions of a model's sequences an option sets: ``value`` of ``option`` plus ``extra`` positions
+    (``why``: what adds them, e.g. the BOS token of --add-bos-token)."""
+    option: str
+    value: Optional[int]
+    extra: int = 0
+    why: str = ""
+
+    @property
+    def count(self) -> Optional[int]:
+        return None if self.value is None else int(self.value) + self.extra
+
+    def describe(self) -> str:
+        if not self.extra:
+            return f"{self.option} {self.value}"
+        return f"{self.option} {self.value} + {self.extra} ({self.why}) = {self.count}"
+
+
 def check_cosformer_horizon(args, architecture: Architecture,
-                            target_positions: Sequence[Tuple[str, Optional[int]]],
-                            source_positions: Sequence[Tuple[str, Optional[int]]] = ()) -> None:
+                            target_positions: Sequence[Tuple],
+                            source_positions: Sequence[Tuple] = ()) -> None:
     """An explicit ``--cosformer-max-positions`` must cover the positions the model is built for, or
     cosFormer fails only at the first batch with a longer sequence, possibly hours into training.
 
-    ``target_positions`` / ``source_positions``: (option, positions) of the decoder's and the encoder's
-    sequences (a language model: ``--tokens-per-sample`` and an explicit ``--max-target-positions``).
-    Causal self-attention sees target positions, encoder-decoder attention both (as ``horizon_for``)."""
+    ``target_positions`` / ``source_positions``: ``Positions`` (or (option, positions) pairs) of the decoder's
+    and the encoder's sequences (a language model: ``--tokens-per-sample``, plus the BOS position with
+    ``--add-bos-token``, and an explicit ``--max-target-positions``). Causal self-attention sees target
+    positions, encoder-decoder attention both (as ``horizon_for``)."""
     horizon = _option(args, "cosformer_max_positions")
     if horizon is None:  # the default horizon is taken from these same positions
         return
     for placement, layer, kind in placed_kinds(architecture):
         if kind != "cosformer" or placement == ENCODER_SELF:
             continue
-        candidates = list(target_positions) + (list(source_positions) if placement == ENCODER_DECODER else [])
-        known = [(int(positions), option) for option, positions in candidates if positions is not None]
+        candidates = [Positions(*entry) for entry in list(target_positions) + (list(source_positions) if placement == ENCODER_DECODER else [])]
+        known = [entry for entry in candidates if entry.value is not None]
         if not known:
             continue
-        positions, option = max(known, key=lambda item: item[0])  # (the first option on a tie)
-        if int(horizon) < positions:
+        largest = max(known, key=lambda entry: entry.count)  # (the first option on a tie)
+        if int(horizon) < largest.count:
+            option = largest.option
             raise AttentionConfigError(
-                f"--cosformer-max-positions {horizon} is smaller than {option} {positions}, the positions the model is "
+                f"--cosformer-max-positions {horizon} is smaller than {largest.describe()}, the positions the model is "
                 f"built for: cosformer {PLACEMENT_NAMES[placement]} (decoder layer {layer}) would fail at the first "
-                f"longer sequence; raise --cosformer-max-positions to at least {positions} or lower {option} (a checkpoint "
-                f"trained before this check loads with --model-overrides \"{{'{option[2:].replace('-', '_')}': {horizon}}}\")")
+                f"longer sequence; raise --cosformer-max-positions to at least {largest.count} or lower {option} (a checkpoint "
+                f"trained before this check loads with --model-overrides \"{{'{option[2:].replace('-', '_')}': "
+                f"{int(horizon) - largest.extra}}}\")")
 
 
 def warn_unused_kind_options(args, architecture: Architecture) -> None:

@@ -330,6 +330,27 @@ class MixedTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        # fairseq-hydra-train hands a model without a dataclass its options as a struct DictConfig holding
+        # only the config's keys. fairseq's legacy build_model fills the unset ones by setting attributes
+        # (refused by a struct config) and copies the options into a TransformerConfig, which drops every key
+        # of a DictConfig it does not know (the architecture record, this package's options): build from an
+        # argparse Namespace of the same options, as under fairseq-train, and write the filled-in options back
+        # (the checkpoint keeps them)
+        from argparse import Namespace
+
+        from omegaconf import OmegaConf, open_dict
+
+        if not OmegaConf.is_config(args):
+            return cls._build_model(args, task)
+        namespace = Namespace(**OmegaConf.to_container(args, resolve=True))
+        model = cls._build_model(namespace, task)
+        with open_dict(args):
+            for name, value in vars(namespace).items():
+                args[name] = value
+        return model
+
+    @classmethod
+    def _build_model(cls, args, task):
         mixed_transformer_base(args)
         if getattr(args, "architecture_file", None):  # (presets apply it; an --arch of another package does not)
             raise AttentionConfigError(f"--architecture-file needs an --arch of mixed_transformer registered by this package, not {args.arch}")

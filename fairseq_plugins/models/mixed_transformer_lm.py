@@ -12,7 +12,7 @@ from fairseq.models.transformer_lm import (
 
 from ..modules import AttentionConfigError
 from .architecture import Architecture, model_architecture, record_architecture, register_preset
-from .layout import DecoderLayoutConfig, check_cosformer_horizon, set_layout_defaults, warn_unused_kind_options
+from .layout import DecoderLayoutConfig, Positions, check_cosformer_horizon, set_layout_defaults, warn_unused_kind_options
 from .mixed_transformer import MixedTransformerDecoder, load_state_dict_describing_pruned
 
 
@@ -21,17 +21,34 @@ class MixedTransformerLanguageModelConfig(TransformerLanguageModelConfig, Decode
     pass
 
 
-def resolve_lm_sizes(args):
+def adds_bos_token(args, task=None) -> bool:
+    """Whether the samples start with fairseq's BOS token (``--task language_modeling --add-bos-token``):
+    the task's setting where the task is known (fairseq-eval-lm and fairseq-generate rebuild a checkpoint's
+    model with the task they set up), else the copy the model options keep."""
+    task_cfg = getattr(task, "cfg", None) or getattr(task, "args", None)
+    value = getattr(task_cfg, "add_bos_token", None) if task_cfg is not None else None
+    if value is None:
+        value = getattr(args, "add_bos_token", None)
+    return bool(value)
+
+
+def resolve_lm_sizes(args, task=None):
     """The preset's defaults and the positions, as ``build_model`` sees them (also used by
     ``cli.model_costs``, which counts without building; the kept layers are the architecture's, see
-    ``model_architecture``). Returns the (option, positions) the model is built for: the sequences are
-    --tokens-per-sample long; an explicit --max-target-positions may be more."""
+    ``model_architecture``). Returns the ``Positions`` the model is built for: the
+    sequences are --tokens-per-sample long, one more with --add-bos-token (fairseq's MonolingualDataset
+    prepends the BOS token to a block of --tokens-per-sample tokens); an explicit --max-target-positions
+    may be more. The default --max-target-positions counts the BOS position: fairseq's own
+    transformer_lm does not, and its learned positions then fail on the first full block."""
     mixed_transformer_lm_base(args)
-    positions = [("--tokens-per-sample", getattr(args, "tokens_per_sample", None))]
+    tokens = getattr(args, "tokens_per_sample", None)
+    bos = int(tokens is not None and adds_bos_token(args, task))
+    sample = Positions("--tokens-per-sample", tokens, bos, "the BOS token of --add-bos-token")
+    positions = [sample]
     if getattr(args, "max_target_positions", None) is None:
-        args.max_target_positions = getattr(args, "tokens_per_sample", DEFAULT_MAX_TARGET_POSITIONS)
+        args.max_target_positions = sample.count if tokens is not None else DEFAULT_MAX_TARGET_POSITIONS
     else:
-        positions.append(("--max-target-positions", args.max_target_positions))
+        positions.append(Positions("--max-target-positions", args.max_target_positions))
     return positions
 
 
@@ -43,7 +60,7 @@ class MixedTransformerLanguageModel(TransformerLanguageModel):
             raise AttentionConfigError(
                 "--architecture-file needs an --arch preset of mixed_transformer_lm registered by this package "
                 "(e.g. mixed_transformer_lm_tiny), not mixed_transformer_lm itself")
-        positions = resolve_lm_sizes(args)
+        positions = resolve_lm_sizes(args, task)
         # The whole architecture, resolved and validated before any module is built: errors name the option.
         architecture = model_architecture(args, decoder_only=True)
         check_cosformer_horizon(args, architecture, positions)
