@@ -420,12 +420,12 @@ def _cosformer_running_sum_flops(length, heads, head_dim, chunk, element_size=4,
     """The running sums of one pass of the chunked causal cosFormer: per segment of s chunks, one product
     of an (s+1) x (s+1) triangular matrix of ones with the (s+1) states of the cos and sin parts, values
     (d_h x d_h per head) and denominator (d_h x 1)."""
-    from fairseq_plugins.modules.cosformer import _SEGMENT_BYTES
+    from fairseq_plugins.modules.cosformer import SEGMENT_BYTES
 
     bh = batch * heads
     n = -(-length // chunk)
     per_chunk = bh * chunk * head_dim * element_size
-    seg_chunks = max(1, _SEGMENT_BYTES // per_chunk)
+    seg_chunks = max(1, SEGMENT_BYTES // per_chunk)
     total = 0
     for first in range(0, n, seg_chunks):
         s1 = min(seg_chunks, n - first) + 1
@@ -1324,14 +1324,14 @@ def targets(train, decode, lengths=DEFAULT_LENGTHS, kinds=KINDS, lags=DEFAULT_EX
 def implementation_notes(length):
     """How the two linear kinds are computed; the sizes quoted are computed from the code's constants at the
     report's longest T (no measurement lives here: the chunk-size table above is this run's)."""
-    from fairseq_plugins.modules.cosformer import _SEGMENT_BYTES
+    from fairseq_plugins.modules.cosformer import SEGMENT_BYTES
 
     head_dim = EMBED_DIM // HEADS
     chunk = _default_chunk()
     per_chunk = HEADS * chunk * head_dim * 4  # batch 1: one chunk of one (B*H, tokens, d) slice, float32
-    segment_tokens = max(1, _SEGMENT_BYTES // per_chunk) * chunk
+    segment_tokens = max(1, SEGMENT_BYTES // per_chunk) * chunk
     segments = -(-length // segment_tokens)
-    return IMPLEMENTATION_NOTES.format(segment_mb=_SEGMENT_BYTES / 2 ** 20, segments=segments, length=length,
+    return IMPLEMENTATION_NOTES.format(segment_mb=SEGMENT_BYTES / 2 ** 20, segments=segments, length=length,
                                        head_dim=head_dim, chunk=chunk)
 
 

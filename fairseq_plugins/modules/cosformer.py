@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from .precision import autocast_off, float32_backward, float32_forward, without_autocast
+from .costs import AttentionCosts, projection_macs, projection_parameters
 from .registry import (
     DECODER_SELF,
     ENCODER_DECODER,
@@ -134,7 +135,7 @@ def _causal_decay(chunk: int, horizon: int, dtype, device) -> Tensor:
 # The causal form runs over segments of whole chunks whose (B*H, tokens, D) slices hold about this many
 # bytes: temporaries stay small whatever T is, and the backward recomputes a segment's internals from
 # the state saved at its start instead of keeping them all.
-_SEGMENT_BYTES = 2 << 20
+SEGMENT_BYTES = 2 << 20
 
 
 def _to_chunks(x: Tensor, n_chunks: int, chunk: int, relu: bool = False, pad: Optional[Tensor] = None) -> Tensor:
@@ -402,7 +403,7 @@ class _ChunkedCausalCosformer(torch.autograd.Function):
         bh = bsz * heads
         n = (length + chunk - 1) // chunk
         per_chunk = bh * chunk * max(dim, e_dim) * q.element_size()
-        seg = max(1, _SEGMENT_BYTES // per_chunk) * chunk
+        seg = max(1, SEGMENT_BYTES // per_chunk) * chunk
         bounds = [(s, min(s + seg, n * chunk)) for s in range(0, n * chunk, seg)]
         y_buf = v.new_empty(n * chunk, bsz, heads, e_dim)
         den = v.new_empty(n * bh * chunk, 1)
@@ -586,11 +587,40 @@ def naive_cosformer(module, query, key, value, key_padding_mask=None):
     return F.linear(out, module.out_proj.weight, module.out_proj.bias)
 
 
+# ------------------------------------------------------------------ costs ---
+def _parameters(placement, d, heads, kdim, options):
+    return projection_parameters(d, kdim)
+
+
+def _macs(placement, d, heads, queries, keys, kdim, options):
+    """The linear form of eq. 10, cos and sin parts, with the normaliser as an extra
+    all-ones value column (as computed above): phi(K)^T [V 1] and phi(Q) (phi(K)^T [V 1]),
+    2 (S + T) d (d_h + 1); the causal form counted the same (its prefix sums are additions)."""
+    return projection_macs(d, queries, keys, kdim) + 2 * (queries + keys) * d * (d // heads + 1)
+
+
+def _decoding_state_elements(placement, d, heads, length, kdim, options):
+    # the running sums of eq. 10, cos and sin parts: per head d_h x (d_h + 1) each (B,H,2,D,E+1);
+    # encoder-decoder attention also keeps the source keys (for attention weights on request)
+    state = 2 * d * (d // heads + 1)
+    return state + (length * d if placement == ENCODER_DECODER else 0)
+
+
+COSFORMER_COSTS = AttentionCosts(
+    parameters=_parameters,
+    macs=_macs,
+    decoding_state_elements=_decoding_state_elements,
+    decoding_state_growth="constant",
+    asymptotic_class="O(T)",
+)
+
+
 @register_attention(
     "cosformer",
     placements=PLACEMENTS,
     naive_reference=naive_cosformer,
     description="linear attention with cosine re-weighting (Qin et al. 2022): O(T) time, constant decoding state",
+    costs=COSFORMER_COSTS,
 )
 class CosformerAttention(BaseAttention):
     uses_future_mask = False

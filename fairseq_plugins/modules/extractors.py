@@ -75,6 +75,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .precision import autocast_dtype
+from .costs import AttentionCosts, Counts, OperationCounts, lag_terms, linear, linear_parameters
 from .registry import DECODER_SELF, AttentionConfigError, BaseAttention, register_attention
 
 CONV_IMPLS = ("auto", "direct", "fft")
@@ -504,6 +505,90 @@ class ExtractorME(Extractor):
     has_adjustment = False
 
 
+# ------------------------------------------------------------------ costs ---
+# Counted as defined (eqs. 23-29, every lag term evaluated), not as the FFT
+# convolution the implementation may choose for long windows.
+EXTRACTOR_KINDS = ("extractor_she", "extractor_he", "extractor_we", "extractor_me")
+
+
+def extractor(kind: str, d: int, queries: int, terms: int, output_projection: bool = True) -> Counts:
+    """Per-operation counts of an Extractor for ``queries`` new tokens whose extraction
+    sums have ``terms`` lag terms in all."""
+    if kind not in EXTRACTOR_KINDS:
+        raise ValueError(f"unknown Extractor {kind!r}; valid: {', '.join(EXTRACTOR_KINDS)}")
+    counts = Counts()
+    if kind == "extractor_he":
+        counts += linear(queries, d, d)  # eq. 27: X_in = X W_in + b_in (cached when decoding)
+    if kind == "extractor_she":
+        # eq. 23: a position with m terms: m vector-matrix products (m d^2 mult.,
+        # m d (d - 1) add.), their sum ((m - 1) d add.) and b_ext (d add.) = m d^2 add.
+        counts += Counts(multiplications=terms * d * d, additions=terms * d * d)
+    else:
+        # eqs. 26, 28 (vector per lag) and 29 (scalar per lag times a d-vector):
+        # m element-wise products (m d mult.), their sum ((m - 1) d add.) and b_ext (d add.)
+        counts += Counts(multiplications=terms * d, additions=terms * d)
+    if kind != "extractor_me":
+        # eq. 24: X W_adj + b_adj, then the element-wise product with X_ext (d mult. per token)
+        counts += linear(queries, d, d) + Counts(multiplications=queries * d)
+        if output_projection:
+            counts += linear(queries, d, d)  # eq. 25: X_adj W_out + b_out
+    return counts
+
+
+def extractor_parameters(kind: str, d: int, lags: int, output_projection: bool = True) -> int:
+    if kind not in EXTRACTOR_KINDS:
+        raise ValueError(f"unknown Extractor {kind!r}; valid: {', '.join(EXTRACTOR_KINDS)}")
+    per_lag = {"extractor_she": d * d, "extractor_he": d, "extractor_we": d, "extractor_me": 1}[kind]
+    params = lags * per_lag + d  # W_ext[1..l] (matrices, vectors or scalars) and b_ext
+    if kind == "extractor_he":
+        params += linear_parameters(d, d)  # W_in, b_in
+    if kind != "extractor_me":
+        params += linear_parameters(d, d)  # W_adj, b_adj
+        if output_projection:
+            params += linear_parameters(d, d)  # W_out, b_out
+    return params
+
+
+def extractor_training(kind: str, d: int, lags: int, n: int, output_projection: bool = True) -> Counts:
+    """A pass over n tokens: token i sums min(i, l) lag terms."""
+    return extractor(kind, d, queries=n, terms=lag_terms(range(1, n + 1), lags), output_projection=output_projection)
+
+
+def extractor_step(kind: str, d: int, lags: int, t: int, output_projection: bool = True) -> Counts:
+    """The t-th token sums min(t, l) lag terms."""
+    return extractor(kind, d, queries=1, terms=lag_terms([t], lags), output_projection=output_projection)
+
+
+def extractor_costs(kind: str) -> AttentionCosts:
+    def parameters(placement, d, heads, kdim, options):
+        return extractor_parameters(kind, d, options.lags, options.extractor_output_projection)
+
+    def macs(placement, d, heads, queries, keys, kdim, options):
+        counts = extractor(kind, d, queries, lag_terms(range(1, queries + 1), options.lags), options.extractor_output_projection)
+        # eq. 24's X_adj * X_ext is element-wise: d multiplications per token, no product
+        return counts.multiplications - (0 if kind == "extractor_me" else queries * d)
+
+    def decoding_state_elements(placement, d, heads, length, kdim, options):
+        return min(length, options.lags) * d  # the window of the last min(t, l) inputs (HE: after W_in)
+
+    return AttentionCosts(
+        parameters=parameters,
+        macs=macs,
+        decoding_state_elements=decoding_state_elements,
+        decoding_state_growth="window",
+        asymptotic_class="O(T*l)",
+        options_from=lambda cfg: {
+            "lags": resolve_lags(cfg),
+            "extractor_output_projection": not bool(getattr(cfg, "extractor_no_output_projection", False)),
+        },
+        operation_counts=OperationCounts(
+            label=kind.replace("extractor_", "").upper(),
+            training=lambda d, heads, n, options: extractor_training(kind, d, options.lags, n, options.extractor_output_projection),
+            step=lambda d, heads, t, options: extractor_step(kind, d, options.lags, t, options.extractor_output_projection),
+        ),
+    )
+
+
 for _name, _cls, _naive, _description in (
     ("extractor_she", ExtractorSHE, naive_extractor_she,
      "super high-performance Extractor (Chen 2023): one d x d matrix per lag, adjustment, output projection"),
@@ -513,4 +598,5 @@ for _name, _cls, _naive, _description in (
      "worthwhile Extractor (Chen 2023): one weight vector per lag, adjustment, output projection"),
     ("extractor_me", ExtractorME, naive_extractor_me, "minimalist Extractor (Chen 2023): one scalar per lag, extraction only"),
 ):
-    register_attention(_name, placements=[DECODER_SELF], naive_reference=_naive, description=_description)(_cls)
+    register_attention(_name, placements=[DECODER_SELF], naive_reference=_naive, description=_description,
+                       costs=extractor_costs(_name))(_cls)

@@ -48,6 +48,15 @@ class AttentionSpec:
     # Option variants the conformance suite runs besides the defaults:
     # variant name -> ConformanceVariant (model-option overrides, placements).
     conformance_variants: Mapping[str, "ConformanceVariant"] = field(default_factory=dict)
+    # Parameters, FLOPs, decoding state and asymptotic class (an ``AttentionCosts`` of
+    # ``modules/costs.py``); None only for kinds registered by tests.
+    costs: Optional["AttentionCosts"] = None  # noqa: F821
+    # True when the kind's attention weights are a softmax distribution over the
+    # visible keys (every visible key strictly positive, rows summing to one), so
+    # losses on attention such as the pointer loss's -log A[t, hint_t] can read them.
+    # Kinds without weights (Extractors) or with ReLU features (cosFormer, whose
+    # weights are zero on some keys) leave it False.
+    attention_distribution: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,8 +78,14 @@ def register_attention(
     naive_reference: Callable,
     description: str,
     conformance_variants: Optional[Mapping[str, object]] = None,
+    costs=None,
+    attention_distribution: bool = False,
 ):
     """Class decorator: register an attention kind under ``name``.
+
+    ``costs`` is the kind's ``AttentionCosts`` (``modules/costs.py``): what
+    ``fairseq_plugins.complexity``, ``cli/model_costs`` and the benchmarks ask
+    instead of naming kinds. ``attention_distribution``: see ``AttentionSpec``.
 
     ``conformance_variants`` maps a variant name to the model options it sets
     (a dict, run in every placement of the kind) or to a ``ConformanceVariant``
@@ -100,7 +115,9 @@ def register_attention(
         if missing:
             raise TypeError(f"attention kind {name!r} lacks the attention interface: {missing}")
         cls.kind_name = name
-        ATTENTION_REGISTRY[name] = AttentionSpec(name, cls, placements, naive_reference, description, variants)
+        ATTENTION_REGISTRY[name] = AttentionSpec(
+            name, cls, placements, naive_reference, description, variants, costs, bool(attention_distribution)
+        )
         return cls
 
     return decorator
@@ -108,6 +125,19 @@ def register_attention(
 
 def valid_kinds(placement: Optional[str] = None):
     return sorted(n for n, s in ATTENTION_REGISTRY.items() if placement is None or placement in s.placements)
+
+
+def spec_of_module(module: nn.Module) -> Optional[AttentionSpec]:
+    """The registered kind of an attention module: its ``kind_name``, or for a module
+    of a class that a registered kind extends (fairseq's own MultiheadAttention, which
+    a kind may subclass) that kind; None for anything else."""
+    name = getattr(module, "kind_name", None)
+    if name in ATTENTION_REGISTRY:
+        return ATTENTION_REGISTRY[name]
+    for spec in ATTENTION_REGISTRY.values():
+        if issubclass(spec.cls, type(module)) and type(module) not in (nn.Module, BaseAttention, FairseqIncrementalState):
+            return spec
+    return None
 
 
 def check_kind(kind: str, placement: str, option_name: str = "attention kind") -> AttentionSpec:
