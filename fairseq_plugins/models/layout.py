@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence, Tuple
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models.transformer import TransformerConfig
 
-from ..complexity import EXTRACTOR_KINDS
+from ..modules.extractors import EXTRACTOR_KINDS
 from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError
 from .architecture import Architecture
 
