@@ -56,10 +56,21 @@ if __package__ in (None, ""):  # run by path, not as python -m benchmarks.attent
 from benchmarks.provenance import available_cores, git_revision, is_dirty, load_average  # noqa: E402
 from fairseq_plugins.files import atomic_output  # noqa: E402
 
-EXTRACTOR_KINDS = ("extractor_she", "extractor_he", "extractor_we", "extractor_me")
-KINDS = ("softmax", "cosformer", "cosformer_reference_cumsum") + EXTRACTOR_KINDS + ("bet",)
-# Kinds with incremental decoding (the reference form has none).
-DECODE_KINDS = tuple(k for k in KINDS if k != "cosformer_reference_cumsum")
+import fairseq_plugins.modules  # noqa: E402  (registers the kinds)
+from fairseq_plugins.modules import ATTENTION_REGISTRY, DECODER_SELF  # noqa: E402
+from fairseq_plugins.modules.extractors import EXTRACTOR_KINDS  # noqa: E402
+
+# Baselines defined in this file, not registered kinds: each is timed next to the kind it reimplements.
+BASELINES = {"cosformer_reference_cumsum": "cosformer"}
+# Every registered kind of causal self-attention, in registration order, each followed by its baselines.
+KINDS = tuple(
+    k
+    for name, spec in ATTENTION_REGISTRY.items()
+    if DECODER_SELF in spec.placements
+    for k in (name, *(b for b, of in BASELINES.items() if of == name))
+)
+# Kinds with incremental decoding (the baselines have none).
+DECODE_KINDS = tuple(k for k in KINDS if k not in BASELINES)
 DEFAULT_EXTRACTOR_LAGS = 128  # the Extractor paper's context window l
 EMBED_DIM = 512
 HEADS = 8
@@ -407,7 +418,12 @@ def extractor_conv_impl(kind, length, lags=DEFAULT_EXTRACTOR_LAGS, embed_dim=EMB
 # FLOPs per kind, counted from the algorithm that runs
 # ---------------------------------------------------------------------------
 
-EXTRACTOR_LAG_SHAPES = {"extractor_she": "matrix", "extractor_he": "vector", "extractor_we": "vector", "extractor_me": "scalar"}
+# What each Extractor class is made of (its lag weights' shape; W_in, W_adj, W_out), read from the class.
+EXTRACTOR_LAG_SHAPES = {kind: ATTENTION_REGISTRY[kind].cls.lag_shape for kind in EXTRACTOR_KINDS}
+EXTRACTOR_LINEAR_MAPS = {
+    kind: int(cls.has_input_map) + 2 * int(cls.has_adjustment)  # W_in; W_adj and W_out (the default output projection)
+    for kind, cls in ((kind, ATTENTION_REGISTRY[kind].cls) for kind in EXTRACTOR_KINDS)
+}
 
 
 def fft_flops(n, complex_input=False):
@@ -484,7 +500,7 @@ def layer_flops(kind, length, lags=DEFAULT_EXTRACTOR_LAGS, conv_impl=None, embed
         lag_shape = EXTRACTOR_LAG_SHAPES[kind]
         taps = min(lags, T)
         impl = conv_impl or extractor_conv_impl(kind, T, lags, d)
-        maps = {"extractor_she": 2, "extractor_we": 2, "extractor_he": 3, "extractor_me": 0}[kind]  # W_in, W_adj, W_out
+        maps = EXTRACTOR_LINEAR_MAPS[kind]
         if impl == "direct":
             # conv1d: every output position multiplies taps lags of d x d (SHE) or d (depthwise) each;
             # backward: the input's and the weights' gradients, the same size each
@@ -505,7 +521,19 @@ def layer_flops(kind, length, lags=DEFAULT_EXTRACTOR_LAGS, conv_impl=None, embed
         kernel_grad = 6 * freqs * d * d if lag_shape == "matrix" else product
         bwd = d * fft_flops(n) + (d + kernel_cols) * fft_flops(n, complex_input=True) + product + kernel_grad
         return maps * proj + fwd, 2 * maps * proj + bwd
+    spec = ATTENTION_REGISTRY.get(kind)
+    if spec is not None and spec.costs is not None:
+        # a kind without a count of its implementation here: its registered count of the definition
+        # (modules/costs.py: the defined products, backward twice the forward)
+        args = (DECODER_SELF, d, h, T, T, d, _cost_options(lags))
+        return spec.costs.forward_flops(*args), spec.costs.backward_flops(*args)
     raise ValueError(f"no FLOP count for {kind}")
+
+
+def _cost_options(lags):
+    from fairseq_plugins.modules.costs import AttentionOptions
+
+    return AttentionOptions(lags=lags)
 
 
 LAYER_FLOP_FORMULAS = {
@@ -539,7 +567,8 @@ def growth_bound(kind, t1, t2, lags=DEFAULT_EXTRACTOR_LAGS):
     by t2 / t1; softmax's and BET's O(T^2 d) attention by (t2 / t1)^2; the extractors' FFT convolution by
     n2 log n2 / (n1 log n1), n the FFT length (5-smooth >= T + l - 1), about 2 log(2T) / log(T) per doubling."""
     r = t2 / t1
-    if kind in ("softmax", "bet"):
+    spec = ATTENTION_REGISTRY.get(kind)
+    if spec is not None and spec.costs is not None and spec.costs.asymptotic_class == "O(T^2)":
         return GROWTH_MARGIN * r * r, "O(T^2 d) attention core"
     if kind in EXTRACTOR_KINDS:
         impls = {extractor_conv_impl(kind, t, lags) for t in (t1, t2)}
@@ -713,9 +742,7 @@ def main(argv=None):
         parser.error(f"--device must be cpu or cuda[:i], got {args.device}")
     if device_type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
-    from fairseq_plugins.modules import ATTENTION_REGISTRY
-
-    registered = [k for k in KINDS if k == "cosformer_reference_cumsum" or k in ATTENTION_REGISTRY]
+    registered = list(KINDS)
     kinds = [k for k in args.kinds.split(",") if k] if args.kinds else registered
     unknown = [k for k in kinds if k not in registered]
     if unknown:
@@ -869,7 +896,7 @@ def write_plot(path, lengths, kinds, train, memory_field, device, memory_label=N
     ax_time, ax_mem = fig.subplots(1, 2)
     markers = "os^vDP*Xh<>"
     for i, kind in enumerate(kinds):
-        style = dict(marker=markers[i % len(markers)], label=kind, linestyle="--" if kind == "cosformer_reference_cumsum" else "-")
+        style = dict(marker=markers[i % len(markers)], label=kind, linestyle="--" if kind in BASELINES else "-")
         times = [(t, _median(train.get((kind, t)))) for t in lengths]
         times = [(t, v) for t, v in times if v]
         if times:
@@ -1304,13 +1331,13 @@ def targets(train, decode, lengths=DEFAULT_LENGTHS, kinds=KINDS, lags=DEFAULT_EX
     # Time growth per doubling from T = 4096 on, bounded by each kind's complexity (growth_bound); decoding cost
     # per token constant for the linear kinds (cosFormer's state; the extractors' window of l inputs).
     pairs = [(t1, t2) for t1, t2 in doublings(lengths) if t1 >= 4096] or [(4096, 8192)]
-    for kind in [k for k in KINDS if k in kinds and k != "cosformer_reference_cumsum"]:
+    for kind in [k for k in KINDS if k in kinds and k not in BASELINES]:
         for t1, t2 in pairs:
             bound, reason = growth_bound(kind, t1, t2, lags)
             a, b = med(kind, t1), med(kind, t2)
             r = b / a if a and b else None
             out.append((f"{kind} time({t2}) / time({t1}) <= {bound:.2f} ({reason})", f"{r:.2f}" if r else "-", r <= bound if r else None))
-        if kind in ("cosformer",) + EXTRACTOR_KINDS:
+        if ATTENTION_REGISTRY[kind].costs.decoding_state_growth in ("constant", "window"):
             dec = decode.get(kind, {}) if isinstance(decode, dict) else {}
             text = f"{kind} decoding cost per token, prefix 4096 / prefix 128 <= 1.2"
             if "128" in dec and "4096" in dec:
