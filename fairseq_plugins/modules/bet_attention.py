@@ -166,6 +166,7 @@ BET_COSTS = AttentionCosts(
     },
     costs=BET_COSTS,
     attention_distribution=True,
+    options={"bet_score_weights": None, "bet_no_diag_free": None},
 )
 class BetAttention(BaseAttention):
     uses_future_mask = False

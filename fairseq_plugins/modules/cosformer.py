@@ -621,6 +621,8 @@ COSFORMER_COSTS = AttentionCosts(
     naive_reference=naive_cosformer,
     description="linear attention with cosine re-weighting (Qin et al. 2022): O(T) time, constant decoding state",
     costs=COSFORMER_COSTS,
+    # encoder self-attention takes its M from each sequence
+    options={"cosformer_max_positions": (DECODER_SELF, ENCODER_DECODER)},
 )
 class CosformerAttention(BaseAttention):
     uses_future_mask = False

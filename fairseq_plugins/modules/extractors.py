@@ -598,5 +598,7 @@ for _name, _cls, _naive, _description in (
      "worthwhile Extractor (Chen 2023): one weight vector per lag, adjustment, output projection"),
     ("extractor_me", ExtractorME, naive_extractor_me, "minimalist Extractor (Chen 2023): one scalar per lag, extraction only"),
 ):
+    # extractor_me has no output projection to leave out
+    _options = ["extractor_lags", "extractor_conv_impl"] + (["extractor_no_output_projection"] if _cls.has_adjustment else [])
     register_attention(_name, placements=[DECODER_SELF], naive_reference=_naive, description=_description,
-                       costs=extractor_costs(_name))(_cls)
+                       costs=extractor_costs(_name), options=dict.fromkeys(_options))(_cls)

@@ -57,6 +57,9 @@ class AttentionSpec:
     # Kinds without weights (Extractors) or with ReLU features (cosFormer, whose
     # weights are zero on some keys) leave it False.
     attention_distribution: bool = False
+    # The model options (``cfg`` attribute names) the kind reads -> the placements where it reads
+    # them (the option's help says the same); used to warn about options no layer reads.
+    options: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,12 +83,15 @@ def register_attention(
     conformance_variants: Optional[Mapping[str, object]] = None,
     costs=None,
     attention_distribution: bool = False,
+    options: Optional[Mapping[str, object]] = None,
 ):
     """Class decorator: register an attention kind under ``name``.
 
     ``costs`` is the kind's ``AttentionCosts`` (``modules/costs.py``): what
     ``fairseq_plugins.complexity``, ``cli/model_costs`` and the benchmarks ask
     instead of naming kinds. ``attention_distribution``: see ``AttentionSpec``.
+    ``options`` maps each model option the kind reads to the placements where it
+    reads it (default: every placement of the kind).
 
     ``conformance_variants`` maps a variant name to the model options it sets
     (a dict, run in every placement of the kind) or to a ``ConformanceVariant``
@@ -105,6 +111,13 @@ def register_attention(
         if outside:
             raise ValueError(f"conformance variant {variant!r} of attention kind {name!r} names placements {outside} the kind does not support")
         variants[str(variant)] = ConformanceVariant(dict(value.overrides), variant_placements)
+    read_options = {}
+    for option, option_placements in (options or {}).items():
+        option_placements = tuple(option_placements) if option_placements is not None else placements
+        outside = [p for p in option_placements if p not in placements]
+        if outside:
+            raise ValueError(f"option {option!r} of attention kind {name!r} names placements {outside} the kind does not support")
+        read_options[str(option)] = option_placements
 
     def decorator(cls):
         if name in ATTENTION_REGISTRY:
@@ -116,7 +129,7 @@ def register_attention(
             raise TypeError(f"attention kind {name!r} lacks the attention interface: {missing}")
         cls.kind_name = name
         ATTENTION_REGISTRY[name] = AttentionSpec(
-            name, cls, placements, naive_reference, description, variants, costs, bool(attention_distribution)
+            name, cls, placements, naive_reference, description, variants, costs, bool(attention_distribution), read_options
         )
         return cls
 

@@ -216,6 +216,7 @@ SOFTMAX_COSTS = AttentionCosts(
     },
     costs=SOFTMAX_COSTS,
     attention_distribution=True,
+    options={"softmax_diag_free": (DECODER_SELF,), "softmax_diag_scale": (DECODER_SELF,)},
 )
 class SoftmaxAttention(MultiheadAttention):
     """fairseq's MultiheadAttention, causal by construction in ``decoder_self``.
