@@ -9,11 +9,13 @@ of ``sample["pointer_hints"]`` (from the ``*_with_syntax`` tasks).
 
 Decisions:
 
-* Layers: every decoder layer whose self-attention kind is ``bet`` or
-  ``softmax`` (``module.kind_name``; fairseq's own MultiheadAttention, as in the
-  stock ``transformer``/``transformer_lm``, counts as softmax). Other kinds
-  (cosFormer, Extractors) are left out; a decoder with none of these kinds is an
-  error.
+* Layers: every decoder layer whose self-attention kind registers
+  ``attention_distribution=True`` (its weights are softmax distributions: today
+  ``bet`` and ``softmax``; ``module.kind_name``, and fairseq's own
+  MultiheadAttention, as in the stock ``transformer``/``transformer_lm``, counts
+  as the kind that extends it). Other kinds (cosFormer, whose ReLU weights can be
+  zero, and the Extractors, which have none) are left out; a decoder with none of
+  these kinds is an error.
 * Heads: by default -log of the head-averaged distribution; with
   ``--pointer-loss-per-head`` the mean over heads of each head's -log A_h.
 * Rows left out: hint -1, padding targets, the first ``--ignore-prefix-size``
