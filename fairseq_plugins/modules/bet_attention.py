@@ -152,6 +152,7 @@ BET_COSTS = AttentionCosts(
         "bet_diag_free": not bool(_option(cfg, "bet_no_diag_free", False)),
         "bet_score_weights": _option(cfg, "bet_score_weights", "per-head"),
     },
+    option_defaults={"bet_diag_free": True, "bet_score_weights": "per-head"},
 )
 
 

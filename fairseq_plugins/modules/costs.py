@@ -25,8 +25,8 @@ Counting conventions (see ``fairseq_plugins/complexity.py`` for the per-operatio
 * linear maps: rows x d_in x d_out MACs (biases are element-wise, not counted);
 * element-wise work (softmax, scaling, re-weighting, activations, norms) is left out of MACs.
 """
-from dataclasses import dataclass, fields
-from typing import Callable, Mapping, Optional, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Callable, Dict, Mapping, Optional, Sequence
 
 from .registry import DECODER_SELF, ENCODER_SELF
 
@@ -88,15 +88,55 @@ def projection_macs(d: int, queries: int, keys: int, kdim: int) -> int:
     return 2 * queries * d * d + 2 * keys * kdim * d
 
 
-@dataclass(frozen=True)
 class AttentionOptions:
-    """The model options that change a kind's parameters, counted work or decoding state."""
+    """The model options that change a kind's parameters, counted work or decoding state: the values
+    given as keywords, and for every other option the default its kind registers
+    (``AttentionCosts.option_defaults``). Immutable; equal when the values are."""
 
-    lags: int = 128                         # Extractors' l
-    extractor_output_projection: bool = True
-    softmax_diag_free: bool = False         # decoder self-attention only
-    bet_diag_free: bool = True
-    bet_score_weights: str = "per-head"     # "per-head" or "shared"
+    __slots__ = ("_values",)
+
+    def __init__(self, **values):
+        defaults = registered_option_defaults()
+        unknown = sorted(set(values) - set(defaults))
+        if unknown:
+            raise TypeError(f"unknown attention cost options {unknown}; the registered kinds read: {', '.join(sorted(defaults))}")
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getattr__(self, name):
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        defaults = registered_option_defaults()
+        if name in defaults:
+            return defaults[name]
+        raise AttributeError(f"no attention cost option {name!r}; the registered kinds read: {', '.join(sorted(defaults))}")
+
+    def __setattr__(self, name, value):
+        raise AttributeError("AttentionOptions are immutable")
+
+    def as_dict(self):
+        return {**registered_option_defaults(), **self._values}
+
+    def __eq__(self, other):
+        return isinstance(other, AttentionOptions) and self.as_dict() == other.as_dict()
+
+    def __hash__(self):
+        return hash(tuple(sorted(self.as_dict().items())))
+
+    def __repr__(self):
+        return f"AttentionOptions({', '.join(f'{k}={v!r}' for k, v in sorted(self._values.items()))})"
+
+
+def registered_option_defaults() -> Dict[str, object]:
+    """option -> default, over the costs of every registered kind (kinds sharing an option share its default)."""
+    from .registry import ATTENTION_REGISTRY
+
+    defaults: Dict[str, object] = {}
+    for spec in ATTENTION_REGISTRY.values():
+        if spec.costs is not None:
+            for option, default in spec.costs.option_defaults.items():
+                defaults.setdefault(option, default)
+    return defaults
 
 
 @dataclass(frozen=True)
@@ -123,9 +163,11 @@ class AttentionCosts:
     decoding_state_growth: str  # "per token", "constant" or "window"
     asymptotic_class: str
     operation_counts: Optional[OperationCounts] = None
-    # options_from(cfg) -> the AttentionOptions fields the kind reads from model options
+    # options_from(cfg) -> the AttentionOptions values the kind reads from model options
     # (as its from_config resolves them); errors are AttentionConfigErrors
     options_from: Optional[Callable[[object], Mapping[str, object]]] = None
+    # the AttentionOptions the kind's counts read -> their defaults
+    option_defaults: Mapping[str, object] = field(default_factory=dict)
 
     def forward_flops(self, placement: str, d: int, heads: int, queries: int, keys: int, kdim: int, options: AttentionOptions) -> int:
         return FLOPS_PER_MAC * self.macs(placement, d, heads, queries, keys, kdim, options)

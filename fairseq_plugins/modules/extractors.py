@@ -581,6 +581,7 @@ def extractor_costs(kind: str) -> AttentionCosts:
             "lags": resolve_lags(cfg),
             "extractor_output_projection": not bool(getattr(cfg, "extractor_no_output_projection", False)),
         },
+        option_defaults={"lags": 128, "extractor_output_projection": True},  # the paper's context window l = 128
         operation_counts=OperationCounts(
             label=kind.replace("extractor_", "").upper(),
             training=lambda d, heads, n, options: extractor_training(kind, d, options.lags, n, options.extractor_output_projection),

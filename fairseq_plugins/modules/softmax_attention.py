@@ -195,6 +195,7 @@ SOFTMAX_COSTS = AttentionCosts(
     decoding_state_growth="per token",
     asymptotic_class="O(T^2)",
     options_from=lambda cfg: {"softmax_diag_free": bool(_option(cfg, "softmax_diag_free", False))},
+    option_defaults={"softmax_diag_free": False},  # decoder self-attention only
     operation_counts=OperationCounts(
         label="softmax self-attention",
         training=lambda d, heads, n, options: softmax_training(d, heads, n),
