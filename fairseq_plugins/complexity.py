@@ -206,6 +206,23 @@ def architecture_cost(architecture, source_length: int = 128, target_length: int
                             flops=FLOPS_PER_MAC * macs, flops_per_entry=FLOPS_PER_MAC * T * d_out)
 
 
+def architecture_decoding_state_bytes(architecture, source_length: int, target_length: int,
+                                      options: AttentionOptions = AttentionOptions(), element_bytes: int = 4) -> int:
+    """Bytes of one sequence's incremental decoding state after ``target_length`` decoded tokens over a
+    source of ``source_length`` tokens: every decoder layer's self-attention and encoder-decoder attention
+    state, as each kind registers it (``AttentionCosts.decoding_state_bytes``; padding masks and position
+    counters not counted)."""
+    d, d_enc = architecture.decoder_embed_dim, architecture.encoder_embed_dim
+    total = 0
+    for layer in architecture.decoder_layers:
+        total += kind_cost(layer.attention_kind).decoding_state_bytes(
+            DECODER_SELF, d, layer.attention_heads, target_length, d, options, element_bytes)
+        if layer.cross_attention_kind is not None:
+            total += kind_cost(layer.cross_attention_kind).decoding_state_bytes(
+                ENCODER_DECODER, d, layer.cross_attention_heads, source_length, d_enc, options, element_bytes)
+    return total
+
+
 # ------------------------------------------------------------------ table ---
 def table_rows(d: int, lags: int, t: int, heads: Sequence[int] = (1, 32), output_projection: bool = True) -> List[Dict]:
     """One row per causal self-attention sub-layer whose kind has per-operation counts (a row

@@ -55,10 +55,12 @@ def _state_cases():
 
 
 def _floating_bytes(value) -> int:
+    """Floating-point tensors of an incremental state, without padding masks (which fairseq's
+    MultiheadAttention keeps as floats when it concatenates them; not part of the counted state)."""
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size() if value.is_floating_point() else 0
     if isinstance(value, dict):
-        return sum(_floating_bytes(v) for v in value.values())
+        return sum(_floating_bytes(v) for k, v in value.items() if "padding_mask" not in str(k))
     return 0
 
 
@@ -172,6 +174,39 @@ def test_encoder_decoder_of_every_encoder_and_cross_kind_equals_flop_counter_mod
              "--encoder-attention-heads", "4", "--decoder-attention-heads", "2", "--encoder-attention-kinds", encoder,
              "--decoder-attention-kinds", "softmax", "--cross-attention-kinds", f"{cross},softmax", "--dropout", "0"]
     _check_model("mixed_transformer_iwslt_de_en", extra, 29, 9, 5, False)
+
+
+def _decoded_state_bytes(arch, extra, vocab, source_length, target_length, language_model):
+    """The floating-point bytes of the decoder's incremental state after target_length steps (batch 1)."""
+    args = model_costs.preset_args(arch, extra)
+    torch.manual_seed(0)
+    model = ARCH_MODEL_REGISTRY[arch].build_model(args, _task(vocab)).eval()
+    state = {}
+    tokens = torch.randint(4, vocab, (1, target_length))
+    with torch.no_grad():
+        encoder_out = None if language_model else model.encoder(torch.randint(4, vocab, (1, source_length)), torch.tensor([source_length]))
+        for t in range(1, target_length + 1):
+            model.decoder(tokens[:, :t], encoder_out=encoder_out, incremental_state=state)
+    options = model_costs.attention_options(args)
+    expected = complexity.architecture_decoding_state_bytes(model_architecture(args, decoder_only=language_model),
+                                                            source_length, target_length, options)
+    return _floating_bytes(state), expected
+
+
+@pytest.mark.parametrize("kind", valid_kinds(DECODER_SELF))
+def test_decoding_state_of_a_language_model_of_every_decoder_kind(kind):
+    measured, expected = _decoded_state_bytes("mixed_transformer_lm_tiny", SMALL_LM + ["--decoder-attention-kinds", kind], 31, 1, 6, True)
+    assert measured == expected
+
+
+@pytest.mark.parametrize("kind", valid_kinds(ENCODER_DECODER))
+def test_decoding_state_of_an_encoder_decoder_of_every_cross_kind(kind):
+    extra = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "48",
+             "--decoder-ffn-embed-dim", "40", "--encoder-layers", "1", "--decoder-layers", "2", "--encoder-attention-heads", "4",
+             "--decoder-attention-heads", "2", "--cross-attention-kinds", kind, "--decoder-attention-kinds", f"{kind},softmax",
+             "--dropout", "0"]
+    measured, expected = _decoded_state_bytes("mixed_transformer_iwslt_de_en", extra, 29, 9, 5, False)
+    assert measured == expected
 
 
 def test_architecture_cost_of_a_json_architecture():
