@@ -153,13 +153,19 @@ def _check_model(arch, extra, vocab, source_length, target_length, language_mode
 
 
 SMALL_LM = ["--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "48", "--decoder-attention-heads", "4",
-            "--decoder-layers", "2", "--tokens-per-sample", "16", "--extractor-lags", "4", "--dropout", "0"]
+            "--decoder-layers", "2", "--tokens-per-sample", "16", "--dropout", "0"]
+
+
+def small_lm(kind):
+    """A 2-layer LM of ``kind``; a window of 4 lags where the kind reads one (T = 6 > l: it slides)."""
+    lags = ["--extractor-lags", "4"] if "extractor_lags" in ATTENTION_REGISTRY[kind].options else []
+    return SMALL_LM + ["--decoder-attention-kinds", kind] + lags
 
 
 @pytest.mark.parametrize("kind", valid_kinds(DECODER_SELF))
 def test_language_model_of_every_decoder_kind_equals_flop_counter_mode_and_its_parameters(kind):
     """T = 6 > l = 4: the Extractors' window slides."""
-    _check_model("mixed_transformer_lm_tiny", SMALL_LM + ["--decoder-attention-kinds", kind], 31, 1, 6, True)
+    _check_model("mixed_transformer_lm_tiny", small_lm(kind), 31, 1, 6, True)
 
 
 @pytest.mark.parametrize("kind", sorted(set(valid_kinds(ENCODER_SELF)) | set(valid_kinds(ENCODER_DECODER))))
@@ -195,7 +201,7 @@ def _decoded_state_bytes(arch, extra, vocab, source_length, target_length, langu
 
 @pytest.mark.parametrize("kind", valid_kinds(DECODER_SELF))
 def test_decoding_state_of_a_language_model_of_every_decoder_kind(kind):
-    measured, expected = _decoded_state_bytes("mixed_transformer_lm_tiny", SMALL_LM + ["--decoder-attention-kinds", kind], 31, 1, 6, True)
+    measured, expected = _decoded_state_bytes("mixed_transformer_lm_tiny", small_lm(kind), 31, 1, 6, True)
     assert measured == expected
 
 
@@ -222,3 +228,20 @@ def test_architecture_cost_of_a_json_architecture():
     assert cost.flops == softmax.forward_flops(DECODER_SELF, 16, 2, 3, 3, 16, options) + 2 * 2 * 3 * 16 * 24
     assert cost.parameters_per_entry == 2 * 16 and cost.flops_per_entry == 2 * 3 * 16
     assert cost.total_backward_flops(10) == BACKWARD_FLOPS_PER_FORWARD_FLOP * cost.total_flops(10)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "bet", "extractor_she"])
+def test_backward_is_twice_the_forward_where_every_product_is_autograds(kind):
+    """BACKWARD_FLOPS_PER_FORWARD_FLOP, on FlopCounterMode's counts of an LM whose products all go through
+    autograd (cosFormer's causal form has a hand-written backward, counted product by product in
+    benchmarks/attention_speed.py; the other Extractors' depthwise convolutions are counted differently
+    by FlopCounterMode in the backward)."""
+    args = model_costs.preset_args("mixed_transformer_lm_tiny", small_lm(kind))
+    torch.manual_seed(0)
+    model = ARCH_MODEL_REGISTRY["mixed_transformer_lm_tiny"].build_model(args, _task(31)).train()
+    with sdpa_kernel(SDPBackend.MATH):
+        with FlopCounterMode(display=False) as forward:
+            out = model(torch.randint(4, 31, (1, 6)))[0]
+        with FlopCounterMode(display=False) as backward:
+            out.sum().backward()
+    assert backward.get_total_flops() == BACKWARD_FLOPS_PER_FORWARD_FLOP * forward.get_total_flops()
