@@ -64,11 +64,6 @@ from .modules.extractors import (  # noqa: F401
 )
 from .modules.softmax_attention import softmax_attention, softmax_parameters, softmax_step, softmax_training  # noqa: F401
 
-# Back-compatible name: the costs are the kind's ``AttentionCosts`` (``parameters`` and
-# ``macs`` take the arguments they always took).
-KindCost = AttentionCosts
-
-
 class _RegisteredCosts(Mapping):
     """kind -> AttentionCosts of every registered kind, read from the registry on each access
     (a kind registered later is included; one registered without costs is an error)."""

@@ -54,8 +54,8 @@ class AttentionSpec:
     # True when the kind's attention weights are a softmax distribution over the
     # visible keys (every visible key strictly positive, rows summing to one), so
     # losses on attention such as the pointer loss's -log A[t, hint_t] can read them.
-    # Kinds without weights (Extractors) or with ReLU features (cosFormer, whose
-    # weights are zero on some keys) leave it False.
+    # Kinds without weights, or whose weights can be zero on a visible key (ReLU
+    # feature maps), leave it False.
     attention_distribution: bool = False
     # The model options (``cfg`` attribute names) the kind reads -> the placements where it reads
     # them (the option's help says the same); used to warn about options no layer reads.
