@@ -142,6 +142,19 @@ def _decoding_state_elements(placement, d, heads, length, kdim, options):
     return length * (2 * d + scores_per_token)
 
 
+def implementation_layer_flops(length, embed_dim, heads, options, **settings):
+    """Two fused causal attentions: queries 0..T-1 over keys <= i (T(T+1)/2 pairs), then the
+    diagonal-free one, queries 1..T-1 over keys < i ((T-1)T/2 pairs): T^2 pairs, 2 products of 2 d_h
+    FLOPs per pair and head; plus eq. 7's token scores (2 products of T x d_h by d_h per head).
+    Backward: twice the projections and scores, fused attention recomputes the scores (5 for 2)."""
+    T, d = length, embed_dim
+    proj = 2 * T * d * d  # one d x d linear map
+    pairs = T * (T + 1) // 2 + (T - 1) * T // 2
+    core = 4 * pairs * d
+    scores = 2 * 2 * T * d
+    return 4 * proj + core + scores, 8 * proj + 2.5 * core + 2 * scores
+
+
 BET_COSTS = AttentionCosts(
     parameters=_parameters,
     macs=_macs,
@@ -153,6 +166,11 @@ BET_COSTS = AttentionCosts(
         "bet_score_weights": _option(cfg, "bet_score_weights", "per-head"),
     },
     option_defaults={"bet_diag_free": True, "bet_score_weights": "per-head"},
+    implementation_flops=implementation_layer_flops,
+    implementation_flops_text="8 T d^2; two fused causal attentions (the second diagonal-free), T(T+1)/2 + T(T-1)/2 = "
+    "T^2 visible pairs, 2 products each: 4 T^2 d; eq. 7's token scores 4 T d. Backward: 16 T d^2 + 10 T^2 d + 8 T d "
+    "(fused attention recomputes the scores). The kernels compute whole blocks on the diagonal, a few % more than "
+    "the visible pairs",
 )
 
 

@@ -20,13 +20,14 @@ A kind's ``AttentionCosts`` gives, for one sub-layer in a placement:
 * ``operation_counts`` (optional): per-operation counts (multiplications, additions,
   divisions, exponentiations) for ``python -m fairseq_plugins.complexity``'s table.
 
-Counting conventions (see ``fairseq_plugins/complexity.py`` for the per-operation ones):
+Counting conventions (see ``fairseq_plugins/complexity.py`` for the per-operation ones;
+``implementation_flops`` states its own):
 
 * linear maps: rows x d_in x d_out MACs (biases are element-wise, not counted);
 * element-wise work (softmax, scaling, re-weighting, activations, norms) is left out of MACs.
 """
 from dataclasses import dataclass, field, fields
-from typing import Callable, Dict, Mapping, Optional, Sequence
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from .registry import DECODER_SELF, ENCODER_SELF
 
@@ -168,6 +169,13 @@ class AttentionCosts:
     options_from: Optional[Callable[[object], Mapping[str, object]]] = None
     # the AttentionOptions the kind's counts read -> their defaults
     option_defaults: Mapping[str, object] = field(default_factory=dict)
+    # implementation_flops(length, embed_dim, heads, options, **settings) -> (forward, backward) FLOPs of
+    # one forward+backward of the kind's implementation (what runs, not the definition) in decoder
+    # self-attention on T tokens of one sequence; settings: the implementation's own (e.g. ``chunk``,
+    # ``conv_impl``), None for its defaults. benchmarks/attention_speed.py divides times by it.
+    # ``implementation_flops_text`` says the same in words. None: the benchmark uses the definition.
+    implementation_flops: Optional[Callable[..., Tuple[float, float]]] = None
+    implementation_flops_text: str = ""
 
     def forward_flops(self, placement: str, d: int, heads: int, queries: int, keys: int, kdim: int, options: AttentionOptions) -> int:
         return FLOPS_PER_MAC * self.macs(placement, d, heads, queries, keys, kdim, options)

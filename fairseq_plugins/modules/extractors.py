@@ -559,7 +559,56 @@ def extractor_step(kind: str, d: int, lags: int, t: int, output_projection: bool
     return extractor(kind, d, queries=1, terms=lag_terms([t], lags), output_projection=output_projection)
 
 
-def extractor_costs(kind: str) -> AttentionCosts:
+def fft_flops(n, complex_input=False):
+    """One FFT of length n: 2.5 n log2 n for a real transform (rfft / irfft), 5 n log2 n for a complex one
+    (the usual count of a radix-2 FFT; mixed radix for 5-smooth n, counted alike)."""
+    return (5.0 if complex_input else 2.5) * n * math.log2(max(n, 2))
+
+
+def implementation_layer_flops(cls, length, embed_dim, heads, options, conv_impl=None, **settings):
+    """An Extractor class's convolution (``conv_impl``: "direct" or "fft", default the cost rule's choice
+    for one sequence, ``choose_conv_impl``) and linear maps. Complex multiply-adds count 8, complex
+    products 6, FFTs as ``fft_flops``; the adjustment's element-wise product is not counted."""
+    T, d = length, embed_dim
+    proj = 2 * T * d * d  # one d x d linear map
+    lag_shape = cls.lag_shape
+    taps = min(options.lags, T)
+    impl = conv_impl or choose_conv_impl(lag_shape, 1, T, taps, d)
+    maps = int(cls.has_input_map) + (1 + int(options.extractor_output_projection)) * int(cls.has_adjustment)  # W_in, W_adj, W_out
+    if impl == "direct":
+        # conv1d: every output position multiplies taps lags of d x d (SHE) or d (depthwise) each;
+        # backward: the input's and the weights' gradients, the same size each
+        conv = 2 * T * taps * (d * d if lag_shape == "matrix" else d)
+        return maps * proj + conv, 2 * maps * proj + 2 * conv
+    n = fft_length(T + taps - 1)  # zero-padded, no circular wrap into the kept outputs
+    freqs = n // 2 + 1
+    kernel_cols = {"matrix": d * d, "vector": d, "scalar": 1}[lag_shape]
+    # forward: rfft of the input (d columns) and of the kernel, irfft of the output (d columns); per
+    # frequency a (1 x d) (d x d) complex product (SHE) or d complex products
+    product = 8 * freqs * d * d if lag_shape == "matrix" else 6 * freqs * d
+    fwd = (2 * d + kernel_cols) * fft_flops(n) + product
+    # backward: an rfft of the output's gradient, complex FFTs of length n for the input's and the
+    # kernel's gradients, and the products for the input's spectrum (as the forward's) and the kernel's
+    # (SHE: a d x 1 by 1 x d outer product per frequency, one complex product per element)
+    kernel_grad = 6 * freqs * d * d if lag_shape == "matrix" else product
+    bwd = d * fft_flops(n) + (d + kernel_cols) * fft_flops(n, complex_input=True) + product + kernel_grad
+    return maps * proj + fwd, 2 * maps * proj + bwd
+
+
+IMPLEMENTATION_FLOPS_TEXT = {
+    "extractor_she": "W_adj, W_out 4 T d^2; direct path: conv1d with l d x d lags 2 T l d^2. FFT path (when the cost rule "
+    "takes it): (2 d + d^2) real FFTs of n = 5-smooth >= T + l - 1 points (2.5 n log2 n each) and 8 (n/2+1) d^2. "
+    "Backward twice the forward (FFT path: as counted in `layer_flops`)",
+    "extractor_he": "W_in, W_adj, W_out 6 T d^2; FFT path: 3 d real FFTs of n points (2.5 n log2 n each) and "
+    "6 (n/2+1) d for the complex products; backward: the projections twice, d real and 2 d complex FFTs "
+    "(5 n log2 n each), two complex products. Direct path: depthwise conv1d 2 T l d, backward twice",
+    "extractor_we": "W_adj, W_out 4 T d^2; the extraction as extractor_he (d-vector lags)",
+    "extractor_me": "no projections; FFT path: (2 d + 1) real FFTs of n points and 6 (n/2+1) d; backward: d real and "
+    "d + 1 complex FFTs, two complex products. Direct path: 2 T l d, backward twice",
+}
+
+
+def extractor_costs(kind: str, cls) -> AttentionCosts:
     def parameters(placement, d, heads, kdim, options):
         return extractor_parameters(kind, d, options.lags, options.extractor_output_projection)
 
@@ -582,6 +631,8 @@ def extractor_costs(kind: str) -> AttentionCosts:
             "extractor_output_projection": not bool(getattr(cfg, "extractor_no_output_projection", False)),
         },
         option_defaults={"lags": 128, "extractor_output_projection": True},  # the paper's context window l = 128
+        implementation_flops=lambda *args, **settings: implementation_layer_flops(cls, *args, **settings),
+        implementation_flops_text=IMPLEMENTATION_FLOPS_TEXT[kind],
         operation_counts=OperationCounts(
             label=kind.replace("extractor_", "").upper(),
             training=lambda d, heads, n, options: extractor_training(kind, d, options.lags, n, options.extractor_output_projection),
@@ -602,4 +653,4 @@ for _name, _cls, _naive, _description in (
     # extractor_me has no output projection to leave out
     _options = ["extractor_lags", "extractor_conv_impl"] + (["extractor_no_output_projection"] if _cls.has_adjustment else [])
     register_attention(_name, placements=[DECODER_SELF], naive_reference=_naive, description=_description,
-                       costs=extractor_costs(_name), options=dict.fromkeys(_options))(_cls)
+                       costs=extractor_costs(_name, _cls), options=dict.fromkeys(_options))(_cls)

@@ -188,6 +188,16 @@ def _decoding_state_elements(placement, d, heads, length, kdim, options):
     return 2 * length * d
 
 
+def implementation_layer_flops(length, embed_dim, heads, options, **settings):
+    """fairseq's MultiheadAttention: the four projections, Q K^T and A V over all T x T pairs (the
+    additive future mask hides keys, it does not skip them); backward: twice the projections, and
+    fused attention recomputes the scores (5 products for the forward's 2)."""
+    T, d = length, embed_dim
+    proj = 2 * T * d * d  # one d x d linear map
+    core = 4 * T * T * d
+    return 4 * proj + core, 8 * proj + 2.5 * core
+
+
 SOFTMAX_COSTS = AttentionCosts(
     parameters=_parameters,
     macs=_macs,
@@ -196,6 +206,10 @@ SOFTMAX_COSTS = AttentionCosts(
     asymptotic_class="O(T^2)",
     options_from=lambda cfg: {"softmax_diag_free": bool(_option(cfg, "softmax_diag_free", False))},
     option_defaults={"softmax_diag_free": False},  # decoder self-attention only
+    implementation_flops=implementation_layer_flops,
+    implementation_flops_text="4 projections 8 T d^2; Q K^T and A V over all T^2 pairs (the additive future mask does "
+    "not skip work) 4 T^2 d. Backward: 16 T d^2 + 10 T^2 d (fused attention recomputes the scores: 5 products for the "
+    "forward's 2)",
     operation_counts=OperationCounts(
         label="softmax self-attention",
         training=lambda d, heads, n, options: softmax_training(d, heads, n),
