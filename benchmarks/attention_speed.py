@@ -56,10 +56,21 @@ if __package__ in (None, ""):  # run by path, not as python -m benchmarks.attent
 from benchmarks.provenance import available_cores, git_revision, is_dirty, load_average  # noqa: E402
 from fairseq_plugins.files import atomic_output  # noqa: E402
 
-EXTRACTOR_KINDS = ("extractor_she", "extractor_he", "extractor_we", "extractor_me")
-KINDS = ("softmax", "cosformer", "cosformer_reference_cumsum") + EXTRACTOR_KINDS + ("bet",)
-# Kinds with incremental decoding (the reference form has none).
-DECODE_KINDS = tuple(k for k in KINDS if k != "cosformer_reference_cumsum")
+import fairseq_plugins.modules  # noqa: E402  (registers the kinds)
+from fairseq_plugins.modules import ATTENTION_REGISTRY, DECODER_SELF  # noqa: E402
+from fairseq_plugins.modules.extractors import EXTRACTOR_KINDS, fft_flops  # noqa: E402,F401  (fft_flops: the FFT count the formulas use)
+
+# Baselines defined in this file, not registered kinds: each is timed next to the kind it reimplements.
+BASELINES = {"cosformer_reference_cumsum": "cosformer"}
+# Every registered kind of causal self-attention, in registration order, each followed by its baselines.
+KINDS = tuple(
+    k
+    for name, spec in ATTENTION_REGISTRY.items()
+    if DECODER_SELF in spec.placements
+    for k in (name, *(b for b, of in BASELINES.items() if of == name))
+)
+# Kinds with incremental decoding (the baselines have none).
+DECODE_KINDS = tuple(k for k in KINDS if k not in BASELINES)
 DEFAULT_EXTRACTOR_LAGS = 128  # the Extractor paper's context window l
 EMBED_DIM = 512
 HEADS = 8
@@ -407,35 +418,14 @@ def extractor_conv_impl(kind, length, lags=DEFAULT_EXTRACTOR_LAGS, embed_dim=EMB
 # FLOPs per kind, counted from the algorithm that runs
 # ---------------------------------------------------------------------------
 
-EXTRACTOR_LAG_SHAPES = {"extractor_she": "matrix", "extractor_he": "vector", "extractor_we": "vector", "extractor_me": "scalar"}
-
-
-def fft_flops(n, complex_input=False):
-    """One FFT of length n: 2.5 n log2 n for a real transform (rfft / irfft), 5 n log2 n for a complex one
-    (the usual count of a radix-2 FFT; mixed radix for 5-smooth n, counted alike)."""
-    return (5.0 if complex_input else 2.5) * n * math.log2(max(n, 2))
-
-
-def _cosformer_running_sum_flops(length, heads, head_dim, chunk, element_size=4, batch=1):
-    """The running sums of one pass of the chunked causal cosFormer: per segment of s chunks, one product
-    of an (s+1) x (s+1) triangular matrix of ones with the (s+1) states of the cos and sin parts, values
-    (d_h x d_h per head) and denominator (d_h x 1)."""
-    from fairseq_plugins.modules.cosformer import _SEGMENT_BYTES
-
-    bh = batch * heads
-    n = -(-length // chunk)
-    per_chunk = bh * chunk * head_dim * element_size
-    seg_chunks = max(1, _SEGMENT_BYTES // per_chunk)
-    total = 0
-    for first in range(0, n, seg_chunks):
-        s1 = min(seg_chunks, n - first) + 1
-        if s1 > 1:
-            total += 2 * 2 * s1 * s1 * bh * head_dim * (head_dim + 1)
-    return total
+# Each Extractor's lag weights' shape, read from its class.
+EXTRACTOR_LAG_SHAPES = {kind: ATTENTION_REGISTRY[kind].cls.lag_shape for kind in EXTRACTOR_KINDS}
 
 
 def layer_flops(kind, length, lags=DEFAULT_EXTRACTOR_LAGS, conv_impl=None, embed_dim=EMBED_DIM, heads=HEADS, chunk=None):
-    """(forward, backward) FLOPs of one forward+backward of the layer on T tokens of one sequence.
+    """(forward, backward) FLOPs of one forward+backward of the layer on T tokens of one sequence, counted
+    from the algorithm that runs: each kind's registered ``implementation_flops`` (settings: ``chunk``,
+    ``conv_impl``), the baselines' here.
 
     Products count 2 FLOPs per multiply-add (an outer product, K = 1, one per element), complex
     multiply-adds 8, complex products 6, FFTs as ``fft_flops``, a cumulative sum one per element.
@@ -447,89 +437,38 @@ def layer_flops(kind, length, lags=DEFAULT_EXTRACTOR_LAGS, conv_impl=None, embed
     T, d, h = length, embed_dim, heads
     dh = d // h
     proj = 2 * T * d * d  # one d x d linear map
-    if kind == "softmax":
-        core = 4 * T * T * d  # Q K^T and A V, all T x T pairs (the additive future mask hides keys, it does not skip them)
-        return 4 * proj + core, 8 * proj + 2.5 * core
-    if kind == "bet":
-        # two fused causal attentions: queries 0..T-1 over keys <= i (T(T+1)/2 pairs), then the diagonal-free
-        # one, queries 1..T-1 over keys < i ((T-1)T/2 pairs): T^2 pairs, 2 products of 2 d_h FLOPs per pair
-        # and head; plus eq. 7's token scores (2 products of T x d_h by d_h per head)
-        pairs = T * (T + 1) // 2 + (T - 1) * T // 2
-        core = 4 * pairs * d
-        scores = 2 * 2 * T * d
-        return 4 * proj + core + scores, 8 * proj + 2.5 * core + 2 * scores
-    if kind == "cosformer":
-        from fairseq_plugins.modules.cosformer import DEFAULT_CHUNK_SIZE
-
-        c = max(1, min(chunk or DEFAULT_CHUNK_SIZE, T))
-        n = -(-T // c)  # chunks (the last one zero-padded)
-        reading = n - 1  # chunk 0 has no earlier state to read
-        running = _cosformer_running_sum_flops(T, h, dh, c)
-        intra = 2 * c * c * dh  # one C x C x d_h product, per chunk and head
-        state = 2 * c * dh * dh  # one C x d_h x d_h product, per chunk, head and part (cos, sin)
-        den = 2 * c * dh  # one C x d_h x 1 product (the denominator's states)
-        fwd_core = h * (n * 2 * intra + n * 2 * state + reading * 2 * (state + den)) + running
-        # backward: scores recomputed, then dV, dA, dQ, dK (5 intra products); states recomputed (2 parts);
-        # queries' reads: dQ and the states' gradients (2 products per part, plus the denominator's 2 x C x 2
-        # products); keys and values: dK and dV from the states' gradients (2 per part, plus dK's C x 2 x d_h);
-        # the running sums forward (recomputed) and in reverse
-        bwd_core = h * (n * 5 * intra + n * 2 * state + reading * (4 * state + 2 * 2 * den) + n * (4 * state + 2 * den)) + 2 * running
-        return 4 * proj + fwd_core, 8 * proj + bwd_core
     if kind == "cosformer_reference_cumsum":
         # per head and token: the 2 d_h x d_h outer product k_ v^T (1 FLOP each), its cumulative sum (1 each),
         # the (1 x 2 d_h) (2 d_h x d_h) read (2 each); denominator: cumsum of k_ and a 2 d_h dot product
         core = h * T * (2 * dh * dh + 2 * dh * dh + 2 * 2 * dh * dh + 2 * dh + 2 * 2 * dh)
         return 4 * proj + core, 8 * proj + 2 * core
-    if kind in EXTRACTOR_KINDS:
-        lag_shape = EXTRACTOR_LAG_SHAPES[kind]
-        taps = min(lags, T)
-        impl = conv_impl or extractor_conv_impl(kind, T, lags, d)
-        maps = {"extractor_she": 2, "extractor_we": 2, "extractor_he": 3, "extractor_me": 0}[kind]  # W_in, W_adj, W_out
-        if impl == "direct":
-            # conv1d: every output position multiplies taps lags of d x d (SHE) or d (depthwise) each;
-            # backward: the input's and the weights' gradients, the same size each
-            conv = 2 * T * taps * (d * d if lag_shape == "matrix" else d)
-            return maps * proj + conv, 2 * maps * proj + 2 * conv
-        from fairseq_plugins.modules.extractors import fft_length
-
-        n = fft_length(T + taps - 1)  # zero-padded, no circular wrap into the kept outputs
-        freqs = n // 2 + 1
-        kernel_cols = {"matrix": d * d, "vector": d, "scalar": 1}[lag_shape]
-        # forward: rfft of the input (d columns) and of the kernel, irfft of the output (d columns); per
-        # frequency a (1 x d) (d x d) complex product (SHE) or d complex products
-        product = 8 * freqs * d * d if lag_shape == "matrix" else 6 * freqs * d
-        fwd = (2 * d + kernel_cols) * fft_flops(n) + product
-        # backward: an rfft of the output's gradient, complex FFTs of length n for the input's and the
-        # kernel's gradients, and the products for the input's spectrum (as the forward's) and the kernel's
-        # (SHE: a d x 1 by 1 x d outer product per frequency, one complex product per element)
-        kernel_grad = 6 * freqs * d * d if lag_shape == "matrix" else product
-        bwd = d * fft_flops(n) + (d + kernel_cols) * fft_flops(n, complex_input=True) + product + kernel_grad
-        return maps * proj + fwd, 2 * maps * proj + bwd
-    raise ValueError(f"no FLOP count for {kind}")
+    spec = ATTENTION_REGISTRY.get(kind)
+    if spec is None or spec.costs is None:
+        raise ValueError(f"no FLOP count for {kind}")
+    options = _cost_options(lags)
+    if spec.costs.implementation_flops is not None:
+        return spec.costs.implementation_flops(T, d, h, options, chunk=chunk, conv_impl=conv_impl)
+    # a kind without a count of its implementation: its registered count of the definition
+    # (modules/costs.py: the defined products, backward twice the forward)
+    args = (DECODER_SELF, d, h, T, T, d, options)
+    return spec.costs.forward_flops(*args), spec.costs.backward_flops(*args)
 
 
-LAYER_FLOP_FORMULAS = {
-    "softmax": "4 projections 8 T d^2; Q K^T and A V over all T^2 pairs (the additive future mask does not skip work) "
-    "4 T^2 d. Backward: 16 T d^2 + 10 T^2 d (fused attention recomputes the scores: 5 products for the forward's 2)",
-    "cosformer": "8 T d^2; per head, chunks of C = {chunk}: intra-chunk 4 T C d_h (scores, values), states 4 T d_h^2 "
-    "(cos, sin), reads of the earlier chunks' states 4 (T - C) d_h^2, running sums of the states per segment; "
-    "forward about 8 T d^2 + 4 T C d + 8 T d d_h. Backward (hand-written, counted product by product): "
-    "16 T d^2 + 10 T C d + 20 T d d_h + twice the running sums",
+def _cost_options(lags):
+    from fairseq_plugins.modules.costs import AttentionOptions
+
+    return AttentionOptions(lags=lags)
+
+
+BASELINE_FLOP_FORMULAS = {
     "cosformer_reference_cumsum": "8 T d^2; per head and token the 2 d_h x d_h outer product k_ v^T and its cumulative "
     "sum (1 FLOP per element each) and the read q_ (k v)_cum (2 per element): 8 T d d_h (+ the denominator, 6 T d). "
     "Backward twice the forward",
-    "extractor_she": "W_adj, W_out 4 T d^2; direct path: conv1d with l d x d lags 2 T l d^2. FFT path (when the cost rule "
-    "takes it): (2 d + d^2) real FFTs of n = 5-smooth >= T + l - 1 points (2.5 n log2 n each) and 8 (n/2+1) d^2. "
-    "Backward twice the forward (FFT path: as counted in `layer_flops`)",
-    "extractor_he": "W_in, W_adj, W_out 6 T d^2; FFT path: 3 d real FFTs of n points (2.5 n log2 n each) and "
-    "6 (n/2+1) d for the complex products; backward: the projections twice, d real and 2 d complex FFTs "
-    "(5 n log2 n each), two complex products. Direct path: depthwise conv1d 2 T l d, backward twice",
-    "extractor_we": "W_adj, W_out 4 T d^2; the extraction as extractor_he (d-vector lags)",
-    "extractor_me": "no projections; FFT path: (2 d + 1) real FFTs of n points and 6 (n/2+1) d; backward: d real and "
-    "d + 1 complex FFTs, two complex products. Direct path: 2 T l d, backward twice",
-    "bet": "8 T d^2; two fused causal attentions (the second diagonal-free), T(T+1)/2 + T(T-1)/2 = T^2 visible pairs, "
-    "2 products each: 4 T^2 d; eq. 7's token scores 4 T d. Backward: 16 T d^2 + 10 T^2 d + 8 T d (fused attention "
-    "recomputes the scores). The kernels compute whole blocks on the diagonal, a few % more than the visible pairs",
+}
+LAYER_FLOP_FORMULAS = {
+    kind: BASELINE_FLOP_FORMULAS[kind] if kind in BASELINES
+    else (ATTENTION_REGISTRY[kind].costs.implementation_flops_text or "the definition's products (modules/costs.py)")
+    for kind in KINDS
 }
 
 
@@ -539,7 +478,8 @@ def growth_bound(kind, t1, t2, lags=DEFAULT_EXTRACTOR_LAGS):
     by t2 / t1; softmax's and BET's O(T^2 d) attention by (t2 / t1)^2; the extractors' FFT convolution by
     n2 log n2 / (n1 log n1), n the FFT length (5-smooth >= T + l - 1), about 2 log(2T) / log(T) per doubling."""
     r = t2 / t1
-    if kind in ("softmax", "bet"):
+    spec = ATTENTION_REGISTRY.get(kind)
+    if spec is not None and spec.costs is not None and spec.costs.asymptotic_class == "O(T^2)":
         return GROWTH_MARGIN * r * r, "O(T^2 d) attention core"
     if kind in EXTRACTOR_KINDS:
         impls = {extractor_conv_impl(kind, t, lags) for t in (t1, t2)}
@@ -713,9 +653,7 @@ def main(argv=None):
         parser.error(f"--device must be cpu or cuda[:i], got {args.device}")
     if device_type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
-    from fairseq_plugins.modules import ATTENTION_REGISTRY
-
-    registered = [k for k in KINDS if k == "cosformer_reference_cumsum" or k in ATTENTION_REGISTRY]
+    registered = list(KINDS)
     kinds = [k for k in args.kinds.split(",") if k] if args.kinds else registered
     unknown = [k for k in kinds if k not in registered]
     if unknown:
@@ -869,7 +807,7 @@ def write_plot(path, lengths, kinds, train, memory_field, device, memory_label=N
     ax_time, ax_mem = fig.subplots(1, 2)
     markers = "os^vDP*Xh<>"
     for i, kind in enumerate(kinds):
-        style = dict(marker=markers[i % len(markers)], label=kind, linestyle="--" if kind == "cosformer_reference_cumsum" else "-")
+        style = dict(marker=markers[i % len(markers)], label=kind, linestyle="--" if kind in BASELINES else "-")
         times = [(t, _median(train.get((kind, t)))) for t in lengths]
         times = [(t, v) for t, v in times if v]
         if times:
@@ -1304,13 +1242,13 @@ def targets(train, decode, lengths=DEFAULT_LENGTHS, kinds=KINDS, lags=DEFAULT_EX
     # Time growth per doubling from T = 4096 on, bounded by each kind's complexity (growth_bound); decoding cost
     # per token constant for the linear kinds (cosFormer's state; the extractors' window of l inputs).
     pairs = [(t1, t2) for t1, t2 in doublings(lengths) if t1 >= 4096] or [(4096, 8192)]
-    for kind in [k for k in KINDS if k in kinds and k != "cosformer_reference_cumsum"]:
+    for kind in [k for k in KINDS if k in kinds and k not in BASELINES]:
         for t1, t2 in pairs:
             bound, reason = growth_bound(kind, t1, t2, lags)
             a, b = med(kind, t1), med(kind, t2)
             r = b / a if a and b else None
             out.append((f"{kind} time({t2}) / time({t1}) <= {bound:.2f} ({reason})", f"{r:.2f}" if r else "-", r <= bound if r else None))
-        if kind in ("cosformer",) + EXTRACTOR_KINDS:
+        if ATTENTION_REGISTRY[kind].costs.decoding_state_growth in ("constant", "window"):
             dec = decode.get(kind, {}) if isinstance(decode, dict) else {}
             text = f"{kind} decoding cost per token, prefix 4096 / prefix 128 <= 1.2"
             if "128" in dec and "4096" in dec:
@@ -1324,14 +1262,14 @@ def targets(train, decode, lengths=DEFAULT_LENGTHS, kinds=KINDS, lags=DEFAULT_EX
 def implementation_notes(length):
     """How the two linear kinds are computed; the sizes quoted are computed from the code's constants at the
     report's longest T (no measurement lives here: the chunk-size table above is this run's)."""
-    from fairseq_plugins.modules.cosformer import _SEGMENT_BYTES
+    from fairseq_plugins.modules.cosformer import SEGMENT_BYTES
 
     head_dim = EMBED_DIM // HEADS
     chunk = _default_chunk()
     per_chunk = HEADS * chunk * head_dim * 4  # batch 1: one chunk of one (B*H, tokens, d) slice, float32
-    segment_tokens = max(1, _SEGMENT_BYTES // per_chunk) * chunk
+    segment_tokens = max(1, SEGMENT_BYTES // per_chunk) * chunk
     segments = -(-length // segment_tokens)
-    return IMPLEMENTATION_NOTES.format(segment_mb=_SEGMENT_BYTES / 2 ** 20, segments=segments, length=length,
+    return IMPLEMENTATION_NOTES.format(segment_mb=SEGMENT_BYTES / 2 ** 20, segments=segments, length=length,
                                        head_dim=head_dim, chunk=chunk)
 
 

@@ -12,9 +12,12 @@ real multiplications, additions, divisions and exponentiations of
 and the trainable parameters, which equal those of the modules in
 ``fairseq_plugins.modules`` (the tests build them and compare).
 
-``KIND_COSTS`` gives every registered kind, in every placement, its parameters
-and the multiply-adds of its matrix products (below), from which
-``python -m fairseq_plugins.cli.model_costs`` sums whole presets.
+Each kind's formulas live next to its code, registered with it as an
+``AttentionCosts`` (``fairseq_plugins/modules/costs.py``: parameters, forward and
+backward FLOPs, decoding state, asymptotic class); this module iterates the
+registry. ``KIND_COSTS`` maps every registered kind to its costs, and
+``architecture_cost`` sums a whole model (an ``Architecture``) from them, as
+``python -m fairseq_plugins.cli.model_costs`` does for every preset.
 
 Counting conventions:
 
@@ -35,249 +38,203 @@ Counting conventions:
 """
 import argparse
 from dataclasses import dataclass, fields
-from typing import Callable, Dict, List, Sequence
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
-EXTRACTOR_KINDS = ("extractor_she", "extractor_he", "extractor_we", "extractor_me")
+from .modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, ENCODER_SELF
+from .modules.costs import (  # noqa: F401  (the shared helpers, re-exported)
+    BACKWARD_FLOPS_PER_FORWARD_FLOP,
+    FLOPS_PER_MAC,
+    AttentionCosts,
+    AttentionOptions,
+    Counts,
+    lag_terms,
+    linear,
+    linear_parameters,
+    projection_macs,
+    projection_parameters,
+    visible_pairs,
+)
+# The per-operation counts of the paper's tables, defined next to each kind's code.
+from .modules.extractors import (  # noqa: F401
+    EXTRACTOR_KINDS,
+    extractor,
+    extractor_parameters,
+    extractor_step,
+    extractor_training,
+)
+from .modules.softmax_attention import softmax_attention, softmax_parameters, softmax_step, softmax_training  # noqa: F401
 
+class _RegisteredCosts(Mapping):
+    """kind -> AttentionCosts of every registered kind, read from the registry on each access
+    (a kind registered later is included; one registered without costs is an error)."""
 
-@dataclass(frozen=True)
-class Counts:
-    multiplications: int = 0
-    additions: int = 0
-    divisions: int = 0
-    exponentiations: int = 0
+    def __getitem__(self, kind: str) -> AttentionCosts:
+        spec = ATTENTION_REGISTRY[kind]
+        if spec.costs is None:
+            raise KeyError(kind)
+        return spec.costs
 
-    def __add__(self, other: "Counts") -> "Counts":
-        return Counts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, spec in ATTENTION_REGISTRY.items() if spec.costs is not None)
 
-
-def linear(rows: int, d_in: int, d_out: int) -> Counts:
-    """``rows`` vectors times a d_in x d_out matrix plus a bias: per output
-    element a dot product of length d_in (d_in mult., d_in - 1 add.) and the
-    bias (1 add.)."""
-    return Counts(multiplications=rows * d_in * d_out, additions=rows * d_in * d_out)
-
-
-def linear_parameters(d_in: int, d_out: int) -> int:
-    return d_in * d_out + d_out  # weight and bias
-
-
-def lag_terms(positions: Sequence[int], lags: int) -> int:
-    """Terms of the extraction sums: position i (1-based) sums min(i, l) inputs."""
-    return sum(min(i, lags) for i in positions)
-
-
-# ---------------------------------------------------------------- softmax ---
-def softmax_attention(d: int, heads: int, queries: int, pairs: int) -> Counts:
-    """Multi-head softmax self-attention with Q, K, V and output projections
-    (fairseq's MultiheadAttention) for ``queries`` new tokens that together
-    attend to ``pairs`` (query, key) pairs."""
-    if d % heads:
-        raise ValueError(f"d = {d} is not divisible by {heads} heads")
-    return (
-        # q, k, v of the new tokens (earlier keys and values are cached when decoding)
-        linear(queries, d, 3 * d)
-        # q * 1/sqrt(d_h)
-        + Counts(multiplications=queries * d)
-        # scores q_i . k_j: per pair and head a dot product of length d_h = d / h
-        + Counts(multiplications=pairs * d, additions=pairs * (d - heads))
-        # softmax per query and head over its keys: one exp and one division
-        # per pair and head; the normaliser of a query with m keys: m - 1 additions
-        + Counts(exponentiations=pairs * heads, divisions=pairs * heads, additions=(pairs - queries) * heads)
-        # sum_j a_ij v_j: per pair one d_h-vector scaled in every head (d mult.),
-        # per query (m - 1) d additions
-        + Counts(multiplications=pairs * d, additions=(pairs - queries) * d)
-        # output projection
-        + linear(queries, d, d)
-    )
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
-def softmax_parameters(d: int) -> int:
-    return 4 * linear_parameters(d, d)  # W_q, W_k, W_v, W_o with biases
+KIND_COSTS: Mapping[str, AttentionCosts] = _RegisteredCosts()
 
 
-def softmax_training(d: int, heads: int, n: int) -> Counts:
-    """A causal pass over n tokens: token i attends to i keys, n(n+1)/2 pairs."""
-    return softmax_attention(d, heads, queries=n, pairs=n * (n + 1) // 2)
-
-
-def softmax_step(d: int, heads: int, t: int) -> Counts:
-    """The t-th token attends to t keys (t - 1 cached and its own)."""
-    return softmax_attention(d, heads, queries=1, pairs=t)
-
-
-# ------------------------------------------------------------- extractors ---
-def extractor(kind: str, d: int, queries: int, terms: int, output_projection: bool = True) -> Counts:
-    """An Extractor for ``queries`` new tokens whose extraction sums have
-    ``terms`` lag terms in all."""
-    if kind not in EXTRACTOR_KINDS:
-        raise ValueError(f"unknown Extractor {kind!r}; valid: {', '.join(EXTRACTOR_KINDS)}")
-    counts = Counts()
-    if kind == "extractor_he":
-        counts += linear(queries, d, d)  # eq. 27: X_in = X W_in + b_in (cached when decoding)
-    if kind == "extractor_she":
-        # eq. 23: a position with m terms: m vector-matrix products (m d^2 mult.,
-        # m d (d - 1) add.), their sum ((m - 1) d add.) and b_ext (d add.) = m d^2 add.
-        counts += Counts(multiplications=terms * d * d, additions=terms * d * d)
-    else:
-        # eqs. 26, 28 (vector per lag) and 29 (scalar per lag times a d-vector):
-        # m element-wise products (m d mult.), their sum ((m - 1) d add.) and b_ext (d add.)
-        counts += Counts(multiplications=terms * d, additions=terms * d)
-    if kind != "extractor_me":
-        # eq. 24: X W_adj + b_adj, then the element-wise product with X_ext (d mult. per token)
-        counts += linear(queries, d, d) + Counts(multiplications=queries * d)
-        if output_projection:
-            counts += linear(queries, d, d)  # eq. 25: X_adj W_out + b_out
-    return counts
-
-
-def extractor_parameters(kind: str, d: int, lags: int, output_projection: bool = True) -> int:
-    if kind not in EXTRACTOR_KINDS:
-        raise ValueError(f"unknown Extractor {kind!r}; valid: {', '.join(EXTRACTOR_KINDS)}")
-    per_lag = {"extractor_she": d * d, "extractor_he": d, "extractor_we": d, "extractor_me": 1}[kind]
-    params = lags * per_lag + d  # W_ext[1..l] (matrices, vectors or scalars) and b_ext
-    if kind == "extractor_he":
-        params += linear_parameters(d, d)  # W_in, b_in
-    if kind != "extractor_me":
-        params += linear_parameters(d, d)  # W_adj, b_adj
-        if output_projection:
-            params += linear_parameters(d, d)  # W_out, b_out
-    return params
-
-
-def extractor_training(kind: str, d: int, lags: int, n: int, output_projection: bool = True) -> Counts:
-    """A pass over n tokens: token i sums min(i, l) lag terms."""
-    return extractor(kind, d, queries=n, terms=lag_terms(range(1, n + 1), lags), output_projection=output_projection)
-
-
-def extractor_step(kind: str, d: int, lags: int, t: int, output_projection: bool = True) -> Counts:
-    """The t-th token sums min(t, l) lag terms."""
-    return extractor(kind, d, queries=1, terms=lag_terms([t], lags), output_projection=output_projection)
-
-
-# ------------------------------------------- every kind, for whole models ---
-# Matrix-product work of one forward pass of a sub-layer, counted in
-# multiply-accumulates (MACs; FLOPs = 2 MACs, the convention of
-# torch.utils.flop_counter). Each kind is counted as defined, for one sequence
-# without padding, ``queries`` query tokens and ``keys`` key tokens (self-
-# attention: keys = queries):
-#
-# * linear maps: rows x d_in x d_out (biases are element-wise, not counted);
-# * softmax: q . k and a . v over the visible (query, key) pairs only
-#   (fairseq's implementation computes the whole T x S matrices and masks them);
-# * cosFormer: the linear form of eq. 10, cos and sin parts, with the
-#   normaliser as an extra all-ones value column (as cosformer.py computes it):
-#   phi(K)^T [V 1] and phi(Q) (phi(K)^T [V 1]), 2 (S + T) d (d_h + 1);
-#   the causal form counted the same (its prefix sums are additions);
-# * BET: softmax's q . k and a . v, the token scores w^T [H_j; K_j] (2 d per
-#   token), and A' V over the pairs of the second mask;
-# * Extractors: every lag term of eqs. 23-29, as in ``extractor`` above.
-#
-# Element-wise work (softmax, scaling, re-weighting, activations, norms) is left
-# out; the per-operation counts above keep it.
-
-
-@dataclass(frozen=True)
-class AttentionOptions:
-    """The model options that change a kind's parameters or counted work."""
-
-    lags: int = 128                         # Extractors' l
-    extractor_output_projection: bool = True
-    softmax_diag_free: bool = False         # decoder self-attention only
-    bet_diag_free: bool = True
-
-
-@dataclass(frozen=True)
-class KindCost:
-    # parameters(placement, d, heads, kdim, options) -> int
-    parameters: Callable[[str, int, int, int, AttentionOptions], int]
-    # macs(placement, d, heads, queries, keys, kdim, options) -> int
-    macs: Callable[[str, int, int, int, int, int, AttentionOptions], int]
-
-
-def visible_pairs(placement: str, queries: int, keys: int, diag_free: bool = False) -> int:
-    """(query, key) pairs an attention distribution covers: all of them, or in
-    causal self-attention (queries = keys = n) token i sees tokens j <= i, and
-    with the diagonal-free mask j < i (the first token still sees itself)."""
-    if placement != "decoder_self":
-        return queries * keys
-    if queries != keys:
-        raise ValueError(f"decoder self-attention has as many keys as queries, got {queries} and {keys}")
-    n = queries
-    return n * (n - 1) // 2 + min(n, 1) if diag_free else n * (n + 1) // 2
-
-
-def _projection_parameters(d: int, kdim: int) -> int:
-    """W_q, W_o on d inputs and W_k, W_v on kdim inputs, each with its bias."""
-    return 2 * linear_parameters(d, d) + 2 * linear_parameters(kdim, d)
-
-
-def _projection_macs(d: int, queries: int, keys: int, kdim: int) -> int:
-    return 2 * queries * d * d + 2 * keys * kdim * d
-
-
-def _softmax_macs(placement, d, heads, queries, keys, kdim, options):
-    diag_free = options.softmax_diag_free and placement == "decoder_self"
-    return _projection_macs(d, queries, keys, kdim) + 2 * visible_pairs(placement, queries, keys, diag_free) * d
-
-
-def _cosformer_macs(placement, d, heads, queries, keys, kdim, options):
-    return _projection_macs(d, queries, keys, kdim) + 2 * (queries + keys) * d * (d // heads + 1)
-
-
-def _bet_parameters(placement, d, heads, kdim, options):
-    return _projection_parameters(d, kdim) + 2 * d  # w: heads x 2 d_h (per-head) or 2 d (shared)
-
-
-def _bet_macs(placement, d, heads, queries, keys, kdim, options):
-    first = visible_pairs(placement, queries, keys)
-    second = visible_pairs(placement, queries, keys, options.bet_diag_free)
-    return _projection_macs(d, queries, keys, kdim) + 2 * first * d + 2 * queries * d + second * d
-
-
-def _extractor_cost(kind: str) -> KindCost:
-    def parameters(placement, d, heads, kdim, options):
-        return extractor_parameters(kind, d, options.lags, options.extractor_output_projection)
-
-    def macs(placement, d, heads, queries, keys, kdim, options):
-        counts = extractor(kind, d, queries, lag_terms(range(1, queries + 1), options.lags), options.extractor_output_projection)
-        # eq. 24's X_adj * X_ext is element-wise: d multiplications per token, no product
-        return counts.multiplications - (0 if kind == "extractor_me" else queries * d)
-
-    return KindCost(parameters, macs)
-
-
-KIND_COSTS: Dict[str, KindCost] = {
-    "softmax": KindCost(lambda placement, d, heads, kdim, options: _projection_parameters(d, kdim), _softmax_macs),
-    "cosformer": KindCost(lambda placement, d, heads, kdim, options: _projection_parameters(d, kdim), _cosformer_macs),
-    "bet": KindCost(_bet_parameters, _bet_macs),
-    **{kind: _extractor_cost(kind) for kind in EXTRACTOR_KINDS},
-}
-
-
-def kind_cost(kind: str) -> KindCost:
+def kind_cost(kind: str) -> AttentionCosts:
     if kind not in KIND_COSTS:
         raise ValueError(f"no parameter/FLOP count for attention kind {kind!r}; counted kinds: {', '.join(sorted(KIND_COSTS))} "
-                         "(add one to KIND_COSTS in fairseq_plugins/complexity.py)")
+                         "(a kind registers its counts with register_attention(costs=...); KIND_COSTS lists them)")
     return KIND_COSTS[kind]
+
+
+# ---------------------------------------------------------- whole models ---
+@dataclass(frozen=True)
+class ModelLayout:
+    """What a model has besides its ``Architecture``'s layers (fairseq's Transformer options)."""
+
+    encoder_learned_positions: bool = False  # learned positional embeddings (False: sinusoidal or none)
+    decoder_learned_positions: bool = False
+    max_source_positions: int = 1024
+    max_target_positions: int = 1024
+    padding_idx: int = 1
+    layernorm_embedding: bool = False
+    encoder_final_norm: bool = False         # encoder normalize_before
+    decoder_final_norm: bool = False         # decoder normalize_before and not no_decoder_final_norm
+    decoder_input_dim: Optional[int] = None  # None: decoder_embed_dim (else a bias-free project_in_dim)
+    decoder_output_dim: Optional[int] = None  # None: decoder_embed_dim (else a bias-free project_out_dim)
+    tie_adaptive_weights: bool = False       # no project_out_dim
+    share_all_embeddings: bool = False       # one token embedding matrix for encoder, decoder and output
+    share_decoder_input_output_embed: bool = False
+
+
+@dataclass(frozen=True)
+class ArchitectureCost:
+    parameters: int            # everything but the dictionary-sized matrices
+    parameters_per_entry: int  # token embeddings and output projection, per dictionary entry
+    flops: int                 # one forward pass, without the output projection
+    flops_per_entry: int       # the output projection, per dictionary entry
+
+    def total_parameters(self, vocab: int) -> int:
+        return self.parameters + vocab * self.parameters_per_entry
+
+    def total_flops(self, vocab: int) -> int:
+        return self.flops + vocab * self.flops_per_entry
+
+    def total_backward_flops(self, vocab: int) -> int:
+        return BACKWARD_FLOPS_PER_FORWARD_FLOP * self.total_flops(vocab)
+
+
+def layer_norm_parameters(d: int) -> int:
+    return 2 * d  # weight and bias
+
+
+def ffn_parameters(d: int, ffn: int) -> int:
+    return linear_parameters(d, ffn) + linear_parameters(ffn, d)
+
+
+def positions_parameters(learned: bool, max_positions: int, d: int, padding_idx: int = 1) -> int:
+    # fairseq's PositionalEmbedding: learned ones have max_positions + padding_idx + 1 rows;
+    # sinusoidal ones are a buffer, not parameters.
+    return (max_positions + padding_idx + 1) * d if learned else 0
+
+
+def architecture_cost(architecture, source_length: int = 128, target_length: int = 128,
+                      options: AttentionOptions = AttentionOptions(), layout: ModelLayout = ModelLayout()) -> ArchitectureCost:
+    """Parameters and forward FLOPs of the model of ``architecture`` (an
+    ``fairseq_plugins.models.architecture.Architecture``): the per-layer costs each kind
+    registers, FFNs, layer norms, positions, and the dictionary-sized matrices (token
+    embeddings, output projection) per dictionary entry. FLOPs: one forward pass over one
+    sentence pair of S source and T target tokens (language models: T tokens), 2 per
+    multiply-add of the matrix products (``modules/costs.py``)."""
+    if source_length < 1 or target_length < 1:
+        raise ValueError(f"source and target lengths must be >= 1, got {source_length} and {target_length}")
+    params = macs = 0
+    S, T = source_length, target_length
+
+    def attention(kind, placement, d, heads, queries, keys, kdim):
+        cost = kind_cost(kind)
+        return cost.parameters(placement, d, heads, kdim, options), cost.macs(placement, d, heads, queries, keys, kdim, options)
+
+    d_enc = architecture.encoder_embed_dim
+    if not architecture.decoder_only:
+        params += positions_parameters(layout.encoder_learned_positions, layout.max_source_positions, d_enc, layout.padding_idx)
+        params += layer_norm_parameters(d_enc) if layout.layernorm_embedding else 0
+        for layer in architecture.encoder_layers:
+            p, m = attention(layer.attention_kind, ENCODER_SELF, d_enc, layer.attention_heads, S, S, d_enc)
+            params += p + layer_norm_parameters(d_enc) + ffn_parameters(d_enc, layer.ffn_embed_dim) + layer_norm_parameters(d_enc)
+            macs += m + 2 * S * d_enc * layer.ffn_embed_dim
+        params += layer_norm_parameters(d_enc) if layout.encoder_final_norm else 0
+
+    d = architecture.decoder_embed_dim
+    d_in = layout.decoder_input_dim or d
+    d_out = layout.decoder_output_dim or d
+    if d_in != d:  # project_in_dim, bias-free
+        params += d_in * d
+        macs += T * d_in * d
+    params += positions_parameters(layout.decoder_learned_positions, layout.max_target_positions, d, layout.padding_idx)
+    params += layer_norm_parameters(d) if layout.layernorm_embedding else 0
+    for layer in architecture.decoder_layers:
+        p, m = attention(layer.attention_kind, DECODER_SELF, d, layer.attention_heads, T, T, d)
+        params += p + layer_norm_parameters(d)
+        macs += m
+        if layer.cross_attention_kind is not None:
+            p, m = attention(layer.cross_attention_kind, ENCODER_DECODER, d, layer.cross_attention_heads, T, S, d_enc)
+            params += p + layer_norm_parameters(d)
+            macs += m
+        params += ffn_parameters(d, layer.ffn_embed_dim) + layer_norm_parameters(d)
+        macs += 2 * T * d * layer.ffn_embed_dim
+    params += layer_norm_parameters(d) if layout.decoder_final_norm else 0
+    if d_out != d and not layout.tie_adaptive_weights:  # project_out_dim, bias-free
+        params += d * d_out
+        macs += T * d * d_out
+
+    # dictionary-sized matrices: token embeddings (one shared matrix with
+    # --share-all-embeddings) and the output projection unless tied to the decoder's
+    shared_all = not architecture.decoder_only and layout.share_all_embeddings
+    shared_output = layout.share_decoder_input_output_embed or shared_all
+    per_entry = (0 if architecture.decoder_only or shared_all else d_enc) + d_in + (0 if shared_output else d_out)
+    return ArchitectureCost(parameters=params, parameters_per_entry=per_entry,
+                            flops=FLOPS_PER_MAC * macs, flops_per_entry=FLOPS_PER_MAC * T * d_out)
+
+
+def architecture_decoding_state_bytes(architecture, source_length: int, target_length: int,
+                                      options: AttentionOptions = AttentionOptions(), element_bytes: int = 4) -> int:
+    """Bytes of one sequence's incremental decoding state after ``target_length`` decoded tokens over a
+    source of ``source_length`` tokens: every decoder layer's self-attention and encoder-decoder attention
+    state, as each kind registers it (``AttentionCosts.decoding_state_bytes``; padding masks and position
+    counters not counted)."""
+    d, d_enc = architecture.decoder_embed_dim, architecture.encoder_embed_dim
+    total = 0
+    for layer in architecture.decoder_layers:
+        total += kind_cost(layer.attention_kind).decoding_state_bytes(
+            DECODER_SELF, d, layer.attention_heads, target_length, d, options, element_bytes)
+        if layer.cross_attention_kind is not None:
+            total += kind_cost(layer.cross_attention_kind).decoding_state_bytes(
+                ENCODER_DECODER, d, layer.cross_attention_heads, source_length, d_enc, options, element_bytes)
+    return total
 
 
 # ------------------------------------------------------------------ table ---
 def table_rows(d: int, lags: int, t: int, heads: Sequence[int] = (1, 32), output_projection: bool = True) -> List[Dict]:
-    """One row per sub-layer: training over a sequence of l tokens, one token at length t, parameters."""
+    """One row per causal self-attention sub-layer whose kind has per-operation counts (a row
+    per head count where heads change them): training over a sequence of l tokens, one
+    token at length t, parameters."""
+    options = AttentionOptions(lags=lags, extractor_output_projection=output_projection)
     rows = []
-    for h in heads:
-        rows.append(dict(
-            name=f"softmax self-attention, {h} head{'s' if h > 1 else ''}",
-            training=softmax_training(d, h, lags), step=softmax_step(d, h, t), parameters=softmax_parameters(d),
-        ))
-    for kind in EXTRACTOR_KINDS:
-        rows.append(dict(
-            name=kind.replace("extractor_", "").upper(),
-            training=extractor_training(kind, d, lags, lags, output_projection),
-            step=extractor_step(kind, d, lags, t, output_projection),
-            parameters=extractor_parameters(kind, d, lags, output_projection),
-        ))
+    for name, spec in ATTENTION_REGISTRY.items():
+        counts = spec.costs.operation_counts if spec.costs is not None else None
+        if counts is None or DECODER_SELF not in spec.placements:
+            continue
+        for h in heads if counts.per_head else heads[:1]:
+            rows.append(dict(
+                name=f"{counts.label}, {h} head{'s' if h > 1 else ''}" if counts.per_head else counts.label,
+                training=counts.training(d, h, lags, options), step=counts.step(d, h, t, options),
+                parameters=spec.costs.parameters(DECODER_SELF, d, h, d, options),
+            ))
     return rows
 
 

@@ -1,6 +1,7 @@
-"""Whole-model parameter and FLOP counts of every preset (``--arch``), summed
-from the per-kind counts of ``fairseq_plugins.complexity`` (``KIND_COSTS``) and
-fairseq's layer structure (embeddings, positions, layer norms, FFNs, output
+"""Whole-model parameter and FLOP counts of every preset (``--arch``):
+``fairseq_plugins.complexity.architecture_cost`` of the preset's
+``Architecture`` (the per-kind counts each kind registers, summed with
+fairseq's layer structure: embeddings, positions, layer norms, FFNs, output
 projection), without building the model.
 
     python -m fairseq_plugins.cli.model_costs                       # every preset, S = T = 128
@@ -24,20 +25,6 @@ from .. import complexity
 ENCODER_DECODER_MODEL = "mixed_transformer"
 LANGUAGE_MODEL = "mixed_transformer_lm"
 MODELS = {ENCODER_DECODER_MODEL: "translation", LANGUAGE_MODEL: "language_modeling"}
-
-
-def _layer_norm_parameters(d: int) -> int:
-    return 2 * d  # weight and bias
-
-
-def _ffn_parameters(d: int, ffn: int) -> int:
-    return complexity.linear_parameters(d, ffn) + complexity.linear_parameters(ffn, d)
-
-
-def _positions_parameters(learned: bool, max_positions: int, d: int, padding_idx: int = 1) -> int:
-    # fairseq's PositionalEmbedding: learned ones have max_positions + padding_idx + 1 rows;
-    # sinusoidal ones are a buffer, not parameters.
-    return (max_positions + padding_idx + 1) * d if learned else 0
 
 
 @dataclass(frozen=True)
@@ -78,27 +65,50 @@ def _unsupported(args, model_name: str):
                          f"{', '.join('--' + u.replace('_', '-') for u in used)}; leave those options unset")
 
 
-def attention_options(args) -> complexity.AttentionOptions:
-    """The options of ``args`` that change a kind's counts (Extractors' lags as the modules resolve them)."""
-    from ..modules.extractors import resolve_lags
+def attention_options(args, kinds: Optional[Sequence[str]] = None) -> complexity.AttentionOptions:
+    """The options of ``args`` that change a kind's counts, as each kind reads them (its
+    ``AttentionCosts.options_from``). ``kinds``: the kinds the model uses (default: those its
+    ``--*-attention-kinds`` name); the options of other kinds are read where they can be, and
+    cannot make the count fail (e.g. Extractors' lags without target positions)."""
+    from ..modules import ATTENTION_REGISTRY, AttentionConfigError
 
-    kinds = {getattr(args, name, None) or "" for name in ("encoder_attention_kinds", "decoder_attention_kinds", "cross_attention_kinds")}
-    uses_extractor = any(kind.strip().startswith("extractor_") for value in kinds for kind in value.split(","))
-    return complexity.AttentionOptions(
-        lags=resolve_lags(args) if uses_extractor else 1,
-        extractor_output_projection=not bool(getattr(args, "extractor_no_output_projection", False)),
-        softmax_diag_free=bool(getattr(args, "softmax_diag_free", False)),
-        bet_diag_free=not bool(getattr(args, "bet_no_diag_free", False)),
+    if kinds is None:
+        lists = (getattr(args, name, None) or "" for name in ("encoder_attention_kinds", "decoder_attention_kinds", "cross_attention_kinds"))
+        kinds = [kind.strip() for value in lists for kind in value.split(",")]
+    values = {}
+    for name, spec in ATTENTION_REGISTRY.items():
+        read = spec.costs.options_from if spec.costs is not None else None
+        if read is None:
+            continue
+        try:
+            values.update(read(args))
+        except AttentionConfigError:
+            if name in kinds:
+                raise
+    return complexity.AttentionOptions(**values)
+
+
+def model_layout(cfg, language_model: bool) -> complexity.ModelLayout:
+    """What fairseq's Transformer options (a TransformerConfig) add to the architecture's layers."""
+    return complexity.ModelLayout(
+        encoder_learned_positions=bool(cfg.encoder.learned_pos and not cfg.no_token_positional_embeddings),
+        decoder_learned_positions=bool(cfg.decoder.learned_pos and not cfg.no_token_positional_embeddings),
+        max_source_positions=cfg.max_source_positions if not language_model else 0,
+        max_target_positions=cfg.max_target_positions,
+        layernorm_embedding=bool(cfg.layernorm_embedding),
+        encoder_final_norm=bool(cfg.encoder.normalize_before) and not language_model,
+        decoder_final_norm=bool(cfg.decoder.normalize_before and not cfg.no_decoder_final_norm),
+        decoder_input_dim=cfg.decoder.input_dim,
+        decoder_output_dim=cfg.decoder.output_dim,
+        tie_adaptive_weights=bool(cfg.tie_adaptive_weights),
+        share_all_embeddings=bool(cfg.share_all_embeddings) and not language_model,
+        share_decoder_input_output_embed=bool(cfg.share_decoder_input_output_embed),
     )
 
 
-def _attention(kind: str, placement: str, d: int, heads: int, queries: int, keys: int, kdim: int, options):
-    cost = complexity.kind_cost(kind)
-    return cost.parameters(placement, d, heads, kdim, options), cost.macs(placement, d, heads, queries, keys, kdim, options)
-
-
 def model_cost(args, source_length: int = 128, target_length: int = 128) -> ModelCost:
-    """The counts of the model that ``args`` (an architecture's resolved options) builds."""
+    """The counts of the model that ``args`` (an architecture's resolved options) builds:
+    ``complexity.architecture_cost`` of its ``Architecture`` and layout."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
     from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS, TransformerConfig
 
@@ -126,52 +136,14 @@ def model_cost(args, source_length: int = 128, target_length: int = 128) -> Mode
                 setattr(args, name, default)
     cfg = TransformerConfig.from_namespace(args)
     architecture = model_architecture(args, decoder_only=language_model)
-    options = attention_options(args)
-    params = macs = 0
-    S, T = source_length, target_length
-
-    d_enc = cfg.encoder.embed_dim
-    if not language_model:
-        params += _positions_parameters(cfg.encoder.learned_pos and not cfg.no_token_positional_embeddings, cfg.max_source_positions, d_enc)
-        params += _layer_norm_parameters(d_enc) if cfg.layernorm_embedding else 0
-        for layer in architecture.encoder_layers:
-            p, m = _attention(layer.attention_kind, "encoder_self", d_enc, layer.attention_heads, S, S, d_enc, options)
-            params += p + _layer_norm_parameters(d_enc) + _ffn_parameters(d_enc, layer.ffn_embed_dim) + _layer_norm_parameters(d_enc)
-            macs += m + 2 * S * d_enc * layer.ffn_embed_dim
-        params += _layer_norm_parameters(d_enc) if cfg.encoder.normalize_before else 0
-
-    d = cfg.decoder.embed_dim
-    d_in = cfg.decoder.input_dim
-    d_out = cfg.decoder.output_dim
-    if d_in != d:  # project_in_dim, bias-free
-        params += d_in * d
-        macs += T * d_in * d
-    params += _positions_parameters(cfg.decoder.learned_pos and not cfg.no_token_positional_embeddings, cfg.max_target_positions, d)
-    params += _layer_norm_parameters(d) if cfg.layernorm_embedding else 0
-    for layer in architecture.decoder_layers:
-        p, m = _attention(layer.attention_kind, "decoder_self", d, layer.attention_heads, T, T, d, options)
-        params += p + _layer_norm_parameters(d)
-        macs += m
-        if layer.cross_attention_kind is not None:
-            p, m = _attention(layer.cross_attention_kind, "encoder_decoder", d, layer.cross_attention_heads, T, S, d_enc, options)
-            params += p + _layer_norm_parameters(d)
-            macs += m
-        params += _ffn_parameters(d, layer.ffn_embed_dim) + _layer_norm_parameters(d)
-        macs += 2 * T * d * layer.ffn_embed_dim
-    params += _layer_norm_parameters(d) if cfg.decoder.normalize_before and not cfg.no_decoder_final_norm else 0
-    if d_out != d and not cfg.tie_adaptive_weights:  # project_out_dim, bias-free
-        params += d * d_out
-        macs += T * d * d_out
-
-    # dictionary-sized matrices: token embeddings (one shared matrix with
-    # --share-all-embeddings) and the output projection unless tied to the decoder's
-    shared_all = not language_model and cfg.share_all_embeddings
-    shared_output = cfg.share_decoder_input_output_embed or shared_all
-    per_entry = (0 if language_model or shared_all else d_enc) + d_in + (0 if shared_output else d_out)
+    kinds = {layer.attention_kind for layer in architecture.encoder_layers + architecture.decoder_layers}
+    kinds |= {layer.cross_attention_kind for layer in architecture.decoder_layers if layer.cross_attention_kind is not None}
+    cost = complexity.architecture_cost(architecture, source_length, target_length, attention_options(args, sorted(kinds)),
+                                        model_layout(cfg, language_model))
     return ModelCost(
-        arch=args.arch, model="language model" if language_model else "encoder-decoder", parameters=params,
-        parameters_per_entry=per_entry, flops=2 * macs, flops_per_entry=2 * T * d_out,
-        source_length=None if language_model else S, target_length=T,
+        arch=args.arch, model="language model" if language_model else "encoder-decoder", parameters=cost.parameters,
+        parameters_per_entry=cost.parameters_per_entry, flops=cost.flops, flops_per_entry=cost.flops_per_entry,
+        source_length=None if language_model else source_length, target_length=target_length,
     )
 
 

@@ -9,11 +9,13 @@ of ``sample["pointer_hints"]`` (from the ``*_with_syntax`` tasks).
 
 Decisions:
 
-* Layers: every decoder layer whose self-attention kind is ``bet`` or
-  ``softmax`` (``module.kind_name``; fairseq's own MultiheadAttention, as in the
-  stock ``transformer``/``transformer_lm``, counts as softmax). Other kinds
-  (cosFormer, Extractors) are left out; a decoder with none of these kinds is an
-  error.
+* Layers: every decoder layer whose self-attention kind registers
+  ``attention_distribution=True`` (its weights are softmax distributions: today
+  ``bet`` and ``softmax``; ``module.kind_name``, and fairseq's own
+  MultiheadAttention, as in the stock ``transformer``/``transformer_lm``, counts
+  as the kind that extends it). Other kinds (cosFormer, whose ReLU weights can be
+  zero, and the Extractors, which have none) are left out; a decoder with none of
+  these kinds is an error.
 * Heads: by default -log of the head-averaged distribution; with
   ``--pointer-loss-per-head`` the mean over heads of each head's -log A_h.
 * Rows left out: hint -1, padding targets, the first ``--ignore-prefix-size``
@@ -44,13 +46,14 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 from fairseq.logging import metrics
-from fairseq.modules import LayerDropModuleList, MultiheadAttention
+from fairseq.modules import LayerDropModuleList
 from torch import Tensor, nn
 
 from ..data.hinted_datasets import POINTER_HINTS
+from ..modules import ATTENTION_REGISTRY
+from ..modules.registry import spec_of_module
 from ..modules.recording import AttentionRecorder, decoder_self_attentions
 
-POINTER_KINDS = ("bet", "softmax")
 POINTER_EPS = 1e-9
 CRITERION_NAME = "label_smoothed_cross_entropy_with_pointer"
 
@@ -79,13 +82,21 @@ class LabelSmoothedCrossEntropyWithPointerConfig(LabelSmoothedCrossEntropyCriter
 
 
 def attention_kind(module: nn.Module) -> str:
-    """A decoder self-attention module's kind (fairseq's own MultiheadAttention is softmax)."""
-    kind = getattr(module, "kind_name", None)
-    if kind is not None:
-        return kind
-    if isinstance(module, MultiheadAttention):
-        return "softmax"
-    return type(module).__name__
+    """A decoder self-attention module's registered kind (fairseq's own MultiheadAttention:
+    the kind that extends it), else its class name."""
+    spec = spec_of_module(module)
+    return spec.name if spec is not None else type(module).__name__
+
+
+def pointer_kinds() -> List[str]:
+    """The kinds the pointer loss can read: those whose weights are attention distributions
+    (strictly positive on every visible key, so -log A[t, hint_t] is finite)."""
+    return sorted(name for name, spec in ATTENTION_REGISTRY.items() if spec.attention_distribution)
+
+
+def exposes_attention_distribution(module: nn.Module) -> bool:
+    spec = spec_of_module(module)
+    return spec is not None and spec.attention_distribution
 
 
 def pointer_layers(model) -> Tuple[List[int], List[nn.Module]]:
@@ -95,10 +106,10 @@ def pointer_layers(model) -> Tuple[List[int], List[nn.Module]]:
         raise PointerLossError(f"{CRITERION_NAME}: model {type(model).__name__} has no decoder")
     modules = decoder_self_attentions(decoder)
     kinds = [attention_kind(m) for m in modules]
-    chosen = [i for i, kind in enumerate(kinds) if kind in POINTER_KINDS]
+    chosen = [i for i, module in enumerate(modules) if exposes_attention_distribution(module)]
     if not chosen:
         raise PointerLossError(
-            f"{CRITERION_NAME}: the pointer loss needs decoder self-attention of kind {' or '.join(POINTER_KINDS)}, "
+            f"{CRITERION_NAME}: the pointer loss needs decoder self-attention of kind {' or '.join(pointer_kinds())}, "
             f"but the decoder layers use {', '.join(kinds) or 'no layers'}; set --decoder-attention-kinds "
             "(or --pointer-loss-weight 0)"
         )

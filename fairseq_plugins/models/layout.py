@@ -10,13 +10,12 @@ import copy
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models.transformer import TransformerConfig
 
-from ..complexity import EXTRACTOR_KINDS
-from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError
+from ..modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError
 from .architecture import Architecture
 
 logger = logging.getLogger(__name__)
@@ -186,18 +185,17 @@ def layer_count_config(args, side: str, layers: int):
 # ------------------------------------------------- checks across options ---
 PLACEMENT_NAMES = {ENCODER_SELF: "encoder self-attention", DECODER_SELF: "decoder self-attention",
                    ENCODER_DECODER: "encoder-decoder attention"}
-# The kinds and placements whose layers read each kind option (the option's help says the same).
-# cosFormer encoder self-attention takes its M from each sequence; extractor_me has no output projection.
-KIND_OPTION_USERS = {
-    "cosformer_max_positions": (("cosformer",), (DECODER_SELF, ENCODER_DECODER)),
-    "extractor_lags": (EXTRACTOR_KINDS, (DECODER_SELF,)),
-    "extractor_no_output_projection": (("extractor_she", "extractor_he", "extractor_we"), (DECODER_SELF,)),
-    "extractor_conv_impl": (EXTRACTOR_KINDS, (DECODER_SELF,)),
-    "bet_score_weights": (("bet",), (DECODER_SELF,)),
-    "bet_no_diag_free": (("bet",), (DECODER_SELF,)),
-    "softmax_diag_free": (("softmax",), (DECODER_SELF,)),
-    "softmax_diag_scale": (("softmax",), (DECODER_SELF,)),
-}
+def kind_option_users() -> Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]]:
+    """option -> (the kinds whose layers read it, in registration order; the placements where they do),
+    as each kind registers them (``register_attention(options=...)``); options in the order of the
+    model options (``DecoderLayoutConfig``), then any others."""
+    users: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {}
+    for name, spec in ATTENTION_REGISTRY.items():
+        for option, placements in spec.options.items():
+            kinds, known = users.get(option, ((), ()))
+            users[option] = (kinds + (name,), tuple(p for p in PLACEMENT_NAMES if p in known or p in placements))
+    order = list(DECODER_LAYOUT_DEFAULTS)
+    return dict(sorted(users.items(), key=lambda item: order.index(item[0]) if item[0] in order else len(order)))
 
 
 def placed_kinds(architecture: Architecture) -> List[Tuple[str, int, str]]:
@@ -266,9 +264,9 @@ def warn_unused_kind_options(args, architecture: Architecture) -> None:
     model = "; ".join(
         f"{PLACEMENT_NAMES[placement]} {', '.join(dict.fromkeys(k for p, _, k in layers if p == placement))}"
         for placement in PLACEMENT_NAMES if any(p == placement for p, _, _ in layers))
-    for name, (kinds, placements) in KIND_OPTION_USERS.items():
+    for name, (kinds, placements) in kind_option_users().items():
         value = _option(args, name)
-        default = DECODER_LAYOUT_DEFAULTS[name]
+        default = DECODER_LAYOUT_DEFAULTS.get(name)
         if value is None or value == default:
             continue
         if any(kind in kinds and placement in placements for placement, _, kind in layers):

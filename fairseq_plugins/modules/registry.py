@@ -55,6 +55,18 @@ class AttentionSpec:
     # Option variants the conformance suite runs besides the defaults:
     # variant name -> ConformanceVariant (model-option overrides, placements).
     conformance_variants: Mapping[str, "ConformanceVariant"] = field(default_factory=dict)
+    # Parameters, FLOPs, decoding state and asymptotic class (an ``AttentionCosts`` of
+    # ``modules/costs.py``); None only for kinds registered by tests.
+    costs: Optional["AttentionCosts"] = None  # noqa: F821
+    # True when the kind's attention weights are a softmax distribution over the
+    # visible keys (every visible key strictly positive, rows summing to one), so
+    # losses on attention such as the pointer loss's -log A[t, hint_t] can read them.
+    # Kinds without weights, or whose weights can be zero on a visible key (ReLU
+    # feature maps), leave it False.
+    attention_distribution: bool = False
+    # The model options (``cfg`` attribute names) the kind reads -> the placements where it reads
+    # them (the option's help says the same); used to warn about options no layer reads.
+    options: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -76,8 +88,17 @@ def register_attention(
     naive_reference: Callable,
     description: str,
     conformance_variants: Optional[Mapping[str, object]] = None,
+    costs=None,
+    attention_distribution: bool = False,
+    options: Optional[Mapping[str, object]] = None,
 ):
     """Class decorator: register an attention kind under ``name``.
+
+    ``costs`` is the kind's ``AttentionCosts`` (``modules/costs.py``): what
+    ``fairseq_plugins.complexity``, ``cli/model_costs`` and the benchmarks ask
+    instead of naming kinds. ``attention_distribution``: see ``AttentionSpec``.
+    ``options`` maps each model option the kind reads to the placements where it
+    reads it (default: every placement of the kind).
 
     ``conformance_variants`` maps a variant name to the model options it sets
     (a dict, run in every placement of the kind) or to a ``ConformanceVariant``
@@ -97,6 +118,13 @@ def register_attention(
         if outside:
             raise ValueError(f"conformance variant {variant!r} of attention kind {name!r} names placements {outside} the kind does not support")
         variants[str(variant)] = ConformanceVariant(dict(value.overrides), variant_placements)
+    read_options = {}
+    for option, option_placements in (options or {}).items():
+        option_placements = tuple(option_placements) if option_placements is not None else placements
+        outside = [p for p in option_placements if p not in placements]
+        if outside:
+            raise ValueError(f"option {option!r} of attention kind {name!r} names placements {outside} the kind does not support")
+        read_options[str(option)] = option_placements
 
     def decorator(cls):
         if name in ATTENTION_REGISTRY:
@@ -107,7 +135,9 @@ def register_attention(
         if missing:
             raise TypeError(f"attention kind {name!r} lacks the attention interface: {missing}")
         cls.kind_name = name
-        ATTENTION_REGISTRY[name] = AttentionSpec(name, cls, placements, naive_reference, description, variants)
+        ATTENTION_REGISTRY[name] = AttentionSpec(
+            name, cls, placements, naive_reference, description, variants, costs, bool(attention_distribution), read_options
+        )
         return cls
 
     return decorator
@@ -115,6 +145,19 @@ def register_attention(
 
 def valid_kinds(placement: Optional[str] = None):
     return sorted(n for n, s in ATTENTION_REGISTRY.items() if placement is None or placement in s.placements)
+
+
+def spec_of_module(module: nn.Module) -> Optional[AttentionSpec]:
+    """The registered kind of an attention module: its ``kind_name``, or for a module
+    of a class that a registered kind extends (fairseq's own MultiheadAttention, which
+    a kind may subclass) that kind; None for anything else."""
+    name = getattr(module, "kind_name", None)
+    if name in ATTENTION_REGISTRY:
+        return ATTENTION_REGISTRY[name]
+    for spec in ATTENTION_REGISTRY.values():
+        if issubclass(spec.cls, type(module)) and type(module) not in (nn.Module, BaseAttention, FairseqIncrementalState):
+            return spec
+    return None
 
 
 def check_kind(kind: str, placement: str, option_name: str = "attention kind") -> AttentionSpec:

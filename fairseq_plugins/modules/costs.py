@@ -1,0 +1,191 @@
+"""The cost interface every attention kind registers (``register_attention(costs=...)``)
+and the counting helpers the kinds share.
+
+A kind's ``AttentionCosts`` gives, for one sub-layer in a placement:
+
+* ``parameters(placement, embed_dim, heads, kdim, options)``: trainable parameters,
+  equal to those of the built module (``tests/cli/test_model_costs.py`` builds and compares);
+* ``macs(placement, embed_dim, heads, queries, keys, kdim, options)``: multiply-accumulates
+  of the matrix products of one forward pass over one sequence without padding, the kind
+  counted as defined; ``forward_flops`` = 2 MACs (the convention of
+  ``torch.utils.flop_counter``), ``backward_flops`` = 2 x forward (below);
+* ``decoding_state_bytes(placement, embed_dim, heads, length, kdim, options, element_bytes)``:
+  bytes of the floating-point incremental state of **one sequence** after ``length`` decoded
+  tokens (``decoder_self``) or with ``length`` source tokens (``encoder_decoder``; 0 in
+  ``encoder_self``, which is not decoded). Padding masks and position counters, which every
+  kind keeps alike, are not counted. ``decoding_state_growth`` says how the ``decoder_self``
+  state grows with decoded tokens: "per token", "constant" or "window" (per token up to a fixed
+  number of tokens); an ``encoder_decoder`` state depends on the source length only;
+* ``asymptotic_class``: the time of a forward pass over T tokens, e.g. "O(T^2)", "O(T)", "O(T*l)";
+* ``operation_counts`` (optional): per-operation counts (multiplications, additions,
+  divisions, exponentiations) for ``python -m fairseq_plugins.complexity``'s table.
+
+Counting conventions (see ``fairseq_plugins/complexity.py`` for the per-operation ones;
+``implementation_flops`` states its own):
+
+* linear maps: rows x d_in x d_out MACs (biases are element-wise, not counted);
+* element-wise work (softmax, scaling, re-weighting, activations, norms) is left out of MACs.
+"""
+from dataclasses import dataclass, field, fields
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+from .registry import DECODER_SELF, ENCODER_SELF
+
+# Backward of a matrix product C = A B: dA = dC B^T and dB = A^T dC, two products of
+# the same size as the forward one, so 2 x its FLOPs (when both operands need gradients,
+# as every weight product in training does). The one place this rule is written.
+BACKWARD_FLOPS_PER_FORWARD_FLOP = 2
+# torch.utils.flop_counter counts 2 FLOPs per multiply-accumulate.
+FLOPS_PER_MAC = 2
+
+
+
+@dataclass(frozen=True)
+class Counts:
+    multiplications: int = 0
+    additions: int = 0
+    divisions: int = 0
+    exponentiations: int = 0
+
+    def __add__(self, other: "Counts") -> "Counts":
+        return Counts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+
+def linear(rows: int, d_in: int, d_out: int) -> Counts:
+    """``rows`` vectors times a d_in x d_out matrix plus a bias: per output
+    element a dot product of length d_in (d_in mult., d_in - 1 add.) and the
+    bias (1 add.)."""
+    return Counts(multiplications=rows * d_in * d_out, additions=rows * d_in * d_out)
+
+
+def linear_parameters(d_in: int, d_out: int) -> int:
+    return d_in * d_out + d_out  # weight and bias
+
+
+def lag_terms(positions: Sequence[int], lags: int) -> int:
+    """Terms of the extraction sums: position i (1-based) sums min(i, l) inputs."""
+    return sum(min(i, lags) for i in positions)
+
+
+def visible_pairs(placement: str, queries: int, keys: int, diag_free: bool = False) -> int:
+    """(query, key) pairs an attention distribution covers: all of them, or in
+    causal self-attention (queries = keys = n) token i sees tokens j <= i, and
+    with the diagonal-free mask j < i (the first token still sees itself)."""
+    if placement != DECODER_SELF:
+        return queries * keys
+    if queries != keys:
+        raise ValueError(f"decoder self-attention has as many keys as queries, got {queries} and {keys}")
+    n = queries
+    return n * (n - 1) // 2 + min(n, 1) if diag_free else n * (n + 1) // 2
+
+
+def projection_parameters(d: int, kdim: int) -> int:
+    """W_q, W_o on d inputs and W_k, W_v on kdim inputs, each with its bias."""
+    return 2 * linear_parameters(d, d) + 2 * linear_parameters(kdim, d)
+
+
+def projection_macs(d: int, queries: int, keys: int, kdim: int) -> int:
+    """q and the output projection per query, k and v per key."""
+    return 2 * queries * d * d + 2 * keys * kdim * d
+
+
+class AttentionOptions:
+    """The model options that change a kind's parameters, counted work or decoding state: the values
+    given as keywords, and for every other option the default its kind registers
+    (``AttentionCosts.option_defaults``). Immutable; equal when the values are."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, **values):
+        defaults = registered_option_defaults()
+        unknown = sorted(set(values) - set(defaults))
+        if unknown:
+            raise TypeError(f"unknown attention cost options {unknown}; the registered kinds read: {', '.join(sorted(defaults))}")
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getattr__(self, name):
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        defaults = registered_option_defaults()
+        if name in defaults:
+            return defaults[name]
+        raise AttributeError(f"no attention cost option {name!r}; the registered kinds read: {', '.join(sorted(defaults))}")
+
+    def __setattr__(self, name, value):
+        raise AttributeError("AttentionOptions are immutable")
+
+    def as_dict(self):
+        return {**registered_option_defaults(), **self._values}
+
+    def __eq__(self, other):
+        return isinstance(other, AttentionOptions) and self.as_dict() == other.as_dict()
+
+    def __hash__(self):
+        return hash(tuple(sorted(self.as_dict().items())))
+
+    def __repr__(self):
+        return f"AttentionOptions({', '.join(f'{k}={v!r}' for k, v in sorted(self._values.items()))})"
+
+
+def registered_option_defaults() -> Dict[str, object]:
+    """option -> default, over the costs of every registered kind (kinds sharing an option share its default)."""
+    from .registry import ATTENTION_REGISTRY
+
+    defaults: Dict[str, object] = {}
+    for spec in ATTENTION_REGISTRY.values():
+        if spec.costs is not None:
+            for option, default in spec.costs.option_defaults.items():
+                defaults.setdefault(option, default)
+    return defaults
+
+
+@dataclass(frozen=True)
+class OperationCounts:
+    """Per-operation counts of one causal self-attention sub-layer, for the table of
+    ``python -m fairseq_plugins.complexity``: ``training(d, heads, n, options)`` for a pass
+    over n tokens, ``step(d, heads, t, options)`` for the t-th token with the kind's caches.
+    ``label`` names the row; with ``per_head`` the table has a row per head count."""
+
+    label: str
+    training: Callable[[int, int, int, AttentionOptions], Counts]
+    step: Callable[[int, int, int, AttentionOptions], Counts]
+    per_head: bool = False
+
+
+@dataclass(frozen=True)
+class AttentionCosts:
+    # parameters(placement, d, heads, kdim, options) -> int
+    parameters: Callable[[str, int, int, int, AttentionOptions], int]
+    # macs(placement, d, heads, queries, keys, kdim, options) -> int
+    macs: Callable[[str, int, int, int, int, int, AttentionOptions], int]
+    # decoding_state_elements(placement, d, heads, length, kdim, options) -> floating elements of one sequence
+    decoding_state_elements: Callable[[str, int, int, int, int, AttentionOptions], int]
+    decoding_state_growth: str  # "per token", "constant" or "window"
+    asymptotic_class: str
+    operation_counts: Optional[OperationCounts] = None
+    # options_from(cfg) -> the AttentionOptions values the kind reads from model options
+    # (as its from_config resolves them); errors are AttentionConfigErrors
+    options_from: Optional[Callable[[object], Mapping[str, object]]] = None
+    # the AttentionOptions the kind's counts read -> their defaults
+    option_defaults: Mapping[str, object] = field(default_factory=dict)
+    # implementation_flops(length, embed_dim, heads, options, **settings) -> (forward, backward) FLOPs of
+    # one forward+backward of the kind's implementation (what runs, not the definition) in decoder
+    # self-attention on T tokens of one sequence; settings: the implementation's own (e.g. ``chunk``,
+    # ``conv_impl``), None for its defaults. benchmarks/attention_speed.py divides times by it.
+    # ``implementation_flops_text`` says the same in words. None: the benchmark uses the definition.
+    implementation_flops: Optional[Callable[..., Tuple[float, float]]] = None
+    implementation_flops_text: str = ""
+
+    def forward_flops(self, placement: str, d: int, heads: int, queries: int, keys: int, kdim: int, options: AttentionOptions) -> int:
+        return FLOPS_PER_MAC * self.macs(placement, d, heads, queries, keys, kdim, options)
+
+    def backward_flops(self, placement: str, d: int, heads: int, queries: int, keys: int, kdim: int, options: AttentionOptions) -> int:
+        return BACKWARD_FLOPS_PER_FORWARD_FLOP * self.forward_flops(placement, d, heads, queries, keys, kdim, options)
+
+    def decoding_state_bytes(self, placement: str, d: int, heads: int, length: int, kdim: int, options: AttentionOptions,
+                             element_bytes: int = 4) -> int:
+        """Bytes of one sequence's incremental state (see the module docstring); float32 by default."""
+        if placement == ENCODER_SELF:
+            return 0
+        return element_bytes * self.decoding_state_elements(placement, d, heads, length, kdim, options)
