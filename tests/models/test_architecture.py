@@ -36,14 +36,6 @@ TRANSLATION = Architecture(
 )
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("dicts")
-    for name in ("dict.src.txt", "dict.tgt.txt", "dict.txt"):
-        (path / name).write_text("".join(f"w{i} 10\n" for i in range(12)))
-    return str(path)
-
-
 def parse(data_dir, arch, *extra):
     lm = ARCH_MODEL_NAME_REGISTRY[arch] == "mixed_transformer_lm"
     argv = [data_dir, "--arch", arch, "--user-dir", PLUGIN_DIR,

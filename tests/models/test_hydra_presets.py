@@ -31,14 +31,6 @@ MODELS = ("mixed_transformer", "mixed_transformer_lm")
 ALL_PRESETS = sorted(arch for arch, model in ARCH_MODEL_NAME_REGISTRY.items() if model in MODELS)
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("dicts")
-    for name in ("dict.src.txt", "dict.tgt.txt", "dict.txt"):
-        (path / name).write_text("".join(f"w{i} 10\n" for i in range(12)))
-    return str(path)
-
-
 def is_lm(arch):
     return ARCH_MODEL_NAME_REGISTRY[arch] == "mixed_transformer_lm"
 

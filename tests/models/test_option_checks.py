@@ -20,14 +20,6 @@ TINY_LM = ["--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64", "--deco
 LAYOUT_LOGGER = "fairseq_plugins.models.layout"
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("dicts")
-    for name in ("dict.src.txt", "dict.tgt.txt", "dict.txt"):
-        (path / name).write_text("".join(f"w{i} 10\n" for i in range(12)))
-    return str(path)
-
-
 def build(data_dir, arch, *extra):
     """The model fairseq-train would build for these options (a language model for *_lm* presets)."""
     lm = "_lm" in arch
