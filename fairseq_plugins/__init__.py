@@ -13,5 +13,8 @@ from . import modules  # noqa: F401
 from . import models  # noqa: F401
 from . import tasks  # noqa: F401
 from . import criterions  # noqa: F401
+from .modules.registry import import_kind_modules
+
+import_kind_modules()  # kinds of other packages named in $FAIRSEQ_PLUGINS_KIND_MODULES (modules/registry.py)
 
 __version__ = "0.1.0"

@@ -143,6 +143,41 @@ def register_attention(
     return decorator
 
 
+def unregister_attention(name: str) -> None:
+    """Remove kind ``name`` from the registry (a test that registers a kind for itself
+    undoes it with this); an unknown name is an error."""
+    if name not in ATTENTION_REGISTRY:
+        raise KeyError(f"attention kind {name!r} is not registered")
+    del ATTENTION_REGISTRY[name]
+
+
+# Environment variable naming modules (comma-separated, importable from sys.path) that
+# register attention kinds of their own: ``import fairseq_plugins`` imports them after the
+# built-in kinds, so that a kind kept in its own package reaches every entry point that
+# takes no ``--user-dir`` (``python -m fairseq_plugins.complexity``, the benchmarks and
+# their worker processes, the conformance suite) with no file of this package touched.
+KIND_MODULES_ENV = "FAIRSEQ_PLUGINS_KIND_MODULES"
+
+
+def import_kind_modules(names: Optional[str] = None):
+    """Import the kind modules named in ``names`` (default: the ``FAIRSEQ_PLUGINS_KIND_MODULES``
+    environment variable), comma-separated; each registers its kinds with
+    ``register_attention`` when imported. Returns the imported modules."""
+    import importlib
+    import os
+
+    if names is None:
+        names = os.environ.get(KIND_MODULES_ENV, "")
+    modules = []
+    for name in (n.strip() for n in names.split(",")):
+        if name:
+            try:
+                modules.append(importlib.import_module(name))
+            except ImportError as exc:
+                raise ImportError(f"{KIND_MODULES_ENV}: cannot import the kind module {name!r} ({exc})") from exc
+    return modules
+
+
 def valid_kinds(placement: Optional[str] = None):
     return sorted(n for n, s in ATTENTION_REGISTRY.items() if placement is None or placement in s.placements)
 
