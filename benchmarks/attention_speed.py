@@ -58,7 +58,7 @@ from fairseq_plugins.files import atomic_output  # noqa: E402
 
 import fairseq_plugins.modules  # noqa: E402  (registers the kinds)
 from fairseq_plugins.modules import ATTENTION_REGISTRY, DECODER_SELF  # noqa: E402
-from fairseq_plugins.modules.extractors import EXTRACTOR_KINDS, fft_flops  # noqa: E402,F401  (fft_flops: the FFT count the formulas use)
+from fairseq_plugins.modules.extractors.costs import EXTRACTOR_KINDS, fft_flops  # noqa: E402,F401  (fft_flops: the FFT count the formulas use)
 
 # Baselines defined in this file, not registered kinds: each is timed next to the kind it reimplements.
 BASELINES = {"cosformer_reference_cumsum": "cosformer"}
@@ -388,7 +388,7 @@ def estimate_bytes(kind, length, lags=DEFAULT_EXTRACTOR_LAGS):
         # complex kernel spectrum, its gradient and the product.
         weights = 2 * lags * EMBED_DIM * EMBED_DIM * 4 + 60 * length * EMBED_DIM * 4
         if extractor_conv_impl(kind, length, lags) == "fft":
-            from fairseq_plugins.modules.extractors import fft_length
+            from fairseq_plugins.modules.extractors.conv import fft_length
 
             return weights + 3 * (fft_length(length + min(lags, length) - 1) // 2 + 1) * EMBED_DIM * EMBED_DIM * 8
         return weights + length * min(lags, length) * EMBED_DIM * 4
@@ -409,7 +409,7 @@ def estimate_bytes(kind, length, lags=DEFAULT_EXTRACTOR_LAGS):
 def extractor_conv_impl(kind, length, lags=DEFAULT_EXTRACTOR_LAGS, embed_dim=EMBED_DIM):
     """The convolution path (``direct`` or ``fft``) that an extractor kind's cost rule takes for a full pass
     over T tokens of one sequence (``--extractor-conv-impl auto``)."""
-    from fairseq_plugins.modules.extractors import choose_conv_impl
+    from fairseq_plugins.modules.extractors.conv import choose_conv_impl
 
     return choose_conv_impl(EXTRACTOR_LAG_SHAPES[kind], 1, length, min(lags, length), embed_dim)
 
@@ -484,7 +484,7 @@ def growth_bound(kind, t1, t2, lags=DEFAULT_EXTRACTOR_LAGS):
     if kind in EXTRACTOR_KINDS:
         impls = {extractor_conv_impl(kind, t, lags) for t in (t1, t2)}
         if "fft" in impls:
-            from fairseq_plugins.modules.extractors import fft_length
+            from fairseq_plugins.modules.extractors.conv import fft_length
 
             n1, n2 = (fft_length(t + min(lags, t) - 1) for t in (t1, t2))
             fft = (n2 * math.log2(n2)) / (n1 * math.log2(n1))
@@ -841,7 +841,7 @@ def write_plot(path, lengths, kinds, train, memory_field, device, memory_label=N
 
 def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, decode, notes, elapsed, self_check,
            device=None, peak=None, plot_name=None):
-    from fairseq_plugins.modules.extractors import fft_length
+    from fairseq_plugins.modules.extractors.conv import fft_length
 
     device = device or {"name": "cpu", "type": "cpu"}
     peak = peak or {}
@@ -1206,7 +1206,7 @@ def cosformer_above_softmax(train, lengths, field):
 
 
 def _default_chunk():
-    from fairseq_plugins.modules.cosformer import DEFAULT_CHUNK_SIZE
+    from fairseq_plugins.modules.cosformer.chunked import DEFAULT_CHUNK_SIZE
 
     return DEFAULT_CHUNK_SIZE
 
@@ -1262,7 +1262,7 @@ def targets(train, decode, lengths=DEFAULT_LENGTHS, kinds=KINDS, lags=DEFAULT_EX
 def implementation_notes(length):
     """How the two linear kinds are computed; the sizes quoted are computed from the code's constants at the
     report's longest T (no measurement lives here: the chunk-size table above is this run's)."""
-    from fairseq_plugins.modules.cosformer import SEGMENT_BYTES
+    from fairseq_plugins.modules.cosformer.chunked import SEGMENT_BYTES
 
     head_dim = EMBED_DIM // HEADS
     chunk = _default_chunk()
@@ -1276,7 +1276,7 @@ def implementation_notes(length):
 IMPLEMENTATION_NOTES = """\
 ## How the causal cosFormer is computed
 
-`fairseq_plugins/modules/cosformer.py`: `_ChunkedCausalCosformer` (a `torch.autograd.Function`), used by the
+`fairseq_plugins/modules/cosformer/chunked.py`: `_ChunkedCausalCosformer` (a `torch.autograd.Function`), used by the
 module and by `cosformer_causal`.
 
 - **Chunked form.** Tokens are cut into chunks of C. Inside a chunk, the exact quadratic form
@@ -1312,7 +1312,7 @@ module and by `cosformer_causal`.
 
 ## How the extractors are computed
 
-`fairseq_plugins/modules/extractors.py`: the extraction (eqs. 23, 26, 28, 29 of Chen 2023) is a causal
+`fairseq_plugins/modules/extractors/conv.py`: the extraction (eqs. 23, 26, 28, 29 of Chen 2023) is a causal
 convolution over time with a kernel of l lags: d -> d channels for SHE, depthwise for WE and HE, one kernel
 shared by all channels for ME. A full pass takes `conv1d` (direct) or an FFT convolution, whichever the cost rule
 (`choose_conv_impl`: multiplications times a measured cost per multiplication) estimates faster for the batch,

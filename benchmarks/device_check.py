@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # run by path, not as python -m benchmarks.device
 import fairseq_plugins  # noqa: E402,F401  (registers the kinds)
 from fairseq_plugins.modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, build_attention  # noqa: E402
 
-from fairseq_plugins.modules.cosformer import DEFAULT_CHUNK_SIZE  # noqa: E402
+from fairseq_plugins.modules.cosformer.chunked import DEFAULT_CHUNK_SIZE  # noqa: E402
 
 EMBED, HEADS, TGT, SRC, BSZ = 64, 4, 200, 150, 3
 LAGS = 64

@@ -7,7 +7,7 @@ real multiplications, additions, divisions and exponentiations of
 * training: one causal pass over a sequence of n tokens (the paper: n = l);
 * decoding: one new token at sequence length t, with the usual caches (keys
   and values for softmax attention, the last min(t, l) extraction inputs for
-  Extractors; see ``modules/extractors.py``);
+  Extractors; see ``modules/extractors/``);
 
 and the trainable parameters, which equal those of the modules in
 ``fairseq_plugins.modules`` (the tests build them and compare).
@@ -55,14 +55,14 @@ from .modules.costs import (  # noqa: F401  (the shared helpers, re-exported)
     visible_pairs,
 )
 # The per-operation counts of the paper's tables, defined next to each kind's code.
-from .modules.extractors import (  # noqa: F401
+from .modules.extractors.costs import (  # noqa: F401
     EXTRACTOR_KINDS,
     extractor,
     extractor_parameters,
     extractor_step,
     extractor_training,
 )
-from .modules.softmax_attention import softmax_attention, softmax_parameters, softmax_step, softmax_training  # noqa: F401
+from .modules.softmax.costs import softmax_attention, softmax_parameters, softmax_step, softmax_training  # noqa: F401
 
 class _RegisteredCosts(Mapping):
     """kind -> AttentionCosts of every registered kind, read from the registry on each access

@@ -14,6 +14,7 @@ from .registry import (  # noqa: F401
     register_attention,
     valid_kinds,
 )
-from . import softmax_attention, cosformer  # noqa: F401,E402  (registration side effects)
+# One package per kind (modules/<kind>/: naive.py, the fast paths, attention.py, costs.py).
+from . import softmax, cosformer  # noqa: F401,E402  (registration side effects)
 from . import extractors  # noqa: F401,E402  (registration side effects)
-from . import bet_attention  # noqa: F401,E402  (registration side effects)
+from . import bet  # noqa: F401,E402  (registration side effects)

@@ -144,7 +144,7 @@ def test_flop_formulas_in_words_for_every_kind():
 
 
 def test_growth_bounds_follow_each_kinds_complexity():
-    from fairseq_plugins.modules.extractors import fft_length
+    from fairseq_plugins.modules.extractors.conv import fft_length
 
     assert bench.growth_bound("cosformer", 4096, 8192)[0] == pytest.approx(2.1)
     assert bench.growth_bound("extractor_she", 4096, 8192)[0] == pytest.approx(2.1)  # direct path

@@ -6,8 +6,8 @@ import torch
 from fairseq import options, tasks
 
 import fairseq_plugins
-from fairseq_plugins.modules.bet_attention import BetAttention
-from fairseq_plugins.modules.softmax_attention import SoftmaxAttention
+from fairseq_plugins.modules.bet import BetAttention
+from fairseq_plugins.modules.softmax import SoftmaxAttention
 
 PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_plugins.__file__))
 SMALL_LM = ["--decoder-layers", "2"]

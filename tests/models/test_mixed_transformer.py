@@ -19,7 +19,7 @@ from fairseq_plugins.modules import (
     register_attention,
 )
 from fairseq_plugins.modules.cosformer import CosformerAttention
-from fairseq_plugins.modules.softmax_attention import SoftmaxAttention
+from fairseq_plugins.modules.softmax import SoftmaxAttention
 
 TINY = [
     "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",

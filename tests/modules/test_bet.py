@@ -19,9 +19,10 @@ from fairseq_plugins.modules import (
     build_attention,
     check_kind,
 )
-from fairseq_plugins.modules.bet_attention import BetAttention, naive_bet_attention, naive_bet_token_scores
+from fairseq_plugins.modules.bet import BetAttention, naive_bet_attention, naive_bet_token_scores
 from fairseq_plugins.modules.recording import AttentionRecorder
-from fairseq_plugins.modules.softmax_attention import causal_additive_mask, naive_softmax_attention
+from fairseq_plugins.modules.shared import causal_additive_mask
+from fairseq_plugins.modules.softmax import naive_softmax_attention
 
 EMBED, HEADS = 16, 4
 TOL = 1e-9

@@ -156,7 +156,7 @@ def test_gradients_equal_autograd_through_the_naive_reference(placement, chunk_s
 
 def test_gradients_through_a_carried_state():
     """Decoding a chunk on top of a state (prefix) back-propagates into the state."""
-    from fairseq_plugins.modules.cosformer import cosformer_causal
+    from fairseq_plugins.modules.cosformer.chunked import cosformer_causal
 
     torch.manual_seed(0)
     q, k = torch.rand(1, 2, 7, 4, dtype=torch.float64), torch.rand(1, 2, 7, 4, dtype=torch.float64)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from fairseq_plugins.modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_SELF, AttentionConfigError, build_attention
-from fairseq_plugins.modules import extractors
-from fairseq_plugins.modules.extractors import choose_conv_impl, fft_length
+from fairseq_plugins.modules.extractors import options as extractors
+from fairseq_plugins.modules.extractors.conv import choose_conv_impl, fft_length
 
 KINDS = ["extractor_she", "extractor_he", "extractor_we", "extractor_me"]
 EMBED = 8

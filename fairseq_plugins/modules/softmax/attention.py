@@ -22,21 +22,10 @@ import math
 from typing import Optional
 
 import torch
-from fairseq import utils
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from .costs import (
-    AttentionCosts,
-    Counts,
-    OperationCounts,
-    linear,
-    linear_parameters,
-    projection_macs,
-    projection_parameters,
-    visible_pairs,
-)
-from .registry import (
+from ..registry import (
     DECODER_SELF,
     ENCODER_DECODER,
     PLACEMENTS,
@@ -44,44 +33,9 @@ from .registry import (
     ConformanceVariant,
     register_attention,
 )
-
-
-def causal_additive_mask(tgt_len: int, src_len: int, like: Tensor) -> Tensor:
-    """fairseq's future mask: -inf above the diagonal, aligned to the last query."""
-    offset = src_len - tgt_len
-    return torch.triu(utils.fill_with_neg_inf(like.new_zeros(tgt_len, src_len)), 1 + offset)
-
-
-def causal_visibility(tgt_len: int, src_len: int, key_padding_mask: Optional[Tensor], diag_free: bool, device) -> Tensor:
-    """Which keys each query may see in causal self-attention: B x T x S bool
-    (1 x T x S without padding). The queries are the last T of S tokens (offset
-    S - T when decoding), so query i's own key is key i + S - T.
-
-    Ordinary causal mask: real keys j <= i. Diagonal-free mask (BET, eq. 9):
-    real keys j < i; a query that sees no key that way (the first token, or under
-    left padding the first real token) sees its own key, if that key is real."""
-    own = torch.arange(tgt_len, device=device).unsqueeze(1) + (src_len - tgt_len)
-    keys = torch.arange(src_len, device=device).unsqueeze(0)
-    visible = (keys < own if diag_free else keys <= own).unsqueeze(0)
-    real = None if key_padding_mask is None else ~key_padding_mask.bool().unsqueeze(1)  # B x 1 x S
-    if real is not None:
-        visible = visible & real
-    if diag_free:
-        self_key = (keys == own).unsqueeze(0)
-        if real is not None:
-            self_key = self_key & real
-        visible = visible | (self_key & ~visible.any(dim=-1, keepdim=True))
-    return visible
-
-
-def masked_softmax(scores: Tensor, visible: Tensor) -> Tensor:
-    """softmax over the visible entries of the last dim (float32 at least); a row
-    without any visible entry gets all-zero weights instead of NaN, in the
-    forward and the backward pass."""
-    dtype = torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype
-    any_visible = visible.any(dim=-1, keepdim=True)
-    scores = scores.to(dtype).masked_fill(~visible, float("-inf")).masked_fill(~any_visible, 0.0)
-    return torch.softmax(scores, dim=-1).masked_fill(~any_visible, 0.0)
+from ..shared import causal_additive_mask, causal_visibility, masked_softmax, module_output, module_projections, option
+from .costs import SOFTMAX_COSTS
+from .naive import naive_attention
 
 
 def check_diag_options(diag_free: bool, diag_scale: float):
@@ -95,128 +49,21 @@ def check_diag_options(diag_free: bool, diag_scale: float):
 
 
 def naive_softmax_attention(module, query, key, value, key_padding_mask=None):
-    """Explicit per-head softmax(q k^T / sqrt(d_h)) v with the module's weights;
-    in causal self-attention with the diagonal ablations: the diagonal score
-    q_i . k_i / sqrt(d_h) times --softmax-diag-scale, or the diagonal-free mask
-    (keys j < i; a query with no such real key sees only itself)."""
-    tgt_len, bsz, _ = query.shape
-    src_len = key.shape[0]
-    heads, head_dim = module.num_heads, module.head_dim
-    q = torch.nn.functional.linear(query, module.q_proj.weight, module.q_proj.bias)
-    k = torch.nn.functional.linear(key, module.k_proj.weight, module.k_proj.bias)
-    v = torch.nn.functional.linear(value, module.v_proj.weight, module.v_proj.bias)
-    out = query.new_zeros(tgt_len, bsz, heads * head_dim)
-    for b in range(bsz):
-        for h in range(heads):
-            sl = slice(h * head_dim, (h + 1) * head_dim)
-            scores = q[:, b, sl] @ k[:, b, sl].T / math.sqrt(head_dim)
-            real = [True] * src_len if key_padding_mask is None else (~key_padding_mask[b].bool()).tolist()
-            allowed = torch.zeros(tgt_len, src_len, dtype=torch.bool)
-            for i in range(tgt_len):
-                own = i + src_len - tgt_len  # the query's own key
-                for j in range(src_len):
-                    if not module.causal:
-                        allowed[i, j] = real[j]
-                    elif getattr(module, "diag_free", False):
-                        allowed[i, j] = real[j] and j < own
-                    else:
-                        allowed[i, j] = real[j] and j <= own
-                if module.causal and getattr(module, "diag_free", False) and not allowed[i].any() and real[own]:
-                    allowed[i, own] = True
-                if module.causal:
-                    scores[i, own] = scores[i, own] * getattr(module, "diag_scale", 1.0)
-            scores = scores.masked_fill(~allowed, float("-inf"))
-            weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-            out[:, b, sl] = weights @ v[:, b, sl]
-    return torch.nn.functional.linear(out, module.out_proj.weight, module.out_proj.bias)
-
-
-# ------------------------------------------------------------------ costs ---
-# Counted as defined (``modules/costs.py``; per-operation conventions in
-# ``fairseq_plugins/complexity.py``).
-def softmax_attention(d: int, heads: int, queries: int, pairs: int) -> Counts:
-    """Per-operation counts of multi-head softmax self-attention with Q, K, V and
-    output projections (fairseq's MultiheadAttention) for ``queries`` new tokens
-    that together attend to ``pairs`` (query, key) pairs."""
-    if d % heads:
-        raise ValueError(f"d = {d} is not divisible by {heads} heads")
-    return (
-        # q, k, v of the new tokens (earlier keys and values are cached when decoding)
-        linear(queries, d, 3 * d)
-        # q * 1/sqrt(d_h)
-        + Counts(multiplications=queries * d)
-        # scores q_i . k_j: per pair and head a dot product of length d_h = d / h
-        + Counts(multiplications=pairs * d, additions=pairs * (d - heads))
-        # softmax per query and head over its keys: one exp and one division
-        # per pair and head; the normaliser of a query with m keys: m - 1 additions
-        + Counts(exponentiations=pairs * heads, divisions=pairs * heads, additions=(pairs - queries) * heads)
-        # sum_j a_ij v_j: per pair one d_h-vector scaled in every head (d mult.),
-        # per query (m - 1) d additions
-        + Counts(multiplications=pairs * d, additions=(pairs - queries) * d)
-        # output projection
-        + linear(queries, d, d)
+    """The registered naive reference (module signature): the module's q/k/v
+    projections, ``naive.naive_attention`` with its placement and diagonal
+    ablations, the output projection."""
+    q, k, v = module_projections(module, query, key, value)
+    heads = naive_attention(
+        q,
+        k,
+        v,
+        module.num_heads,
+        key_padding_mask,
+        causal=module.causal,
+        diag_free=getattr(module, "diag_free", False),
+        diag_scale=getattr(module, "diag_scale", 1.0),
     )
-
-
-def softmax_parameters(d: int) -> int:
-    return 4 * linear_parameters(d, d)  # W_q, W_k, W_v, W_o with biases
-
-
-def softmax_training(d: int, heads: int, n: int) -> Counts:
-    """A causal pass over n tokens: token i attends to i keys, n(n+1)/2 pairs."""
-    return softmax_attention(d, heads, queries=n, pairs=n * (n + 1) // 2)
-
-
-def softmax_step(d: int, heads: int, t: int) -> Counts:
-    """The t-th token attends to t keys (t - 1 cached and its own)."""
-    return softmax_attention(d, heads, queries=1, pairs=t)
-
-
-def _parameters(placement, d, heads, kdim, options):
-    return projection_parameters(d, kdim)
-
-
-def _macs(placement, d, heads, queries, keys, kdim, options):
-    """Projections, then q . k and a . v over the visible (query, key) pairs only
-    (fairseq's implementation computes the whole T x S matrices and masks them)."""
-    diag_free = options.softmax_diag_free and placement == DECODER_SELF
-    return projection_macs(d, queries, keys, kdim) + 2 * visible_pairs(placement, queries, keys, diag_free) * d
-
-
-def _decoding_state_elements(placement, d, heads, length, kdim, options):
-    # fairseq's prev_key and prev_value: every decoded token's (or source token's) k and v
-    return 2 * length * d
-
-
-def implementation_layer_flops(length, embed_dim, heads, options, **settings):
-    """fairseq's MultiheadAttention: the four projections, Q K^T and A V over all T x T pairs (the
-    additive future mask hides keys, it does not skip them); backward: twice the projections, and
-    fused attention recomputes the scores (5 products for the forward's 2)."""
-    T, d = length, embed_dim
-    proj = 2 * T * d * d  # one d x d linear map
-    core = 4 * T * T * d
-    return 4 * proj + core, 8 * proj + 2.5 * core
-
-
-SOFTMAX_COSTS = AttentionCosts(
-    parameters=_parameters,
-    macs=_macs,
-    decoding_state_elements=_decoding_state_elements,
-    decoding_state_growth="per token",
-    asymptotic_class="O(T^2)",
-    options_from=lambda cfg: {"softmax_diag_free": bool(_option(cfg, "softmax_diag_free", False))},
-    option_defaults={"softmax_diag_free": False},  # decoder self-attention only
-    implementation_flops=implementation_layer_flops,
-    implementation_flops_text="4 projections 8 T d^2; Q K^T and A V over all T^2 pairs (the additive future mask does "
-    "not skip work) 4 T^2 d. Backward: 16 T d^2 + 10 T^2 d (fused attention recomputes the scores: 5 products for the "
-    "forward's 2)",
-    operation_counts=OperationCounts(
-        label="softmax self-attention",
-        training=lambda d, heads, n, options: softmax_training(d, heads, n),
-        step=lambda d, heads, t, options: softmax_step(d, heads, t),
-        per_head=True,
-    ),
-)
+    return module_output(module, heads)
 
 
 @register_attention(
@@ -296,8 +143,8 @@ class SoftmaxAttention(MultiheadAttention):
             dropout=dropout,
             q_noise=getattr(cfg, "quant_noise_pq", 0.0) or 0.0,
             qn_block_size=getattr(cfg, "quant_noise_pq_block_size", 8) or 8,
-            diag_free=_option(cfg, "softmax_diag_free", False),
-            diag_scale=_option(cfg, "softmax_diag_scale", 1.0),
+            diag_free=option(cfg, "softmax_diag_free", False),
+            diag_scale=option(cfg, "softmax_diag_scale", 1.0),
         )
 
     def extra_repr(self):
@@ -398,9 +245,3 @@ class SoftmaxAttention(MultiheadAttention):
             if not need_head_weights:
                 weights = weights.mean(dim=0)
         return attn, weights
-
-
-def _option(cfg, name: str, default):
-    """A kind option from the raw model args (Namespace or DictConfig); None: default."""
-    value = getattr(cfg, name, None) if cfg is not None else None
-    return default if value is None else value

@@ -14,7 +14,7 @@ then the output projection of the concatenated heads. mask' is the
 diagonal-free mask: query i sees keys j < i only (a token attends to its
 history, "bird-eye" over the high-level tokens); a query that sees no other key
 (the first token, or under left padding the first real token) sees itself only
-(``causal_visibility`` in softmax_attention.py). ``--bet-no-diag-free`` uses the
+(``causal_visibility`` in modules/shared.py). ``--bet-no-diag-free`` uses the
 ordinary causal mask for A' instead (the paper's ablation).
 
 Decisions (the paper leaves them open):
@@ -59,14 +59,16 @@ from fairseq.modules.fairseq_dropout import FairseqDropout
 from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
 
-from .costs import AttentionCosts, projection_macs, projection_parameters, visible_pairs
-from .registry import DECODER_SELF, AttentionConfigError, BaseAttention, register_attention
-from .softmax_attention import _option, causal_visibility, masked_softmax
+from ..registry import DECODER_SELF, AttentionConfigError, BaseAttention, register_attention
+from ..shared import at_least_float32, causal_visibility, check_self_attention_key, masked_softmax, option, padding_so_far
+from .costs import BET_COSTS
+from .naive import naive_attention, naive_token_scores
 
 SCORE_WEIGHTS = ("per-head", "shared")
 
 
 def _naive_projections(module, query):
+    """The module's parameters and q, k, v of the layer input, in float64."""
     x = query.double()
     params = {name: p.double() for name, p in module.named_parameters()}
     q, k, v = (x @ params[f"{n}_proj.weight"].T + params[f"{n}_proj.bias"] for n in "qkv")
@@ -74,104 +76,19 @@ def _naive_projections(module, query):
 
 
 def naive_bet_token_scores(module, query, key_padding_mask=None):
-    """Eqs. 6-7 in explicit loops, in float64: R of every token, B x H x T
-    (per-head score weights) or B x 1 x T (shared)."""
-    tgt_len, bsz, _ = query.shape
-    heads, dim = module.num_heads, module.head_dim
+    """Eqs. 6-7 with the module's weights, in float64 (``naive.naive_token_scores``):
+    R of every token, B x H x T (per-head score weights) or B x 1 x T (shared)."""
     params, q, k, v = _naive_projections(module, query)
-    w = params["score_weight"]
-    r = q.new_zeros(bsz, heads if module.score_weights == "per-head" else 1, tgt_len)
-    for b in range(bsz):
-        real = [True] * tgt_len if key_padding_mask is None else (~key_padding_mask[b].bool()).tolist()
-        hidden = []
-        for h in range(heads):
-            sl = slice(h * dim, (h + 1) * dim)
-            m_dp = q[:, b, sl] @ k[:, b, sl].T / math.sqrt(dim)
-            causal = torch.tensor([[real[j] and j <= i for j in range(tgt_len)] for i in range(tgt_len)])
-            a = torch.softmax(m_dp.masked_fill(~causal, float("-inf")), dim=-1).nan_to_num(0.0)
-            hidden.append(a @ v[:, b, sl])  # eq. 6: H = A V
-        for j in range(tgt_len):  # eq. 7: R_j = sigmoid(w^T [H_j ; K_j])
-            if module.score_weights == "per-head":
-                for h in range(heads):
-                    r[b, h, j] = torch.sigmoid(w[h] @ torch.cat([hidden[h][j], k[j, b, h * dim : (h + 1) * dim]]))
-            else:  # one w over the concatenation of all heads' H_j and K_j
-                r[b, 0, j] = torch.sigmoid(w @ torch.cat([torch.cat([hidden[h][j] for h in range(heads)]), k[j, b]]))
-    return r
+    return naive_token_scores(q, k, v, params["score_weight"], module.num_heads, key_padding_mask, module.score_weights == "shared")
 
 
 def naive_bet_attention(module, query, key, value, key_padding_mask=None):
-    """Eqs. 6-10 in explicit loops over batch, heads and tokens, in float64."""
-    tgt_len, bsz, _ = query.shape
-    heads, dim = module.num_heads, module.head_dim
+    """The registered naive reference (module signature): eqs. 6-10 with the
+    module's weights in float64 (``naive.py``), then the output projection."""
     params, q, k, v = _naive_projections(module, query)
-    r = naive_bet_token_scores(module, query, key_padding_mask)
-    out = q.new_zeros(tgt_len, bsz, heads * dim)
-    for b in range(bsz):
-        real = [True] * tgt_len if key_padding_mask is None else (~key_padding_mask[b].bool()).tolist()
-        for h in range(heads):
-            sl = slice(h * dim, (h + 1) * dim)
-            m_dp = q[:, b, sl] @ k[:, b, sl].T / math.sqrt(dim)
-            m_prime = m_dp * r[b, h if r.size(1) > 1 else 0][None, :]  # eq. 8: column j times R_j
-            allowed = torch.zeros(tgt_len, tgt_len, dtype=torch.bool)
-            for i in range(tgt_len):
-                for j in range(tgt_len):
-                    allowed[i, j] = real[j] and (j < i if module.diag_free else j <= i)
-                if module.diag_free and not allowed[i].any() and real[i]:
-                    allowed[i, i] = True  # no other visible key: the token itself
-            a_prime = torch.softmax(m_prime.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)  # eq. 9
-            out[:, b, sl] = a_prime @ v[:, b, sl]  # eq. 10: H' = A' V
+    r = naive_token_scores(q, k, v, params["score_weight"], module.num_heads, key_padding_mask, module.score_weights == "shared")
+    out = naive_attention(q, k, v, r, module.num_heads, key_padding_mask, module.diag_free)
     return (out @ params["out_proj.weight"].T + params["out_proj.bias"]).to(query.dtype)
-
-
-# ------------------------------------------------------------------ costs ---
-def _parameters(placement, d, heads, kdim, options):
-    return projection_parameters(d, kdim) + 2 * d  # w: heads x 2 d_h (per-head) or 2 d (shared)
-
-
-def _macs(placement, d, heads, queries, keys, kdim, options):
-    """Softmax's q . k and a . v (eq. 6), the token scores w^T [H_j; K_j] (eq. 7, 2 d per
-    token), and A' V (eq. 10) over the pairs of the second mask."""
-    first = visible_pairs(placement, queries, keys)
-    second = visible_pairs(placement, queries, keys, options.bet_diag_free)
-    return projection_macs(d, queries, keys, kdim) + 2 * first * d + 2 * queries * d + second * d
-
-
-def _decoding_state_elements(placement, d, heads, length, kdim, options):
-    # prev_key, prev_value and the token scores R (eq. 7) of every decoded token: one per head, or one shared
-    scores_per_token = heads if options.bet_score_weights == "per-head" else 1
-    return length * (2 * d + scores_per_token)
-
-
-def implementation_layer_flops(length, embed_dim, heads, options, **settings):
-    """Two fused causal attentions: queries 0..T-1 over keys <= i (T(T+1)/2 pairs), then the
-    diagonal-free one, queries 1..T-1 over keys < i ((T-1)T/2 pairs): T^2 pairs, 2 products of 2 d_h
-    FLOPs per pair and head; plus eq. 7's token scores (2 products of T x d_h by d_h per head).
-    Backward: twice the projections and scores, fused attention recomputes the scores (5 for 2)."""
-    T, d = length, embed_dim
-    proj = 2 * T * d * d  # one d x d linear map
-    pairs = T * (T + 1) // 2 + (T - 1) * T // 2
-    core = 4 * pairs * d
-    scores = 2 * 2 * T * d
-    return 4 * proj + core + scores, 8 * proj + 2.5 * core + 2 * scores
-
-
-BET_COSTS = AttentionCosts(
-    parameters=_parameters,
-    macs=_macs,
-    decoding_state_elements=_decoding_state_elements,
-    decoding_state_growth="per token",
-    asymptotic_class="O(T^2)",
-    options_from=lambda cfg: {
-        "bet_diag_free": not bool(_option(cfg, "bet_no_diag_free", False)),
-        "bet_score_weights": _option(cfg, "bet_score_weights", "per-head"),
-    },
-    option_defaults={"bet_diag_free": True, "bet_score_weights": "per-head"},
-    implementation_flops=implementation_layer_flops,
-    implementation_flops_text="8 T d^2; two fused causal attentions (the second diagonal-free), T(T+1)/2 + T(T-1)/2 = "
-    "T^2 visible pairs, 2 products each: 4 T^2 d; eq. 7's token scores 4 T d. Backward: 16 T d^2 + 10 T^2 d + 8 T d "
-    "(fused attention recomputes the scores). The kernels compute whole blocks on the diagonal, a few % more than "
-    "the visible pairs",
-)
 
 
 @register_attention(
@@ -234,10 +151,10 @@ class BetAttention(BaseAttention):
             kdim=kdim,
             vdim=vdim,
             dropout=dropout,
-            score_weights=str(_option(cfg, "bet_score_weights", "per-head")),
-            diag_free=not bool(_option(cfg, "bet_no_diag_free", False)),
-            q_noise=_option(cfg, "quant_noise_pq", 0.0),
-            qn_block_size=_option(cfg, "quant_noise_pq_block_size", 8),
+            score_weights=str(option(cfg, "bet_score_weights", "per-head")),
+            diag_free=not bool(option(cfg, "bet_no_diag_free", False)),
+            q_noise=option(cfg, "quant_noise_pq", 0.0),
+            qn_block_size=option(cfg, "quant_noise_pq_block_size", 8),
         )
 
     def reset_parameters(self):
@@ -260,7 +177,7 @@ class BetAttention(BaseAttention):
         else:
             w = self.score_weight.view(2, self.num_heads, self.head_dim).transpose(0, 1)
         # float32 at least: the scores multiply the logits of the second softmax
-        dtype = torch.float32 if hidden.dtype in (torch.float16, torch.bfloat16) else hidden.dtype
+        dtype = at_least_float32(hidden.dtype)
         hidden, keys, w = hidden.to(dtype), keys.to(dtype), w.to(dtype)
         logits = torch.einsum("bhtd,hd->bht", hidden, w[:, 0]) + torch.einsum("bhtd,hd->bht", keys, w[:, 1])
         if self.score_weights == "shared":
@@ -286,10 +203,7 @@ class BetAttention(BaseAttention):
             need_weights = True
         self._check_inputs(query, key, key_padding_mask)
         self._check_no_arbitrary_mask(attn_mask)
-        if key is not None and key.shape != query.shape:
-            raise ValueError(
-                f"bet is self-attention only: key must be the query, got shapes {tuple(key.shape)} and {tuple(query.shape)}"
-            )
+        check_self_attention_key("bet", query, key)
         tgt_len, bsz, _ = query.shape
         key_padding_mask = self._step_padding(key_padding_mask, tgt_len, incremental_state)
 
@@ -304,7 +218,7 @@ class BetAttention(BaseAttention):
         else:
             k_all, v_all = k, v
         src_len = k_all.size(2)
-        pad_all = self._padding_so_far(buffer.get("prev_key_padding_mask"), key_padding_mask, bsz, src_len - tgt_len, tgt_len)
+        pad_all = padding_so_far(buffer.get("prev_key_padding_mask"), key_padding_mask, bsz, src_len - tgt_len, tgt_len)
 
         causal = causal_visibility(tgt_len, src_len, pad_all, False, query.device).unsqueeze(1)
         visible = causal if not self.diag_free else causal_visibility(tgt_len, src_len, pad_all, True, query.device).unsqueeze(1)
@@ -379,15 +293,3 @@ class BetAttention(BaseAttention):
             q, rescaled_keys, v, attn_mask=visible | ~any_visible, dropout_p=dropout, scale=1.0
         )  # eqs. 9-10
         return out.masked_fill(~any_visible, 0.0), token_scores
-
-    @staticmethod
-    def _padding_so_far(prev: Optional[Tensor], current: Optional[Tensor], bsz: int, prev_len: int, tgt_len: int) -> Optional[Tensor]:
-        """The padding of all keys (B x S), or None when nothing was ever padded."""
-        if prev is None and current is None:
-            return None
-        device = (prev if prev is not None else current).device
-        if prev is None:
-            prev = torch.zeros(bsz, prev_len, dtype=torch.bool, device=device)
-        if current is None:
-            current = torch.zeros(bsz, tgt_len, dtype=torch.bool, device=device)
-        return torch.cat([prev.bool(), current.bool()], dim=1)

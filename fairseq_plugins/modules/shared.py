@@ -1,0 +1,99 @@
+"""What several attention kinds share: kind options, masks, the float32-at-least
+compute dtype, argument checks of self-attention-only kinds, padding
+bookkeeping and the projections of the module-level naive references.
+(``BaseAttention`` in ``registry.py`` holds the shared module helpers: head
+splitting, projection initialisation, step padding, input checks.)"""
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from fairseq import utils
+from torch import Tensor
+
+
+def option(cfg, name: str, default):
+    """A kind option from the raw model args (Namespace or DictConfig); None: default."""
+    value = getattr(cfg, name, None) if cfg is not None else None
+    return default if value is None else value
+
+
+def at_least_float32(dtype: torch.dtype) -> torch.dtype:
+    """float32 for half-precision dtypes (float16, bfloat16), else the dtype itself."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+# ------------------------------------------------------------------ masks ---
+def causal_additive_mask(tgt_len: int, src_len: int, like: Tensor) -> Tensor:
+    """fairseq's future mask: -inf above the diagonal, aligned to the last query."""
+    offset = src_len - tgt_len
+    return torch.triu(utils.fill_with_neg_inf(like.new_zeros(tgt_len, src_len)), 1 + offset)
+
+
+def causal_visibility(tgt_len: int, src_len: int, key_padding_mask: Optional[Tensor], diag_free: bool, device) -> Tensor:
+    """Which keys each query may see in causal self-attention: B x T x S bool
+    (1 x T x S without padding). The queries are the last T of S tokens (offset
+    S - T when decoding), so query i's own key is key i + S - T.
+
+    Ordinary causal mask: real keys j <= i. Diagonal-free mask (BET, eq. 9):
+    real keys j < i; a query that sees no key that way (the first token, or under
+    left padding the first real token) sees its own key, if that key is real."""
+    own = torch.arange(tgt_len, device=device).unsqueeze(1) + (src_len - tgt_len)
+    keys = torch.arange(src_len, device=device).unsqueeze(0)
+    visible = (keys < own if diag_free else keys <= own).unsqueeze(0)
+    real = None if key_padding_mask is None else ~key_padding_mask.bool().unsqueeze(1)  # B x 1 x S
+    if real is not None:
+        visible = visible & real
+    if diag_free:
+        self_key = (keys == own).unsqueeze(0)
+        if real is not None:
+            self_key = self_key & real
+        visible = visible | (self_key & ~visible.any(dim=-1, keepdim=True))
+    return visible
+
+
+def masked_softmax(scores: Tensor, visible: Tensor) -> Tensor:
+    """softmax over the visible entries of the last dim (float32 at least); a row
+    without any visible entry gets all-zero weights instead of NaN, in the
+    forward and the backward pass."""
+    dtype = at_least_float32(scores.dtype)
+    any_visible = visible.any(dim=-1, keepdim=True)
+    scores = scores.to(dtype).masked_fill(~visible, float("-inf")).masked_fill(~any_visible, 0.0)
+    return torch.softmax(scores, dim=-1).masked_fill(~any_visible, 0.0)
+
+
+def padding_so_far(prev: Optional[Tensor], current: Optional[Tensor], bsz: int, prev_len: int, tgt_len: int) -> Optional[Tensor]:
+    """The padding of all keys (B x S) of a decoding step: the cached padding of the
+    ``prev_len`` earlier tokens and that of the ``tgt_len`` new ones; None when
+    nothing was ever padded."""
+    if prev is None and current is None:
+        return None
+    device = (prev if prev is not None else current).device
+    if prev is None:
+        prev = torch.zeros(bsz, prev_len, dtype=torch.bool, device=device)
+    if current is None:
+        current = torch.zeros(bsz, tgt_len, dtype=torch.bool, device=device)
+    return torch.cat([prev.bool(), current.bool()], dim=1)
+
+
+# ----------------------------------------------------------------- checks ---
+def check_self_attention_key(kind: str, query: Tensor, key: Optional[Tensor]):
+    """Kinds that are self-attention only: the key (when given) must be the query."""
+    if key is not None and key.shape != query.shape:
+        raise ValueError(
+            f"{kind} is self-attention only: key must be the query, got shapes {tuple(key.shape)} and {tuple(query.shape)}"
+        )
+
+
+# ------------------------------------------------------------ projections ---
+def module_projections(module, query: Tensor, key: Tensor, value: Tensor):
+    """q, k, v (T x B x C, S x B x C, S x B x C) through a module's q_proj, k_proj
+    and v_proj weights, for the module-level naive references."""
+    q = F.linear(query, module.q_proj.weight, module.q_proj.bias)
+    k = F.linear(key, module.k_proj.weight, module.k_proj.bias)
+    v = F.linear(value, module.v_proj.weight, module.v_proj.bias)
+    return q, k, v
+
+
+def module_output(module, heads: Tensor) -> Tensor:
+    """The module's output projection of the concatenated heads (T x B x C)."""
+    return F.linear(heads, module.out_proj.weight, module.out_proj.bias)
