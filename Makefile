@@ -39,7 +39,7 @@ demo: setup
 
 # Test files run side by side, one per worker (pytest-xdist; a file's tests share
 # their module fixtures, so a file stays on one worker), each on one thread
-# (tests/conftest.py). TEST_WORKERS=1 runs them one after another.
+# (tests/conftest.py). TEST_WORKERS=0 runs them one after another in pytest's own process.
 TEST_WORKERS ?= auto
 
 test: setup

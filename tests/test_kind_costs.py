@@ -245,3 +245,16 @@ def test_backward_is_twice_the_forward_where_every_product_is_autograds(kind):
         with FlopCounterMode(display=False) as backward:
             out.sum().backward()
     assert backward.get_total_flops() == BACKWARD_FLOPS_PER_FORWARD_FLOP * forward.get_total_flops()
+
+
+def test_attention_options_survive_pickle_and_deepcopy():
+    """Options go to worker processes (pickle) and into copied structures (deepcopy)."""
+    import copy
+    import pickle
+
+    from fairseq_plugins.modules.costs import AttentionOptions, registered_option_defaults
+
+    name = sorted(registered_option_defaults())[0]
+    options = AttentionOptions(**{name: registered_option_defaults()[name]})
+    for restored in (pickle.loads(pickle.dumps(options)), copy.deepcopy(options)):
+        assert restored == options and restored.as_dict() == options.as_dict()

@@ -137,6 +137,11 @@ class Architecture:
         decoder_only = encoder_embed_dim is None
         if decoder_only and encoder_entries:
             raise AttentionConfigError("encoder_layers are given but encoder_embed_dim is not")
+        if not decoder_only and not encoder_entries:
+            raise AttentionConfigError("encoder_embed_dim is given but encoder_layers is empty: an encoder-decoder "
+                                       "architecture needs at least one encoder layer (a language model has neither)")
+        if not data.get("decoder_layers"):
+            raise AttentionConfigError("decoder_layers is empty: give at least one decoder layer")
         encoder = tuple(EncoderLayer(**_layer_fields(entry, EncoderLayer, f"encoder layer {i}"))
                         for i, entry in enumerate(_list(encoder_entries, "encoder_layers")))
         decoder = tuple(DecoderLayer(**_layer_fields(entry, DecoderLayer, f"decoder layer {i}"))

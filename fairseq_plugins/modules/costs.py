@@ -89,6 +89,10 @@ def projection_macs(d: int, queries: int, keys: int, kdim: int) -> int:
     return 2 * queries * d * d + 2 * keys * kdim * d
 
 
+def _attention_options(values):
+    return AttentionOptions(**values)
+
+
 class AttentionOptions:
     """The model options that change a kind's parameters, counted work or decoding state: the values
     given as keywords, and for every other option the default its kind registers
@@ -114,6 +118,11 @@ class AttentionOptions:
 
     def __setattr__(self, name, value):
         raise AttributeError("AttentionOptions are immutable")
+
+    def __reduce__(self):
+        # pickle and copy.deepcopy rebuild through __init__ (the default protocol would set the
+        # slot with __setattr__, which refuses): options sent to worker processes keep working
+        return (_attention_options, (dict(object.__getattribute__(self, "_values")),))
 
     def as_dict(self):
         return {**registered_option_defaults(), **self._values}

@@ -95,6 +95,19 @@ def test_a_file_is_checked_as_the_options_are(tmp_path, change, message):
     assert str(error.value).startswith(f"--architecture-file {path}: {message}")
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"encoder_layers": []}, "encoder_embed_dim is given but encoder_layers is empty"),
+    ({"decoder_layers": []}, "decoder_layers is empty"),
+])
+def test_a_file_without_layers_is_refused_naming_the_key(tmp_path, change, message):
+    data = {**TRANSLATION.to_dict(), **change}
+    path = tmp_path / "empty.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(AttentionConfigError) as error:
+        Architecture.from_file(str(path))
+    assert str(error.value).startswith(f"--architecture-file {path}: {message}")
+
+
 # ---------------------------------------------------- presets as files ---
 @pytest.mark.parametrize("arch", PRESETS)
 def test_every_preset_is_an_architecture_whose_file_builds_the_same_model(data_dir, tmp_path, arch):
