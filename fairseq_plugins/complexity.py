@@ -182,7 +182,9 @@ def architecture_cost(architecture, source_length: int = 128, target_length: int
         params += p + layer_norm_parameters(d)
         macs += m
         if layer.cross_attention_kind is not None:
-            p, m = attention(layer.cross_attention_kind, ENCODER_DECODER, d, layer.cross_attention_heads, T, S, d_enc)
+            # --encoder-decoder-connect k: the last k encoder layers' outputs, k*S keys
+            p, m = attention(layer.cross_attention_kind, ENCODER_DECODER, d, layer.cross_attention_heads, T,
+                             layer.encoder_decoder_connect * S, d_enc)
             params += p + layer_norm_parameters(d)
             macs += m
         params += ffn_parameters(d, layer.ffn_embed_dim) + layer_norm_parameters(d)
@@ -205,7 +207,7 @@ def architecture_decoding_state_bytes(architecture, source_length: int, target_l
                                       options: AttentionOptions = AttentionOptions(), element_bytes: int = 4) -> int:
     """Bytes of one sequence's incremental decoding state after ``target_length`` decoded tokens over a
     source of ``source_length`` tokens: every decoder layer's self-attention and encoder-decoder attention
-    state, as each kind registers it (``AttentionCosts.decoding_state_bytes``; padding masks and position
+    state (the latter over k*S keys with ``encoder_decoder_connect`` k), as each kind registers it (``AttentionCosts.decoding_state_bytes``; padding masks and position
     counters not counted)."""
     d, d_enc = architecture.decoder_embed_dim, architecture.encoder_embed_dim
     total = 0
@@ -214,7 +216,8 @@ def architecture_decoding_state_bytes(architecture, source_length: int, target_l
             DECODER_SELF, d, layer.attention_heads, target_length, d, options, element_bytes)
         if layer.cross_attention_kind is not None:
             total += kind_cost(layer.cross_attention_kind).decoding_state_bytes(
-                ENCODER_DECODER, d, layer.cross_attention_heads, source_length, d_enc, options, element_bytes)
+                ENCODER_DECODER, d, layer.cross_attention_heads, layer.encoder_decoder_connect * source_length, d_enc,
+                options, element_bytes)
     return total
 
 

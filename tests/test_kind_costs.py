@@ -143,7 +143,8 @@ def _check_model(arch, extra, vocab, source_length, target_length, language_mode
     for layer in architecture.decoder_layers:
         extra_macs += implementation_extra_macs(layer.attention_kind, DECODER_SELF, d, layer.attention_heads, T, T, options)
         if layer.cross_attention_kind is not None:
-            extra_macs += implementation_extra_macs(layer.cross_attention_kind, ENCODER_DECODER, d, layer.cross_attention_heads, T, S, options)
+            extra_macs += implementation_extra_macs(layer.cross_attention_kind, ENCODER_DECODER, d, layer.cross_attention_heads, T,
+                                                    layer.encoder_decoder_connect * S, options)
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         if language_model:
             model(torch.randint(4, vocab, (1, T)))
@@ -182,6 +183,25 @@ def test_encoder_decoder_of_every_encoder_and_cross_kind_equals_flop_counter_mod
     _check_model("mixed_transformer_iwslt_de_en", extra, 29, 9, 5, False)
 
 
+COPY_KINDS = [k for k in valid_kinds(ENCODER_DECODER) if getattr(ATTENTION_REGISTRY[k].cls, "supports_key_copies", False)]
+
+
+def connected(cross, connect):
+    """A 2-layer encoder and 2-layer decoder whose encoder-decoder attentions (``cross`` in the first decoder
+    layer, softmax in the last) attend to the last ``connect`` encoder layers (k*S keys)."""
+    return ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "48",
+            "--decoder-ffn-embed-dim", "40", "--encoder-layers", "2", "--decoder-layers", "2",
+            "--encoder-attention-heads", "4", "--decoder-attention-heads", "2", "--decoder-attention-kinds", "softmax",
+            "--cross-attention-kinds", f"{cross},softmax", "--encoder-decoder-connect", connect, "--dropout", "0"]
+
+
+@pytest.mark.parametrize("connect", ["2", "2,1"])
+@pytest.mark.parametrize("kind", COPY_KINDS)
+def test_encoder_decoder_connect_equals_flop_counter_mode_and_its_parameters(kind, connect):
+    """--encoder-decoder-connect k: the encoder-decoder attention over k*S keys."""
+    _check_model("mixed_transformer_iwslt_de_en", connected(kind, connect), 29, 9, 5, False)
+
+
 def _decoded_state_bytes(arch, extra, vocab, source_length, target_length, language_model):
     """The floating-point bytes of the decoder's incremental state after target_length steps (batch 1)."""
     args = model_costs.preset_args(arch, extra)
@@ -211,6 +231,17 @@ def test_decoding_state_of_an_encoder_decoder_of_every_cross_kind(kind):
              "--decoder-ffn-embed-dim", "40", "--encoder-layers", "1", "--decoder-layers", "2", "--encoder-attention-heads", "4",
              "--decoder-attention-heads", "2", "--cross-attention-kinds", kind, "--decoder-attention-kinds", f"{kind},softmax",
              "--dropout", "0"]
+    measured, expected = _decoded_state_bytes("mixed_transformer_iwslt_de_en", extra, 29, 9, 5, False)
+    assert measured == expected
+
+
+@pytest.mark.parametrize("connect", ["2", "1,2"])
+@pytest.mark.parametrize("kind", COPY_KINDS)
+def test_decoding_state_of_an_encoder_decoder_connect(kind, connect):
+    """--encoder-decoder-connect k: the encoder-decoder attention's state over k*S keys (cosFormer: its
+    running sums and the k*S keys it keeps for attention weights)."""
+    extra = connected(kind, connect)
+    extra[extra.index("--cross-attention-kinds") + 1] = kind
     measured, expected = _decoded_state_bytes("mixed_transformer_iwslt_de_en", extra, 29, 9, 5, False)
     assert measured == expected
 

@@ -4,9 +4,10 @@ Architecture Search on Efficient Transformers and Beyond").
 
 Only the hooks that build layers and attention are overridden; everything else
 (embeddings, positions, layer norms, incremental decoding, beam search) is
-fairseq's own code; except, when some decoder layer attends to more than the
-last encoder layer (``--encoder-decoder-connect``), the decoder's layer loop,
-which then gives each layer its own keys (see ``connected_source``).
+fairseq's own code. With ``--encoder-decoder-connect`` the decoder hands fairseq's
+layer loop the concatenation of the most encoder layers any decoder layer reads
+(``connected_source``), and each layer takes its own prefix of it and folds its
+attention weights back onto the S source positions (``MixedTransformerDecoderLayer.forward``).
 """
 from typing import Dict, List, Optional
 
@@ -84,9 +85,12 @@ class MixedTransformerEncoderLayer(TransformerEncoderLayerBase):
 class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
     """fairseq's decoder layer with this layer's choices (see MixedTransformerEncoderLayer)."""
 
-    def __init__(self, cfg, choices: DecoderLayer, model_args, no_encoder_attn=False):
+    def __init__(self, cfg, choices: DecoderLayer, model_args, no_encoder_attn=False, source_copies: int = 1):
+        """``source_copies``: how many encoder layers' outputs the decoder concatenates into the encoder
+        output every layer receives (the largest ``encoder_decoder_connect`` of its layers)."""
         self.choices = choices
         self.model_args = model_args
+        self.source_copies = source_copies
         super().__init__(layer_config(cfg, "decoder", choices.attention_heads, choices.ffn_embed_dim), no_encoder_attn=no_encoder_attn)
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
@@ -116,22 +120,25 @@ class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
             key_copies=self.choices.encoder_decoder_connect,
         )
 
-    def forward(self, x, *args, self_attn_mask=None, **kwargs):
+    def forward(self, x, encoder_out: Optional[Tensor] = None, encoder_padding_mask: Optional[Tensor] = None, *args,
+                self_attn_mask=None, **kwargs):
         # Kinds that are causal by construction must not receive (and need
         # not cost) fairseq's dense T x T future mask.
         if not self.self_attn.uses_future_mask:
             self_attn_mask = None
-        return super().forward(x, *args, self_attn_mask=self_attn_mask, **kwargs)
-
-
-def _choices(layer) -> DecoderLayer:
-    """The architecture entry of a (possibly FSDP-wrapped) decoder layer."""
-    choices = getattr(layer, "choices", None)
-    if choices is None and hasattr(layer, "module"):
-        choices = getattr(layer.module, "choices", None)
-    if choices is None:
-        raise TypeError(f"decoder layer {type(layer).__name__} has no architecture choices")
-    return choices
+        # --encoder-decoder-connect: encoder_out holds source_copies copies of S rows, the last encoder
+        # layer first; this layer's k copies are its first k*S rows (k = 1: fairseq's encoder_out).
+        k = self.choices.encoder_decoder_connect
+        if encoder_out is not None and k != self.source_copies:
+            rows = encoder_out.size(0) // self.source_copies * k
+            encoder_out = encoder_out[:rows]
+            if encoder_padding_mask is not None:
+                encoder_padding_mask = encoder_padding_mask[:, :rows]
+        x, attn, state = super().forward(x, encoder_out, encoder_padding_mask, *args, self_attn_mask=self_attn_mask, **kwargs)
+        if attn is not None and k > 1:
+            # weights over the k*S keys -> over the S source positions: the sum over the k copies
+            attn = attn.unflatten(-1, (k, attn.size(-1) // k)).sum(dim=-2)
+        return x, attn, state
 
 
 def _all_built(layers_to_build, side: str):
@@ -201,6 +208,9 @@ class MixedTransformerDecoder(TransformerDecoder):
         self.model_args = args
         # as in MixedTransformerEncoder: fairseq gives build_decoder_layer no layer index
         self._layers_to_build = iter(architecture.decoder_layers)
+        # --encoder-decoder-connect: the number of encoder layers whose outputs every decoder layer receives
+        # concatenated (each layer reads its own first k of them)
+        self.source_copies = max((layer.encoder_decoder_connect for layer in architecture.decoder_layers), default=1)
         super().__init__(layer_count_config(args, "decoder", len(architecture.decoder_layers)), dictionary, embed_tokens,
                          no_encoder_attn=no_encoder_attn, output_projection=output_projection)
         _all_built(self._layers_to_build, "decoder")
@@ -209,7 +219,8 @@ class MixedTransformerDecoder(TransformerDecoder):
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         cfg = TransformerConfig.from_namespace(cfg)
-        layer = MixedTransformerDecoderLayer(cfg, next(self._layers_to_build), self.model_args, no_encoder_attn=no_encoder_attn)
+        layer = MixedTransformerDecoderLayer(cfg, next(self._layers_to_build), self.model_args, no_encoder_attn=no_encoder_attn,
+                                             source_copies=self.source_copies)
         return wrap_layer(layer, cfg)
 
     def extract_features_scriptable(
@@ -221,82 +232,17 @@ class MixedTransformerDecoder(TransformerDecoder):
         alignment_layer: Optional[int] = None,
         alignment_heads: Optional[int] = None,
     ):
-        if encoder_out is None or not self.architecture.connects_earlier_encoder_layers:
-            return super().extract_features_scriptable(prev_output_tokens, encoder_out, incremental_state,
-                                                       full_context_alignment, alignment_layer, alignment_heads)
-        return self._extract_features_connected(prev_output_tokens, encoder_out, incremental_state,
-                                                full_context_alignment, alignment_layer, alignment_heads)
-
-    def _extract_features_connected(self, prev_output_tokens, encoder_out, incremental_state, full_context_alignment,
-                                    alignment_layer, alignment_heads):
-        """fairseq 0.12's ``TransformerDecoderBase.extract_features_scriptable``, except that each layer gets the
-        keys of its ``encoder_decoder_connect`` (``connected_source``) as its encoder output and padding mask
-        (arguments, so activation checkpointing sees them). When decoding, those of the first step are
-        cached by the encoder-decoder attention (fairseq's static_kv) and later steps' keys are not read."""
-        bs, slen = prev_output_tokens.size()
-        if alignment_layer is None:
-            alignment_layer = self.num_layers - 1
-        sources = {k: connected_source(encoder_out, k)
-                   for k in sorted({layer.encoder_decoder_connect for layer in self.architecture.decoder_layers})}
-
-        positions = None
-        if self.embed_positions is not None:
-            positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
-        if incremental_state is not None:
-            prev_output_tokens = prev_output_tokens[:, -1:]
-            if positions is not None:
-                positions = positions[:, -1:]
-        prev_output_tokens = prev_output_tokens.contiguous()
-        x = self.embed_scale * self.embed_tokens(prev_output_tokens)
-        if self.quant_noise is not None:
-            x = self.quant_noise(x)
-        if self.project_in_dim is not None:
-            x = self.project_in_dim(x)
-        if positions is not None:
-            x += positions
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x)
-        x = x.transpose(0, 1)  # B x T x C -> T x B x C
-
-        self_attn_padding_mask: Optional[Tensor] = None
-        if self.cross_self_attention or prev_output_tokens.eq(self.padding_idx).any():
-            self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)
-
-        attn: Optional[Tensor] = None
-        inner_states: List[Optional[Tensor]] = [x]
-        # (with --decoder-layerdrop self.layers skips layers: iterate it, as fairseq does, and find each
-        # layer's choices on the layer itself)
-        for idx, layer in enumerate(self.layers):
-            if incremental_state is None and not full_context_alignment:
-                self_attn_mask = self.buffered_future_mask(x)
-            else:
-                self_attn_mask = None
-            enc, padding_mask = sources[_choices(layer).encoder_decoder_connect]
-            x, layer_attn, _ = layer(
-                x,
-                enc,
-                padding_mask,
-                incremental_state,
-                self_attn_mask=self_attn_mask,
-                self_attn_padding_mask=self_attn_padding_mask,
-                need_attn=bool((idx == alignment_layer)),
-                need_head_weights=bool((idx == alignment_layer)),
-            )
-            inner_states.append(x)
-            if layer_attn is not None and idx == alignment_layer:
-                attn = layer_attn.float().to(x)
-
-        if attn is not None:
-            if alignment_heads is not None:
-                attn = attn[:alignment_heads]
-            attn = attn.mean(dim=0)  # average probabilities over heads
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        x = x.transpose(0, 1)  # T x B x C -> B x T x C
-        if self.project_out_dim is not None:
-            x = self.project_out_dim(x)
-        return x, {"attn": [attn], "inner_states": inner_states}
+        """fairseq's, over the concatenated outputs of the last ``source_copies`` encoder layers (``connected_source``)
+        when some layer has ``encoder_decoder_connect`` > 1; each layer takes its own prefix (``forward`` of
+        the layer). When decoding, the encoder-decoder attentions cache the first step's keys (fairseq's
+        static_kv; cosFormer's state) and do not read later steps'."""
+        if encoder_out is not None and self.source_copies > 1:
+            keys, mask = connected_source(encoder_out, self.source_copies)
+            encoder_out = dict(encoder_out)  # a shallow copy: the caller's (beam search's) stays as it is
+            encoder_out["encoder_out"] = [keys]
+            encoder_out["encoder_padding_mask"] = [] if mask is None else [mask]
+        return super().extract_features_scriptable(prev_output_tokens, encoder_out, incremental_state,
+                                                   full_context_alignment, alignment_layer, alignment_heads)
 
     def buffered_future_mask(self, tensor):
         # The O(T^2) mask only when some layer's kind uses it (linear kinds are

@@ -267,3 +267,28 @@ def test_a_kind_without_key_copies_is_refused():
         check_key_copies("_nocopies", 1)
     finally:
         del ATTENTION_REGISTRY["_nocopies"]
+
+
+def test_alignment_attention_is_over_source_positions(data_dir):
+    """k = 2 in the last decoder layer (the alignment layer): the decoder's returned attention has S columns,
+    the sum over the two copies of the head-averaged weights over the 2*S keys (what fairseq-generate
+    --print-alignment reads)."""
+    model = built(data_dir, "softmax", "1,2")
+    src, lengths, prev = batch()
+    attention = model.decoder.layers[-1].encoder_attn
+    queries = []
+    hook = attention.register_forward_pre_hook(lambda m, args, kwargs: queries.append(kwargs["query"]), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            attn = model(src, lengths, prev)[1]["attn"][0]
+    finally:
+        hook.remove()
+    assert attn.shape == (src.size(0), prev.size(1), src.size(1))
+    keys, mask = hand_keys(model, src, lengths, 2)
+    with torch.no_grad():
+        _, per_head = attention(query=queries[0], key=keys, value=keys, key_padding_mask=mask, static_kv=True,
+                                need_weights=True, need_head_weights=True)
+    per_copy = per_head.mean(dim=0).view(src.size(0), prev.size(1), 2, src.size(1))
+    torch.testing.assert_close(attn, per_copy.sum(dim=2))
+    torch.testing.assert_close(attn.sum(-1), torch.ones(src.size(0), prev.size(1)))
+    assert attn.masked_select(src.eq(1).unsqueeze(1)).abs().max() == 0  # nothing on padding

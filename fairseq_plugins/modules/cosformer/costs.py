@@ -17,7 +17,8 @@ def _macs(placement, d, heads, queries, keys, kdim, options):
 
 def _decoding_state_elements(placement, d, heads, length, kdim, options):
     # the running sums of eq. 10, cos and sin parts: per head d_h x (d_h + 1) each (B,H,2,D,E+1);
-    # encoder-decoder attention also keeps the source keys (for attention weights on request)
+    # encoder-decoder attention also keeps the source keys (for attention weights on request): all of
+    # them, length = k*S with --encoder-decoder-connect k (the running sums stay d_h x (d_h + 1))
     state = 2 * d * (d // heads + 1)
     return state + (length * d if placement == ENCODER_DECODER else 0)
 
