@@ -54,15 +54,6 @@ from .modules.costs import (  # noqa: F401  (the shared helpers, re-exported)
     projection_parameters,
     visible_pairs,
 )
-# The per-operation counts of the paper's tables, defined next to each kind's code.
-from .modules.extractors.costs import (  # noqa: F401
-    EXTRACTOR_KINDS,
-    extractor,
-    extractor_parameters,
-    extractor_step,
-    extractor_training,
-)
-from .modules.softmax.costs import softmax_attention, softmax_parameters, softmax_step, softmax_training  # noqa: F401
 
 class _RegisteredCosts(Mapping):
     """kind -> AttentionCosts of every registered kind, read from the registry on each access
@@ -226,7 +217,7 @@ def table_rows(d: int, lags: int, t: int, heads: Sequence[int] = (1, 32), output
     """One row per causal self-attention sub-layer whose kind has per-operation counts (a row
     per head count where heads change them): training over a sequence of l tokens, one
     token at length t, parameters."""
-    options = AttentionOptions(lags=lags, extractor_output_projection=output_projection)
+    options = AttentionOptions(lags=lags, output_projection=output_projection)
     rows = []
     for name, spec in ATTENTION_REGISTRY.items():
         counts = spec.costs.operation_counts if spec.costs is not None else None

@@ -8,16 +8,9 @@ import pytest
 import torch
 
 from fairseq_plugins import complexity
-from fairseq_plugins.complexity import (
-    EXTRACTOR_KINDS,
-    Counts,
-    extractor_parameters,
-    extractor_step,
-    extractor_training,
-    softmax_parameters,
-    softmax_step,
-    softmax_training,
-)
+from fairseq_plugins.complexity import Counts
+from fairseq_plugins.modules.extractors.costs import EXTRACTOR_KINDS, extractor_parameters, extractor_step, extractor_training
+from fairseq_plugins.modules.softmax.costs import softmax_parameters, softmax_step, softmax_training
 from fairseq_plugins.modules import DECODER_SELF, build_attention
 
 

@@ -71,6 +71,7 @@ def attention_options(args, kinds: Optional[Sequence[str]] = None) -> complexity
     ``--*-attention-kinds`` name); the options of other kinds are read where they can be, and
     cannot make the count fail (e.g. Extractors' lags without target positions)."""
     from ..modules import ATTENTION_REGISTRY, AttentionConfigError
+    from ..modules.options import AttentionContext
 
     if kinds is None:
         lists = (getattr(args, name, None) or "" for name in ("encoder_attention_kinds", "decoder_attention_kinds", "cross_attention_kinds"))
@@ -81,7 +82,7 @@ def attention_options(args, kinds: Optional[Sequence[str]] = None) -> complexity
         if read is None:
             continue
         try:
-            values.update(read(args))
+            values.update(read(spec.options_class.from_args(args), AttentionContext.from_args(args)))
         except AttentionConfigError:
             if name in kinds:
                 raise

@@ -13,7 +13,7 @@ format ``--architecture-file`` reads (what an architecture search writes)::
      "encoder_layers": [{"attention_kind": "softmax", "attention_heads": 4, "ffn_embed_dim": 1024}, ...],
      "decoder_embed_dim": 512,
      "decoder_layers": [{"attention_kind": "softmax", "attention_heads": 4, "ffn_embed_dim": 1024,
-                         "cross_attention_kind": "cosformer", "cross_attention_heads": 4,
+                         "cross_attention_kind": "softmax", "cross_attention_heads": 4,
                          "encoder_decoder_connect": 1}, ...]}
 
 Language models have no ``encoder_*`` keys (or ``null``/``[]``) and no
@@ -36,7 +36,16 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
-from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError, check_key_copies, check_kind
+from ..modules import (
+    ATTENTION_REGISTRY,
+    DECODER_SELF,
+    ENCODER_DECODER,
+    ENCODER_SELF,
+    AttentionConfigError,
+    check_key_copies,
+    check_kind,
+    valid_kinds,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -442,9 +451,11 @@ def _check_decoder_layers(layers: Sequence[DecoderLayer], embed_dim: int, cross_
     for i, layer in enumerate(layers):
         check_kind(layer.attention_kind, DECODER_SELF, f"--decoder-attention-kinds (decoder layer {i})")
         _check_heads(embed_dim, layer.attention_heads, f"--decoder-layer-attention-heads (decoder layer {i})")
-        if layer.attention_kind != "softmax" and cross_self_attention:
+        if cross_self_attention and not getattr(ATTENTION_REGISTRY[layer.attention_kind].cls, "supports_cross_self_attention", False):
+            able = [k for k in valid_kinds(DECODER_SELF) if getattr(ATTENTION_REGISTRY[k].cls, "supports_cross_self_attention", False)]
             raise AttentionConfigError(
-                f"--cross-self-attention needs softmax decoder self-attention, but decoder layer {i} uses {layer.attention_kind!r}"
+                f"--cross-self-attention needs {' or '.join(able) or 'a'} decoder self-attention (fairseq attends over the "
+                f"source and the prefix together), but decoder layer {i} uses {layer.attention_kind!r}"
             )
         if layer.cross_attention_kind is not None:
             check_kind(layer.cross_attention_kind, ENCODER_DECODER, f"--cross-attention-kinds (decoder layer {i})")

@@ -20,9 +20,16 @@ from omegaconf import OmegaConf
 
 from .architecture import PRESETS, preset_config_file
 
-# Set by a preset from the task's options when the model is built (the Extractors' lags follow
-# --max-target-positions / --tokens-per-sample): not a constant of the preset, so left to the build.
-FROM_TASK = ("extractor_lags",)
+
+
+def from_task() -> set:
+    """Kind options a preset sets from the task's options when the model is built (a field's ``from_task``
+    metadata, e.g. lags that follow --max-target-positions / --tokens-per-sample): not constants of the
+    preset, so left to the build."""
+    from ..modules.options import option_fields, registered_option_classes
+
+    return {f.name for options_class in registered_option_classes() for f in option_fields(options_class)
+            if f.metadata.get("from_task")}
 
 
 def _lm_fields() -> set:
@@ -41,7 +48,8 @@ def preset_values(arch: str) -> Dict[str, object]:
 
     args = argparse.Namespace()
     ARCH_CONFIG_REGISTRY[arch](args)
-    values = {name: value for name, value in sorted(vars(args).items()) if name not in FROM_TASK and name != "_name"}
+    skip = from_task()
+    values = {name: value for name, value in sorted(vars(args).items()) if name not in skip and name != "_name"}
     if PRESETS[arch] == "mixed_transformer_lm":
         from omegaconf.errors import ValidationError
 

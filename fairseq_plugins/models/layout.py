@@ -10,12 +10,15 @@ import copy
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models.transformer import TransformerConfig
 
-from ..modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError
+from ..modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, ENCODER_SELF
+from ..modules.registry import PLACEMENT_NAMES
+from ..modules.options import ModelKindOptions, compose_option_classes, option_fields, registered_option_classes
 from .architecture import Architecture
 
 logger = logging.getLogger(__name__)
@@ -50,61 +53,6 @@ class DecoderLayoutConfig(FairseqDataclass):
     decoder_layer_ffn_embed_dims: Optional[str] = field(
         default=None,
         metadata={"help": "FFN width of each decoder layer (comma-separated; default: --decoder-ffn-embed-dim)"},
-    )
-    cosformer_max_positions: Optional[int] = field(
-        default=None,
-        metadata={
-            "help": "cosFormer horizon M of causal and encoder-decoder attention: positions must stay below it, so it "
-            "must be at least the positions the model is built for (default: --max-target-positions, and for "
-            "encoder-decoder attention the larger of source and target)"
-        },
-    )
-    extractor_lags: Optional[int] = field(
-        default=None,
-        metadata={
-            "help": "Extractors: number of lags l (context window; only the last l inputs contribute), "
-            "1 <= l <= --max-target-positions (default: --max-target-positions; language models: --tokens-per-sample)"
-        },
-    )
-    extractor_no_output_projection: bool = field(
-        default=False,
-        metadata={"help": "Extractors SHE/HE/WE: leave out the output projection W_out (eq. 25)"},
-    )
-    extractor_conv_impl: str = field(
-        default="auto",
-        metadata={
-            "help": "Extractors: causal convolution of a full pass: auto (smaller estimated time, weighted multiplication counts), "
-            "direct (conv1d) or fft (rfft/irfft); choices: auto, direct, fft"
-        },
-    )
-    bet_score_weights: str = field(
-        default="per-head",
-        metadata={
-            "help": "Bird-Eye attention (bet): weights w of the token scores R_j = sigmoid(w^T [H_j; K_j]) (eq. 7): "
-            "per-head (each head its own w_h and score) or shared (one w over all heads, one score per token); "
-            "choices: per-head, shared (default: per-head)"
-        },
-    )
-    bet_no_diag_free: bool = field(
-        default=False,
-        metadata={
-            "help": "Bird-Eye attention (bet): use the ordinary causal mask (diagonal visible) for the re-weighted "
-            "attention A' instead of the diagonal-free mask (the paper's ablation; default: diagonal-free)"
-        },
-    )
-    softmax_diag_free: bool = field(
-        default=False,
-        metadata={
-            "help": "softmax decoder self-attention only: diagonal-free mask, token i attends to tokens j < i "
-            "(a token with no earlier real token attends to itself); excludes --softmax-diag-scale (default: off)"
-        },
-    )
-    softmax_diag_scale: float = field(
-        default=1.0,
-        metadata={
-            "help": "softmax decoder self-attention only: multiply the diagonal scores q_i.k_i/sqrt(d_h) by this finite "
-            "factor before the softmax (BET paper: 0.2 reduced, 2.0 magnified diagonal; default: 1.0, unchanged)"
-        },
     )
 
 
@@ -144,14 +92,36 @@ class EncoderDecoderLayoutConfig(DecoderLayoutConfig):
 LAYOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EncoderDecoderLayoutConfig)}
 DECODER_LAYOUT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DecoderLayoutConfig)}
 
+# The options of the kinds registered when the models are defined (the built-in kinds, and those of
+# $FAIRSEQ_PLUGINS_KIND_MODULES), composed from their KindOptions classes: part of the language
+# model's dataclass, so of its hydra configuration. ``add_args`` adds those of kinds registered later.
+KindOptionsConfig = compose_option_classes(registered_option_classes())
+
+
+def kind_option_defaults() -> Dict[str, object]:
+    """option -> default, over every registered kind's options."""
+    return {f.name: f.default for options_class in registered_option_classes() for f in option_fields(options_class)}
+
+
+def add_kind_options(parser, known: Sequence[str] = ()):
+    """Add every registered kind's options to ``parser`` (no defaults: the architectures set them, fairseq's
+    convention), except the options named in ``known`` (already added from the model's dataclass)."""
+    fields = [f for options_class in registered_option_classes() for f in option_fields(options_class)]
+    missing = list({f.name: f for f in fields if f.name not in known}.values())
+    if missing:
+        only = dataclasses.make_dataclass("KindOptionsToAdd", [
+            (f.name, f.type, dataclasses.field(default=f.default, metadata=f.metadata)) for f in missing], bases=(FairseqDataclass,))
+        gen_parser_from_dataclass(parser, only(), delete_default=True)
+
 
 def set_layout_defaults(args, decoder_only: bool = False):
-    """Fill unset layout options (architectures call this, fairseq style).
+    """Fill unset layout and kind options (architectures call this, fairseq style).
 
-    ``decoder_only`` (language models): only the decoder's options, since a
+    ``decoder_only`` (language models): only the decoder's layout options, since a
     language model's structured config has no encoder or cross-attention keys.
     """
-    for name, default in (DECODER_LAYOUT_DEFAULTS if decoder_only else LAYOUT_DEFAULTS).items():
+    defaults = {**(DECODER_LAYOUT_DEFAULTS if decoder_only else LAYOUT_DEFAULTS), **kind_option_defaults()}
+    for name, default in defaults.items():
         if getattr(args, name, None) is None:
             setattr(args, name, default)
 
@@ -183,18 +153,15 @@ def layer_count_config(args, side: str, layers: int):
 
 
 # ------------------------------------------------- checks across options ---
-PLACEMENT_NAMES = {ENCODER_SELF: "encoder self-attention", DECODER_SELF: "decoder self-attention",
-                   ENCODER_DECODER: "encoder-decoder attention"}
 def kind_option_users() -> Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]]:
     """option -> (the kinds whose layers read it, in registration order; the placements where they do),
-    as each kind registers them (``register_attention(options=...)``); options in the order of the
-    model options (``DecoderLayoutConfig``), then any others."""
+    as each kind registers them (``register_attention(options=...)``); options in registration order."""
     users: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {}
     for name, spec in ATTENTION_REGISTRY.items():
         for option, placements in spec.options.items():
             kinds, known = users.get(option, ((), ()))
             users[option] = (kinds + (name,), tuple(p for p in PLACEMENT_NAMES if p in known or p in placements))
-    order = list(DECODER_LAYOUT_DEFAULTS)
+    order = list(kind_option_defaults())
     return dict(sorted(users.items(), key=lambda item: order.index(item[0]) if item[0] in order else len(order)))
 
 
@@ -207,66 +174,38 @@ def placed_kinds(architecture: Architecture) -> List[Tuple[str, int, str]]:
                if layer.cross_attention_kind is not None])
 
 
-class Positions(NamedTuple):
-    """The positions of a model's sequences an option sets: ``value`` of ``option`` plus ``extra`` positions
-    (``why``: what adds them, e.g. the BOS token of --add-bos-token)."""
-    option: str
-    value: Optional[int]
-    extra: int = 0
-    why: str = ""
-
-    @property
-    def count(self) -> Optional[int]:
-        return None if self.value is None else int(self.value) + self.extra
-
-    def describe(self) -> str:
-        if not self.extra:
-            return f"{self.option} {self.value}"
-        return f"{self.option} {self.value} + {self.extra} ({self.why}) = {self.count}"
-
-
-def check_cosformer_horizon(args, architecture: Architecture,
-                            target_positions: Sequence[Tuple],
-                            source_positions: Sequence[Tuple] = ()) -> None:
-    """An explicit ``--cosformer-max-positions`` must cover the positions the model is built for, or
-    cosFormer fails only at the first batch with a longer sequence, possibly hours into training.
+def resolve_kind_options(args, architecture: Architecture, target_positions: Sequence[Tuple] = (),
+                         source_positions: Sequence[Tuple] = ()) -> ModelKindOptions:
+    """Every registered kind's options read from ``args`` and validated, each kind's checks against this
+    model (``KindOptions.check_model``: e.g. an explicit cosFormer horizon must cover the positions the
+    model is built for, or it fails only at the first longer batch, possibly hours into training), and a
+    warning for options no layer reads (``warn_unused_kind_options``). Called once by the models' build,
+    before any module is built.
 
     ``target_positions`` / ``source_positions``: ``Positions`` (or (option, positions) pairs) of the decoder's
     and the encoder's sequences (a language model: ``--tokens-per-sample``, plus the BOS position with
-    ``--add-bos-token``, and an explicit ``--max-target-positions``). Causal self-attention sees target
-    positions, encoder-decoder attention both (as ``horizon_for``)."""
-    horizon = _option(args, "cosformer_max_positions")
-    if horizon is None:  # the default horizon is taken from these same positions
-        return
-    for placement, layer, kind in placed_kinds(architecture):
-        if kind != "cosformer" or placement == ENCODER_SELF:
-            continue
-        candidates = [Positions(*entry) for entry in list(target_positions) + (list(source_positions) if placement == ENCODER_DECODER else [])]
-        known = [entry for entry in candidates if entry.value is not None]
-        if not known:
-            continue
-        largest = max(known, key=lambda entry: entry.count)  # (the first option on a tie)
-        if int(horizon) < largest.count:
-            option = largest.option
-            raise AttentionConfigError(
-                f"--cosformer-max-positions {horizon} is smaller than {largest.describe()}, the positions the model is "
-                f"built for: cosformer {PLACEMENT_NAMES[placement]} (decoder layer {layer}) would fail at the first "
-                f"longer sequence; raise --cosformer-max-positions to at least {largest.count} or lower {option} (a checkpoint "
-                f"trained before this check loads with --model-overrides \"{{'{option[2:].replace('-', '_')}': "
-                f"{int(horizon) - largest.extra}}}\")")
+    ``--add-bos-token``, and an explicit ``--max-target-positions``)."""
+    resolved = ModelKindOptions.from_args(args, target_positions, source_positions)
+    layers = placed_kinds(architecture)
+    for name, spec in ATTENTION_REGISTRY.items():
+        used = [(placement, index) for placement, index, kind in layers if kind == name]
+        if used:
+            resolved.of(spec.options_class).check_model(resolved.context, used)
+    warn_unused_kind_options(args, architecture)
+    return resolved
 
 
 def warn_unused_kind_options(args, architecture: Architecture) -> None:
     """A warning for every kind option set to a value other than its default that no layer of the model
     reads (e.g. ``--bet-score-weights`` without a ``bet`` layer): such a run silently trains something else
     than asked. Values at their defaults never warn, so a preset's or script's explicit defaults are quiet."""
-    layers = placed_kinds(architecture)
+    layers, defaults = placed_kinds(architecture), kind_option_defaults()
     model = "; ".join(
         f"{PLACEMENT_NAMES[placement]} {', '.join(dict.fromkeys(k for p, _, k in layers if p == placement))}"
         for placement in PLACEMENT_NAMES if any(p == placement for p, _, _ in layers))
     for name, (kinds, placements) in kind_option_users().items():
         value = _option(args, name)
-        default = DECODER_LAYOUT_DEFAULTS.get(name)
+        default = defaults.get(name)
         if value is None or value == default:
             continue
         if any(kind in kinds and placement in placements for placement, _, kind in layers):

@@ -32,6 +32,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError, build_attention
+from ..modules.options import ModelKindOptions
 from .architecture import (
     Architecture,
     DecoderLayer,
@@ -43,11 +44,11 @@ from .architecture import (
 )
 from .layout import (
     EncoderDecoderLayoutConfig,
-    check_cosformer_horizon,
+    add_kind_options,
     layer_config,
     layer_count_config,
+    resolve_kind_options,
     set_layout_defaults,
-    warn_unused_kind_options,
 )
 
 
@@ -61,13 +62,13 @@ def wrap_layer(layer, cfg):
 
 
 class MixedTransformerEncoderLayer(TransformerEncoderLayerBase):
-    """fairseq's encoder layer with this layer's choices; ``model_args``: the raw model options,
-    from which attention kinds read their own options."""
+    """fairseq's encoder layer with this layer's choices; ``kind_options``: the model's ``ModelKindOptions``
+    (every kind's typed options and the model-wide ``AttentionContext``), handed to the attention kinds."""
 
-    def __init__(self, cfg, choices: EncoderLayer, model_args, return_fc=False):
+    def __init__(self, cfg, choices: EncoderLayer, kind_options: ModelKindOptions, return_fc=False):
         # kept before fairseq's __init__, which calls build_self_attention
         self.choices = choices
-        self.model_args = model_args
+        self.kind_options = kind_options
         super().__init__(layer_config(cfg, "encoder", choices.attention_heads, choices.ffn_embed_dim), return_fc=return_fc)
 
     def build_self_attention(self, embed_dim, cfg):
@@ -76,7 +77,7 @@ class MixedTransformerEncoderLayer(TransformerEncoderLayerBase):
             ENCODER_SELF,
             embed_dim,
             self.choices.attention_heads,
-            self.model_args,
+            self.kind_options,
             dropout=cfg.attention_dropout,
             option_name="--encoder-attention-kinds",
         )
@@ -85,11 +86,12 @@ class MixedTransformerEncoderLayer(TransformerEncoderLayerBase):
 class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
     """fairseq's decoder layer with this layer's choices (see MixedTransformerEncoderLayer)."""
 
-    def __init__(self, cfg, choices: DecoderLayer, model_args, no_encoder_attn=False, source_copies: int = 1):
+    def __init__(self, cfg, choices: DecoderLayer, kind_options: ModelKindOptions, no_encoder_attn=False,
+                 source_copies: int = 1):
         """``source_copies``: how many encoder layers' outputs the decoder concatenates into the encoder
         output every layer receives (the largest ``encoder_decoder_connect`` of its layers)."""
         self.choices = choices
-        self.model_args = model_args
+        self.kind_options = kind_options
         self.source_copies = source_copies
         super().__init__(layer_config(cfg, "decoder", choices.attention_heads, choices.ffn_embed_dim), no_encoder_attn=no_encoder_attn)
 
@@ -101,7 +103,7 @@ class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
             DECODER_SELF,
             embed_dim,
             self.choices.attention_heads,
-            self.model_args,
+            self.kind_options,
             dropout=cfg.attention_dropout,
             option_name="--decoder-attention-kinds",
         )
@@ -112,7 +114,7 @@ class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
             ENCODER_DECODER,
             embed_dim,
             self.choices.cross_attention_heads,
-            self.model_args,
+            self.kind_options,
             kdim=cfg.encoder.embed_dim,
             vdim=cfg.encoder.embed_dim,
             dropout=cfg.attention_dropout,
@@ -149,7 +151,8 @@ def _all_built(layers_to_build, side: str):
 class MixedTransformerEncoder(TransformerEncoder):
     def __init__(self, args, dictionary, embed_tokens, return_fc=False, *, architecture: Architecture):
         self.architecture = architecture
-        self.model_args = args
+        # every kind's options, read once for all layers (validated and checked by the model's build_model)
+        self.kind_options = ModelKindOptions.from_args(args)
         # fairseq's __init__ calls build_encoder_layer(cfg) once per layer, in layer order, and gives it
         # no index; so the hook takes the next entry of this iterator over the architecture's layers.
         # (Building the layers after fairseq's __init__ instead would change the order in which seeded
@@ -161,7 +164,7 @@ class MixedTransformerEncoder(TransformerEncoder):
 
     def build_encoder_layer(self, cfg):
         cfg = TransformerConfig.from_namespace(cfg)
-        layer = MixedTransformerEncoderLayer(cfg, next(self._layers_to_build), self.model_args, return_fc=self.return_fc)
+        layer = MixedTransformerEncoderLayer(cfg, next(self._layers_to_build), self.kind_options, return_fc=self.return_fc)
         return wrap_layer(layer, cfg)
 
     def forward(self, src_tokens, src_lengths: Optional[torch.Tensor] = None, return_all_hiddens: bool = False,
@@ -205,7 +208,8 @@ class MixedTransformerDecoder(TransformerDecoder):
             raise ValueError(f"no_encoder_attn={no_encoder_attn} but the architecture's decoder layers "
                              f"{'have' if architecture.has_cross_attention else 'have no'} encoder-decoder attention")
         self.architecture = architecture
-        self.model_args = args
+        # every kind's options, read once for all layers (validated and checked by the model's build_model)
+        self.kind_options = ModelKindOptions.from_args(args)
         # as in MixedTransformerEncoder: fairseq gives build_decoder_layer no layer index
         self._layers_to_build = iter(architecture.decoder_layers)
         # --encoder-decoder-connect: the number of encoder layers whose outputs every decoder layer receives
@@ -219,7 +223,7 @@ class MixedTransformerDecoder(TransformerDecoder):
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         cfg = TransformerConfig.from_namespace(cfg)
-        layer = MixedTransformerDecoderLayer(cfg, next(self._layers_to_build), self.model_args, no_encoder_attn=no_encoder_attn,
+        layer = MixedTransformerDecoderLayer(cfg, next(self._layers_to_build), self.kind_options, no_encoder_attn=no_encoder_attn,
                                              source_copies=self.source_copies)
         return wrap_layer(layer, cfg)
 
@@ -273,6 +277,7 @@ class MixedTransformerModel(TransformerModel):
         super().add_args(parser)
         # No defaults here, so that architectures can set theirs (fairseq convention).
         gen_parser_from_dataclass(parser, EncoderDecoderLayoutConfig(), delete_default=True)
+        add_kind_options(parser)  # every registered kind's options (modules/<kind>/options.py)
 
     @classmethod
     def build_model(cls, args, task):
@@ -305,9 +310,7 @@ class MixedTransformerModel(TransformerModel):
         # (super().build_model gives unset positions these same defaults)
         target = getattr(args, "max_target_positions", None) or DEFAULT_MAX_TARGET_POSITIONS
         source = getattr(args, "max_source_positions", None) or DEFAULT_MAX_SOURCE_POSITIONS
-        check_cosformer_horizon(args, architecture, [("--max-target-positions", target)],
-                                [("--max-source-positions", source)])
-        warn_unused_kind_options(args, architecture)
+        resolve_kind_options(args, architecture, [("--max-target-positions", target)], [("--max-source-positions", source)])
         if architecture.connects_earlier_encoder_layers and (getattr(args, "encoder_layerdrop", 0) or 0) > 0:
             raise AttentionConfigError(
                 "--encoder-decoder-connect > 1 cannot be combined with --encoder-layerdrop: a dropped encoder layer has "

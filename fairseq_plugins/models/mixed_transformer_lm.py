@@ -1,5 +1,6 @@
 """``mixed_transformer_lm``: fairseq's Transformer language model with the
 attention kind, head count and FFN width of every layer chosen per layer."""
+import dataclasses
 from dataclasses import dataclass
 
 from fairseq.models import register_model
@@ -12,13 +13,15 @@ from fairseq.models.transformer_lm import (
 
 from ..modules import AttentionConfigError
 from .architecture import Architecture, model_architecture, record_architecture, register_preset
-from .layout import DecoderLayoutConfig, Positions, check_cosformer_horizon, set_layout_defaults, warn_unused_kind_options
+from ..modules.options import Positions
+from .layout import DecoderLayoutConfig, KindOptionsConfig, add_kind_options, resolve_kind_options, set_layout_defaults
 from .mixed_transformer import MixedTransformerDecoder, load_state_dict_describing_pruned
 
 
 @dataclass
-class MixedTransformerLanguageModelConfig(TransformerLanguageModelConfig, DecoderLayoutConfig):
-    pass
+class MixedTransformerLanguageModelConfig(TransformerLanguageModelConfig, DecoderLayoutConfig, KindOptionsConfig):
+    """fairseq's LM options, the per-layer choices and the options of every kind registered when this
+    module is imported (``layout.KindOptionsConfig``)."""
 
 
 def adds_bos_token(args, task=None) -> bool:
@@ -55,6 +58,12 @@ def resolve_lm_sizes(args, task=None):
 @register_model("mixed_transformer_lm", dataclass=MixedTransformerLanguageModelConfig)
 class MixedTransformerLanguageModel(TransformerLanguageModel):
     @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        # kinds registered after this module was imported (a --user-dir kind package): their options too
+        add_kind_options(parser, known=[f.name for f in dataclasses.fields(MixedTransformerLanguageModelConfig)])
+
+    @classmethod
     def build_model(cls, args, task):
         if getattr(args, "architecture_file", None):  # (presets apply it; fairseq's own mixed_transformer_lm does not)
             raise AttentionConfigError(
@@ -63,8 +72,7 @@ class MixedTransformerLanguageModel(TransformerLanguageModel):
         positions = resolve_lm_sizes(args, task)
         # The whole architecture, resolved and validated before any module is built: errors name the option.
         architecture = model_architecture(args, decoder_only=True)
-        check_cosformer_horizon(args, architecture, positions)
-        warn_unused_kind_options(args, architecture)
+        resolve_kind_options(args, architecture, positions)
         record_architecture(args, architecture)
         if args.character_embeddings or args.adaptive_input:
             # fairseq builds these inputs inline in build_model; reuse them

@@ -173,9 +173,10 @@ class AttentionCosts:
     decoding_state_growth: str  # "per token", "constant" or "window"
     asymptotic_class: str
     operation_counts: Optional[OperationCounts] = None
-    # options_from(cfg) -> the AttentionOptions values the kind reads from model options
-    # (as its from_config resolves them); errors are AttentionConfigErrors
-    options_from: Optional[Callable[[object], Mapping[str, object]]] = None
+    # options_from(options, context) -> the AttentionOptions values of the kind's typed options (an
+    # instance of its registered KindOptions class) and the model's AttentionContext, as its from_config
+    # resolves them; errors are AttentionConfigErrors
+    options_from: Optional[Callable[[object, object], Mapping[str, object]]] = None
     # the AttentionOptions the kind's counts read -> their defaults
     option_defaults: Mapping[str, object] = field(default_factory=dict)
     # implementation_flops(length, embed_dim, heads, options, **settings) -> (forward, backward) FLOPs of

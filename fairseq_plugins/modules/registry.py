@@ -29,12 +29,18 @@ from typing import Callable, Dict, Mapping, Optional, Tuple
 
 import torch
 from fairseq.incremental_decoding_utils import FairseqIncrementalState
+from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
+
+from .options import AttentionContext, KindOptions, ModelKindOptions, NoOptions, option_fields
 
 ENCODER_SELF = "encoder_self"
 DECODER_SELF = "decoder_self"
 ENCODER_DECODER = "encoder_decoder"
 PLACEMENTS = (ENCODER_SELF, DECODER_SELF, ENCODER_DECODER)
+# the placements as messages name them
+PLACEMENT_NAMES = {ENCODER_SELF: "encoder self-attention", DECODER_SELF: "decoder self-attention",
+                   ENCODER_DECODER: "encoder-decoder attention"}
 
 IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
 
@@ -64,8 +70,11 @@ class AttentionSpec:
     # Kinds without weights, or whose weights can be zero on a visible key (ReLU
     # feature maps), leave it False.
     attention_distribution: bool = False
-    # The model options (``cfg`` attribute names) the kind reads -> the placements where it reads
-    # them (the option's help says the same); used to warn about options no layer reads.
+    # The kind's options: a ``KindOptions`` dataclass (``modules/options.py``) whose fields are model
+    # options; its instances are what ``from_config`` receives.
+    options_class: type = NoOptions
+    # option name -> the placements where the kind reads it (the fields' ``placements`` metadata,
+    # default every placement of the kind); used to warn about options no layer reads.
     options: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
 
 
@@ -90,15 +99,17 @@ def register_attention(
     conformance_variants: Optional[Mapping[str, object]] = None,
     costs=None,
     attention_distribution: bool = False,
-    options: Optional[Mapping[str, object]] = None,
+    options: Optional[type] = None,
 ):
     """Class decorator: register an attention kind under ``name``.
 
     ``costs`` is the kind's ``AttentionCosts`` (``modules/costs.py``): what
     ``fairseq_plugins.complexity``, ``cli/model_costs`` and the benchmarks ask
     instead of naming kinds. ``attention_distribution``: see ``AttentionSpec``.
-    ``options`` maps each model option the kind reads to the placements where it
-    reads it (default: every placement of the kind).
+    ``options``: the kind's ``KindOptions`` dataclass (``modules/options.py``; default: none);
+    a field's ``placements`` metadata names the placements where the kind reads it (default:
+    every placement of the kind). The models compose the registered classes into their
+    configuration and command line, and ``from_config`` receives an instance.
 
     ``conformance_variants`` maps a variant name to the model options it sets
     (a dict, run in every placement of the kind) or to a ``ConformanceVariant``
@@ -118,13 +129,22 @@ def register_attention(
         if outside:
             raise ValueError(f"conformance variant {variant!r} of attention kind {name!r} names placements {outside} the kind does not support")
         variants[str(variant)] = ConformanceVariant(dict(value.overrides), variant_placements)
+    options_class = NoOptions if options is None else options
+    if not (isinstance(options_class, type) and issubclass(options_class, KindOptions)):
+        raise TypeError(f"options of attention kind {name!r} must be a KindOptions dataclass "
+                        f"(fairseq_plugins.modules.options), got {options!r}")
     read_options = {}
-    for option, option_placements in (options or {}).items():
-        option_placements = tuple(option_placements) if option_placements is not None else placements
+    for option in option_fields(options_class):
+        option_placements = tuple(option.metadata.get("placements") or placements)
         outside = [p for p in option_placements if p not in placements]
         if outside:
-            raise ValueError(f"option {option!r} of attention kind {name!r} names placements {outside} the kind does not support")
-        read_options[str(option)] = option_placements
+            raise ValueError(f"option {option.name!r} of attention kind {name!r} names placements {outside} the kind does not support")
+        read_options[option.name] = option_placements
+    for spec in ATTENTION_REGISTRY.values():  # an option name means one thing: one class declares it
+        related = issubclass(spec.options_class, options_class) or issubclass(options_class, spec.options_class)
+        clash = [] if related else sorted(set(read_options) & set(spec.options))
+        if clash:
+            raise ValueError(f"attention kind {name!r} declares options {clash}, which kind {spec.name!r} declares too")
 
     def decorator(cls):
         if name in ATTENTION_REGISTRY:
@@ -136,7 +156,8 @@ def register_attention(
             raise TypeError(f"attention kind {name!r} lacks the attention interface: {missing}")
         cls.kind_name = name
         ATTENTION_REGISTRY[name] = AttentionSpec(
-            name, cls, placements, naive_reference, description, variants, costs, bool(attention_distribution), read_options
+            name, cls, placements, naive_reference, description, variants, costs, bool(attention_distribution),
+            options_class, read_options
         )
         return cls
 
@@ -240,9 +261,10 @@ def build_attention(
     ``key_copies`` (``encoder_decoder`` only): the keys are that many concatenated
     copies of the source (module docstring).
 
-    ``cfg`` holds the raw model options (the argparse Namespace or omegaconf
-    DictConfig fairseq passes to ``build_model``); kinds read their own options
-    from it with ``getattr(cfg, name, default)``.
+    ``cfg``: the model's ``ModelKindOptions`` (``modules/options.py``: every kind's typed
+    options and the ``AttentionContext``, read once by the model), or raw model options
+    (an argparse Namespace or omegaconf DictConfig, read here; None: every default).
+    The kind's ``from_config`` receives its own ``KindOptions`` instance and the context.
     """
     spec = check_kind(kind, placement, option_name)
     if embed_dim % num_heads != 0:
@@ -252,6 +274,14 @@ def build_attention(
     if key_copies < 1 or (key_copies != 1 and placement != ENCODER_DECODER):
         raise AttentionConfigError(f"{option_name}: key_copies {key_copies} needs encoder_decoder placement and >= 1")
     check_key_copies(kind, key_copies, option_name)
+    if isinstance(cfg, ModelKindOptions):
+        options, context = cfg.of(spec.options_class), cfg.context
+    else:
+        options, context = spec.options_class.from_args(cfg), AttentionContext.from_args(cfg)
+    if context.quant_noise_pq > 0 and not getattr(spec.cls, "supports_quant_noise", False):
+        raise AttentionConfigError(
+            f"--quant-noise-pq {context.quant_noise_pq}: attention kind {kind!r} ({option_name}) has no linear maps that "
+            f"take quantisation noise; set --quant-noise-pq 0 or use another kind there")
     module = spec.cls.from_config(
         placement=placement,
         embed_dim=embed_dim,
@@ -259,7 +289,8 @@ def build_attention(
         kdim=kdim if kdim is not None else embed_dim,
         vdim=vdim if vdim is not None else embed_dim,
         dropout=dropout,
-        cfg=cfg,
+        options=options,
+        context=context,
     )
     if key_copies != 1:
         module.key_copies = key_copies
@@ -290,6 +321,9 @@ class BaseAttention(FairseqIncrementalState, nn.Module):
     # source (module docstring); key_copies: how many (set by build_attention).
     supports_key_copies = False
     key_copies = 1
+    # True when the kind's decoder self-attention can take fairseq's --cross-self-attention (keys: the
+    # source and the prefix together); the architecture check refuses it for the other kinds.
+    supports_cross_self_attention = False
 
     def __init__(self, placement: str, embed_dim: int, num_heads: int, kdim: int, vdim: int):
         super().__init__()
@@ -305,8 +339,16 @@ class BaseAttention(FairseqIncrementalState, nn.Module):
         self.self_attention = placement != ENCODER_DECODER
         self.encoder_decoder_attention = placement == ENCODER_DECODER
 
+    # True when the kind's linear maps take fairseq's quantisation noise (``--quant-noise-pq``, read
+    # into ``AttentionContext``; build them with ``_linear``); build_attention refuses the option for
+    # the other kinds.
+    supports_quant_noise = False
+
     @classmethod
-    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, cfg):
+    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, options: KindOptions,
+                    context: AttentionContext):
+        """Build from the kind's typed ``options`` (an instance of its registered ``KindOptions`` class)
+        and the model-wide ``context``; kinds with options override it."""
         return cls(placement, embed_dim, num_heads, kdim, vdim)
 
     # -- incremental state (same helper names as fairseq's MultiheadAttention) --
@@ -333,6 +375,14 @@ class BaseAttention(FairseqIncrementalState, nn.Module):
         """T x B x (H d) -> B x H x T x d."""
         length, bsz, _ = x.shape
         return x.view(length, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+
+    @staticmethod
+    def _linear(d_in: int, d_out: int, context: Optional[AttentionContext] = None) -> nn.Linear:
+        """nn.Linear(d_in, d_out) with the model's quantisation noise (fairseq's ``quant_noise``, as
+        its MultiheadAttention wraps its projections; none without a context)."""
+        if context is None:
+            return nn.Linear(d_in, d_out)
+        return quant_noise(nn.Linear(d_in, d_out), context.quant_noise_pq, context.quant_noise_pq_block_size)
 
     def _reset_projections(self, zero_qkv_bias: bool = False):
         """q_proj, k_proj, v_proj, out_proj initialised as fairseq's

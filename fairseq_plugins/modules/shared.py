@@ -1,4 +1,4 @@
-"""What several attention kinds share: kind options, masks, the float32-at-least
+"""What several attention kinds share: masks, the float32-at-least
 compute dtype, argument checks of self-attention-only kinds, padding
 bookkeeping and the projections of the module-level naive references.
 (``BaseAttention`` in ``registry.py`` holds the shared module helpers: head
@@ -9,12 +9,6 @@ import torch
 import torch.nn.functional as F
 from fairseq import utils
 from torch import Tensor
-
-
-def option(cfg, name: str, default):
-    """A kind option from the raw model args (Namespace or DictConfig); None: default."""
-    value = getattr(cfg, name, None) if cfg is not None else None
-    return default if value is None else value
 
 
 def at_least_float32(dtype: torch.dtype) -> torch.dtype:

@@ -16,6 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import fairseq_plugins  # noqa: F401  (registers kinds, models, presets)
 from fairseq_plugins import complexity
 from fairseq_plugins.cli import model_costs
+from fairseq_plugins.modules.extractors import costs as extractor_costs
 from fairseq_plugins.modules import ATTENTION_REGISTRY, ENCODER_DECODER, build_attention
 
 
@@ -71,8 +72,8 @@ def test_kind_parameters_equal_the_module(kind, placement, overrides):
 def test_extractor_products_are_its_counted_multiplications_without_the_element_wise_one():
     # eq. 24's X_adj * X_ext (d multiplications per token) is element-wise, every other one a product
     options = complexity.AttentionOptions(lags=7)
-    for kind in complexity.EXTRACTOR_KINDS:
-        counted = complexity.extractor_training(kind, 16, 7, 10).multiplications
+    for kind in extractor_costs.EXTRACTOR_KINDS:
+        counted = extractor_costs.extractor_training(kind, 16, 7, 10).multiplications
         elementwise = 0 if kind == "extractor_me" else 10 * 16
         assert complexity.kind_cost(kind).macs("decoder_self", 16, 4, 10, 10, 16, options) == counted - elementwise
 

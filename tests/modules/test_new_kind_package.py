@@ -110,6 +110,31 @@ generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_
 hypos = generator.forward({"net_input": {"src_tokens": src, "src_lengths": (src != 1).sum(1)}})
 assert len(hypos) == 3 and all(len(h) == 3 for h in hypos)
 
+# the kind's option: an option of the models' command line (fairseq's --help lists it), read into the
+# kind's typed options and handed to from_config; bad values are refused naming it
+task, model = build("--decoder-attention-kinds", "toy_mean", "--toy-mean-gate-scale", "2.5")
+assert [l.self_attn.gate_scale for l in model.decoder.layers] == [2.5, 2.5]
+assert [l.encoder_attn.gate_scale for l in model.decoder.layers if l.encoder_attn.kind_name == "toy_mean"] == []
+try:
+    build("--decoder-attention-kinds", "toy_mean", "--toy-mean-gate-scale", "-1")
+except AttentionConfigError as error:
+    assert "--toy-mean-gate-scale must be > 0" in str(error), error
+else:
+    raise AssertionError("a bad option value was accepted")
+# the language model (a model with a dataclass, which lists the kinds registered before it) takes it too
+with open(f"{data}/dict.txt", "w") as f:
+    f.writelines(f"w{i} 10\n" for i in range(20))
+parser = options.get_training_parser()
+lm_args = options.parse_args_and_arch(parser, input_args=[
+    data, "--task", "language_modeling", "--arch", "mixed_transformer_lm_tiny", "--user-dir", user_dir,
+    "--tokens-per-sample", "16", "--decoder-attention-kinds", "toy_mean,softmax", "--toy-mean-gate-scale", "0.5"])
+lm_task = tasks.setup_task(lm_args)
+lm = lm_task.build_model(lm_args)
+assert lm.decoder.layers[0].self_attn.gate_scale == 0.5
+# fairseq's quantisation noise reaches the toy's linear maps (built with BaseAttention._linear)
+task, model = build("--encoder-attention-kinds", "toy_mean", "--quant-noise-pq", "0.1")
+assert all(len(getattr(model.encoder.layers[0].self_attn, name)._forward_pre_hooks) == 1 for name in ("q_proj", "v_proj", "out_proj"))
+
 # an unknown kind's error lists the registered kinds, the toy among them
 try:
     build("--decoder-attention-kinds", "no_such_kind")
@@ -132,6 +157,7 @@ def test_passes_the_conformance_suite(toy_package):
     assert passed and all(KIND in case for case in passed), out[-3000:]
     for placement in ("encoder_self", "decoder_self", "encoder_decoder"):
         assert any(f"[{KIND}-{placement}" in case for case in passed), f"no conformance check ran in {placement}"
+    assert any("gate_scale_3" in case for case in passed), "the kind's conformance variant did not run"
     for check in ("test_equals_naive_reference", "test_causality", "test_incremental_parity_after_beam_reorder_cross",
                   "test_padding_invariance", "test_attention_weights_are_distributions", "test_decoding_under_autocast"):
         assert any(case.startswith(check + "[") for case in passed), check

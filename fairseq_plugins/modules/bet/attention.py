@@ -56,15 +56,14 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 from fairseq.modules.fairseq_dropout import FairseqDropout
-from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
 
+from ..options import AttentionContext
 from ..registry import DECODER_SELF, AttentionConfigError, BaseAttention, register_attention
-from ..shared import at_least_float32, causal_visibility, check_self_attention_key, masked_softmax, option, padding_so_far
+from ..shared import at_least_float32, causal_visibility, check_self_attention_key, masked_softmax, padding_so_far
 from .costs import BET_COSTS
 from .naive import naive_attention, naive_token_scores
-
-SCORE_WEIGHTS = ("per-head", "shared")
+from .options import SCORE_WEIGHTS, BetOptions
 
 
 def _naive_projections(module, query):
@@ -102,10 +101,11 @@ def naive_bet_attention(module, query, key, value, key_padding_mask=None):
     },
     costs=BET_COSTS,
     attention_distribution=True,
-    options={"bet_score_weights": None, "bet_no_diag_free": None},
+    options=BetOptions,
 )
 class BetAttention(BaseAttention):
     uses_future_mask = False
+    supports_quant_noise = True
 
     def __init__(
         self,
@@ -117,9 +117,9 @@ class BetAttention(BaseAttention):
         dropout: float = 0.0,
         score_weights: str = "per-head",
         diag_free: bool = True,
-        q_noise: float = 0.0,
-        qn_block_size: int = 8,
+        context: Optional[AttentionContext] = None,
     ):
+        """``context``: the model's quantisation noise for the projections (none without)."""
         kdim = kdim if kdim is not None else embed_dim
         vdim = vdim if vdim is not None else embed_dim
         super().__init__(placement, embed_dim, num_heads, kdim, vdim)
@@ -134,28 +134,18 @@ class BetAttention(BaseAttention):
         self.hides_diagonal = self.diag_free
         self.scaling = self.head_dim**-0.5
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
-        self.q_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
-        self.k_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
-        self.v_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
-        self.out_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
+        self.q_proj = self._linear(embed_dim, embed_dim, context)
+        self.k_proj = self._linear(embed_dim, embed_dim, context)
+        self.v_proj = self._linear(embed_dim, embed_dim, context)
+        self.out_proj = self._linear(embed_dim, embed_dim, context)
         shape = (num_heads, 2 * self.head_dim) if score_weights == "per-head" else (2 * embed_dim,)
         self.score_weight = nn.Parameter(torch.empty(shape))
         self.reset_parameters()
 
     @classmethod
-    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, cfg):
-        return cls(
-            placement,
-            embed_dim,
-            num_heads,
-            kdim=kdim,
-            vdim=vdim,
-            dropout=dropout,
-            score_weights=str(option(cfg, "bet_score_weights", "per-head")),
-            diag_free=not bool(option(cfg, "bet_no_diag_free", False)),
-            q_noise=option(cfg, "quant_noise_pq", 0.0),
-            qn_block_size=option(cfg, "quant_noise_pq_block_size", 8),
-        )
+    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, options: BetOptions, context: AttentionContext):
+        return cls(placement, embed_dim, num_heads, kdim=kdim, vdim=vdim, dropout=dropout,
+                   score_weights=options.bet_score_weights, diag_free=not options.bet_no_diag_free, context=context)
 
     def reset_parameters(self):
         # Projections as fairseq's MultiheadAttention.reset_parameters (q/k/v

@@ -1,7 +1,6 @@
 """Costs of the ``bet`` kind (``register_attention(costs=...)``): those of softmax
 attention, twice (two T x S softmaxes per head), plus the token scores."""
 from ..costs import AttentionCosts, projection_macs, projection_parameters, visible_pairs
-from ..shared import option
 
 
 def _parameters(placement, d, heads, kdim, options):
@@ -41,9 +40,9 @@ BET_COSTS = AttentionCosts(
     decoding_state_elements=_decoding_state_elements,
     decoding_state_growth="per token",
     asymptotic_class="O(T^2)",
-    options_from=lambda cfg: {
-        "bet_diag_free": not bool(option(cfg, "bet_no_diag_free", False)),
-        "bet_score_weights": option(cfg, "bet_score_weights", "per-head"),
+    options_from=lambda options, context: {
+        "bet_diag_free": not options.bet_no_diag_free,
+        "bet_score_weights": options.bet_score_weights,
     },
     option_defaults={"bet_diag_free": True, "bet_score_weights": "per-head"},
     implementation_flops=implementation_layer_flops,

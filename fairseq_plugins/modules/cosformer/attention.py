@@ -30,14 +30,13 @@ Where this implementation departs from the authors' public ``cosformer.py``
 * the denominator is clamped at ``eps``.
 """
 import math
-import math
 from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-from fairseq.modules.quant_noise import quant_noise
-from torch import Tensor, nn
+from torch import Tensor
 
+from ..options import AttentionContext
 from ..precision import autocast_off
 from ..registry import (
     DECODER_SELF,
@@ -52,32 +51,9 @@ from .bidirectional import cosformer_bidirectional
 from .chunked import DEFAULT_CHUNK_SIZE, _causal_chunked
 from .costs import COSFORMER_COSTS
 from .naive import naive_attention
+from .options import CosformerOptions, horizon_for
 
 DEFAULT_EPS = 1e-6
-
-
-def horizon_for(placement: str, cfg) -> Optional[int]:
-    """The fixed M of causal and encoder-decoder attention (None: per sequence)."""
-    if placement == ENCODER_SELF:
-        return None
-    explicit = getattr(cfg, "cosformer_max_positions", None) if cfg is not None else None
-    if explicit is not None:
-        if int(explicit) < 1:
-            raise ValueError(f"--cosformer-max-positions must be >= 1, got {explicit}")
-        return int(explicit)
-    tgt = getattr(cfg, "max_target_positions", None) if cfg is not None else None
-    src = getattr(cfg, "max_source_positions", None) if cfg is not None else None
-    if placement == DECODER_SELF:
-        candidates = [tgt]
-    else:
-        candidates = [tgt, src]
-    candidates = [int(c) for c in candidates if c is not None]
-    if not candidates:
-        raise ValueError(
-            "cosformer needs a horizon M for causal and encoder-decoder attention: "
-            "set --cosformer-max-positions (or --max-target-positions)"
-        )
-    return max(candidates)
 
 
 def sequence_positions(key_padding_mask: Optional[Tensor], bsz: int, length: int, device, offset: Optional[Tensor] = None) -> Tensor:
@@ -166,8 +142,7 @@ def naive_cosformer(module, query, key, value, key_padding_mask=None):
     naive_reference=naive_cosformer,
     description="linear attention with cosine re-weighting (Qin et al. 2022): O(T) time, constant decoding state",
     costs=COSFORMER_COSTS,
-    # encoder self-attention takes its M from each sequence
-    options={"cosformer_max_positions": (DECODER_SELF, ENCODER_DECODER)},
+    options=CosformerOptions,
 )
 class CosformerAttention(BaseAttention):
     uses_future_mask = False
@@ -175,6 +150,7 @@ class CosformerAttention(BaseAttention):
     # re-weighting and the horizon check) are counted within each copy; the constant-size state sums over
     # every copy's keys, which is the sum of the per-copy states.
     supports_key_copies = True
+    supports_quant_noise = True
 
     def __init__(
         self,
@@ -186,9 +162,9 @@ class CosformerAttention(BaseAttention):
         horizon: Optional[int] = None,
         eps: float = DEFAULT_EPS,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
-        q_noise: float = 0.0,
-        qn_block_size: int = 8,
+        context: Optional[AttentionContext] = None,
     ):
+        """``context``: the model's quantisation noise for the projections (none without)."""
         kdim = kdim if kdim is not None else embed_dim
         vdim = vdim if vdim is not None else embed_dim
         super().__init__(placement, embed_dim, num_heads, kdim, vdim)
@@ -199,25 +175,17 @@ class CosformerAttention(BaseAttention):
         self.horizon = horizon
         self.eps = eps
         self.chunk_size = chunk_size
-        self.q_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
-        self.k_proj = quant_noise(nn.Linear(kdim, embed_dim), q_noise, qn_block_size)
-        self.v_proj = quant_noise(nn.Linear(vdim, embed_dim), q_noise, qn_block_size)
-        self.out_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
+        self.q_proj = self._linear(embed_dim, embed_dim, context)
+        self.k_proj = self._linear(kdim, embed_dim, context)
+        self.v_proj = self._linear(vdim, embed_dim, context)
+        self.out_proj = self._linear(embed_dim, embed_dim, context)
         self.reset_parameters()
 
     @classmethod
-    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, cfg):
-        quant_noise_cfg = getattr(cfg, "quant_noise", None) if cfg is not None else None
-        return cls(
-            placement,
-            embed_dim,
-            num_heads,
-            kdim=kdim,
-            vdim=vdim,
-            horizon=horizon_for(placement, cfg),
-            q_noise=getattr(quant_noise_cfg, "pq", 0.0) if quant_noise_cfg is not None else 0.0,
-            qn_block_size=getattr(quant_noise_cfg, "pq_block_size", 8) if quant_noise_cfg is not None else 8,
-        )
+    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, options: CosformerOptions,
+                    context: AttentionContext):
+        return cls(placement, embed_dim, num_heads, kdim=kdim, vdim=vdim,
+                   horizon=horizon_for(placement, options, context), context=context)
 
     def reset_parameters(self):
         # fairseq's MultiheadAttention initialisation, q/k/v biases zero.

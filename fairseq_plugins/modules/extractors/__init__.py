@@ -24,4 +24,4 @@ from .costs import (  # noqa: F401
     fft_flops,
 )
 from .naive import naive_extractor  # noqa: F401
-from .options import CONV_IMPLS, check_she_size, resolve_conv_impl, resolve_lags  # noqa: F401
+from .options import CONV_IMPLS, ExtractorMEOptions, ExtractorOptions, check_she_size, resolve_lags  # noqa: F401

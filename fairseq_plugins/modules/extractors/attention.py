@@ -72,12 +72,13 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from ..options import AttentionContext
 from ..registry import DECODER_SELF, AttentionConfigError, BaseAttention, register_attention
 from ..shared import check_self_attention_key
 from .conv import choose_conv_impl, extract
 from .costs import extractor_costs
 from .naive import naive_extractor
-from .options import CONV_IMPLS, check_she_size, resolve_conv_impl, resolve_lags
+from .options import CONV_IMPLS, ExtractorMEOptions, ExtractorOptions, check_she_size, resolve_lags
 
 
 # ------------------------------------------------------------------ modules ---
@@ -88,6 +89,8 @@ class Extractor(BaseAttention):
 
     uses_future_mask = False
     returns_attention_weights = False
+    # W_in, W_adj, W_out take fairseq's quantisation noise (ME has none of them)
+    supports_quant_noise = True
     # per kind
     lag_shape = "matrix"  # "matrix" (SHE), "vector" (WE, HE) or "scalar" (ME)
     has_input_map = False  # HE's W_in (eq. 27)
@@ -103,7 +106,9 @@ class Extractor(BaseAttention):
         conv_impl: str = "auto",
         kdim: Optional[int] = None,
         vdim: Optional[int] = None,
+        context: Optional[AttentionContext] = None,
     ):
+        """``context``: the model's quantisation noise for the linear maps W_in, W_adj, W_out (none without)."""
         super().__init__(placement, embed_dim, num_heads, kdim or embed_dim, vdim or embed_dim)
         if placement != DECODER_SELF:
             raise AttentionConfigError(f"{self.kind_name} is causal and only supports {DECODER_SELF}, not {placement}")
@@ -124,24 +129,18 @@ class Extractor(BaseAttention):
             shape = (self.lags,)
         self.ext_weight = nn.Parameter(torch.empty(shape))
         self.ext_bias = nn.Parameter(torch.empty(embed_dim))
-        self.in_proj = nn.Linear(embed_dim, embed_dim) if self.has_input_map else None
-        self.adj_proj = nn.Linear(embed_dim, embed_dim) if self.has_adjustment else None
+        self.in_proj = self._linear(embed_dim, embed_dim, context) if self.has_input_map else None
+        self.adj_proj = self._linear(embed_dim, embed_dim, context) if self.has_adjustment else None
         self.output_projection = bool(output_projection) and self.has_adjustment
-        self.out_proj = nn.Linear(embed_dim, embed_dim) if self.output_projection else None
+        self.out_proj = self._linear(embed_dim, embed_dim, context) if self.output_projection else None
         self.reset_parameters()
 
     @classmethod
-    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, cfg):
-        return cls(
-            placement,
-            embed_dim,
-            num_heads,
-            lags=resolve_lags(cfg),
-            output_projection=not bool(getattr(cfg, "extractor_no_output_projection", False) if cfg is not None else False),
-            conv_impl=resolve_conv_impl(cfg),
-            kdim=kdim,
-            vdim=vdim,
-        )
+    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, options: ExtractorMEOptions,
+                    context: AttentionContext):
+        return cls(placement, embed_dim, num_heads, lags=resolve_lags(options, context),
+                   output_projection=not getattr(options, "extractor_no_output_projection", False),
+                   conv_impl=options.extractor_conv_impl, kdim=kdim, vdim=vdim, context=context)
 
     def reset_parameters(self):
         # Extraction weights as torch initialises a Conv1d with the same fan-in
@@ -282,6 +281,7 @@ class ExtractorME(Extractor):
 
     lag_shape = "scalar"
     has_adjustment = False
+    supports_quant_noise = False  # no linear map for --quant-noise-pq to act on
 
 
 for _name, _cls, _naive, _description in (
@@ -294,6 +294,6 @@ for _name, _cls, _naive, _description in (
     ("extractor_me", ExtractorME, naive_extractor_me, "minimalist Extractor (Chen 2023): one scalar per lag, extraction only"),
 ):
     # extractor_me has no output projection to leave out
-    _options = ["extractor_lags", "extractor_conv_impl"] + (["extractor_no_output_projection"] if _cls.has_adjustment else [])
     register_attention(_name, placements=[DECODER_SELF], naive_reference=_naive, description=_description,
-                       costs=extractor_costs(_name, _cls), options=dict.fromkeys(_options))(_cls)
+                       costs=extractor_costs(_name, _cls),
+                       options=ExtractorOptions if _cls.has_adjustment else ExtractorMEOptions)(_cls)

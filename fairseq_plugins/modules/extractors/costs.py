@@ -74,7 +74,7 @@ def implementation_layer_flops(cls, length, embed_dim, heads, options, conv_impl
     lag_shape = cls.lag_shape
     taps = min(options.lags, T)
     impl = conv_impl or choose_conv_impl(lag_shape, 1, T, taps, d)
-    maps = int(cls.has_input_map) + (1 + int(options.extractor_output_projection)) * int(cls.has_adjustment)  # W_in, W_adj, W_out
+    maps = int(cls.has_input_map) + (1 + int(options.output_projection)) * int(cls.has_adjustment)  # W_in, W_adj, W_out
     if impl == "direct":
         # conv1d: every output position multiplies taps lags of d x d (SHE) or d (depthwise) each;
         # backward: the input's and the weights' gradients, the same size each
@@ -110,10 +110,10 @@ IMPLEMENTATION_FLOPS_TEXT = {
 
 def extractor_costs(kind: str, cls) -> AttentionCosts:
     def parameters(placement, d, heads, kdim, options):
-        return extractor_parameters(kind, d, options.lags, options.extractor_output_projection)
+        return extractor_parameters(kind, d, options.lags, options.output_projection)
 
     def macs(placement, d, heads, queries, keys, kdim, options):
-        counts = extractor(kind, d, queries, lag_terms(range(1, queries + 1), options.lags), options.extractor_output_projection)
+        counts = extractor(kind, d, queries, lag_terms(range(1, queries + 1), options.lags), options.output_projection)
         # eq. 24's X_adj * X_ext is element-wise: d multiplications per token, no product
         return counts.multiplications - (0 if kind == "extractor_me" else queries * d)
 
@@ -126,16 +126,17 @@ def extractor_costs(kind: str, cls) -> AttentionCosts:
         decoding_state_elements=decoding_state_elements,
         decoding_state_growth="window",
         asymptotic_class="O(T*l)",
-        options_from=lambda cfg: {
-            "lags": resolve_lags(cfg),
-            "extractor_output_projection": not bool(getattr(cfg, "extractor_no_output_projection", False)),
+        # (ME has no output projection: its options do not hold the option)
+        options_from=lambda options, context: {
+            "lags": resolve_lags(options, context),
+            **({"output_projection": not options.extractor_no_output_projection} if cls.has_adjustment else {}),
         },
-        option_defaults={"lags": 128, "extractor_output_projection": True},  # the paper's context window l = 128
+        option_defaults={"lags": 128, "output_projection": True},  # the paper's context window l = 128
         implementation_flops=lambda *args, **settings: implementation_layer_flops(cls, *args, **settings),
         implementation_flops_text=IMPLEMENTATION_FLOPS_TEXT[kind],
         operation_counts=OperationCounts(
             label=kind.replace("extractor_", "").upper(),
-            training=lambda d, heads, n, options: extractor_training(kind, d, options.lags, n, options.extractor_output_projection),
-            step=lambda d, heads, t, options: extractor_step(kind, d, options.lags, t, options.extractor_output_projection),
+            training=lambda d, heads, n, options: extractor_training(kind, d, options.lags, n, options.output_projection),
+            step=lambda d, heads, t, options: extractor_step(kind, d, options.lags, t, options.output_projection),
         ),
     )

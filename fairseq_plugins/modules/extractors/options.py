@@ -1,8 +1,10 @@
 """Options and size checks of the Extractor kinds (``--extractor-lags``,
-``--extractor-conv-impl``)."""
+``--extractor-conv-impl``, ``--extractor-no-output-projection``)."""
 import os
+from dataclasses import dataclass, field
 from typing import Optional
 
+from ..options import AttentionContext, KindOptions
 from ..registry import AttentionConfigError
 
 CONV_IMPLS = ("auto", "direct", "fft")
@@ -17,10 +19,55 @@ def physical_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def resolve_lags(cfg) -> int:
-    """``--extractor-lags``, by default ``max_target_positions``; checked against it."""
-    lags = getattr(cfg, "extractor_lags", None) if cfg is not None else None
-    positions = getattr(cfg, "max_target_positions", None) if cfg is not None else None
+@dataclass
+class ExtractorMEOptions(KindOptions):
+    """The options every Extractor reads (ME's: it has no output projection to leave out)."""
+
+    extractor_lags: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "Extractors: number of lags l (context window; only the last l inputs contribute), "
+            "1 <= l <= --max-target-positions (default: --max-target-positions; language models: --tokens-per-sample)",
+            # the presets set it from the task's positions when the model is built: not a constant of a preset
+            "from_task": True,
+        },
+    )
+    extractor_conv_impl: str = field(
+        default="auto",
+        metadata={
+            "help": "Extractors: causal convolution of a full pass: auto (smaller estimated time, weighted multiplication counts), "
+            "direct (conv1d) or fft (rfft/irfft); choices: auto, direct, fft"
+        },
+    )
+
+    def validate(self):
+        if self.extractor_lags is not None:
+            self.extractor_lags = int(self.extractor_lags)
+            if self.extractor_lags < 1:
+                raise AttentionConfigError(f"--extractor-lags must be >= 1, got {self.extractor_lags}")
+        self.extractor_conv_impl = str(self.extractor_conv_impl)
+        if self.extractor_conv_impl not in CONV_IMPLS:
+            raise AttentionConfigError(
+                f"--extractor-conv-impl must be one of {', '.join(CONV_IMPLS)}, got {self.extractor_conv_impl!r}")
+
+
+@dataclass
+class ExtractorOptions(ExtractorMEOptions):
+    """The options of SHE, HE and WE."""
+
+    extractor_no_output_projection: bool = field(
+        default=False,
+        metadata={"help": "Extractors SHE/HE/WE: leave out the output projection W_out (eq. 25)"},
+    )
+
+    def validate(self):
+        super().validate()
+        self.extractor_no_output_projection = bool(self.extractor_no_output_projection)
+
+
+def resolve_lags(options: ExtractorMEOptions, context: AttentionContext) -> int:
+    """``--extractor-lags``, by default the target positions; checked against them."""
+    lags, positions = options.extractor_lags, context.max_target_positions
     if lags is None:
         if positions is None:
             raise AttentionConfigError(
@@ -37,14 +84,6 @@ def resolve_lags(cfg) -> int:
             f"lower --extractor-lags or raise --max-target-positions (language models: --tokens-per-sample)"
         )
     return lags
-
-
-def resolve_conv_impl(cfg) -> str:
-    impl = getattr(cfg, "extractor_conv_impl", None) if cfg is not None else None
-    impl = "auto" if impl is None else str(impl)
-    if impl not in CONV_IMPLS:
-        raise AttentionConfigError(f"--extractor-conv-impl must be one of {', '.join(CONV_IMPLS)}, got {impl!r}")
-    return impl
 
 
 def check_she_size(lags: int, embed_dim: int, memory_bytes: Optional[int] = None):

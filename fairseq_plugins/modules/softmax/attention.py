@@ -18,34 +18,24 @@ cache are reused through ``before_softmax=True`` (the masked raw scores and the
 values) and the softmax, dropout and output projection are finished here; with
 neither set the kind is fairseq's MultiheadAttention unchanged.
 """
-import math
 from typing import Optional
 
 import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from ..options import AttentionContext
 from ..registry import (
     DECODER_SELF,
     ENCODER_DECODER,
     PLACEMENTS,
-    AttentionConfigError,
     ConformanceVariant,
     register_attention,
 )
-from ..shared import causal_additive_mask, causal_visibility, masked_softmax, module_output, module_projections, option
+from ..shared import causal_additive_mask, causal_visibility, masked_softmax, module_output, module_projections
 from .costs import SOFTMAX_COSTS
 from .naive import naive_attention
-
-
-def check_diag_options(diag_free: bool, diag_scale: float):
-    if not math.isfinite(diag_scale):
-        raise AttentionConfigError(f"--softmax-diag-scale must be a finite number, got {diag_scale}")
-    if diag_free and diag_scale != 1.0:
-        raise AttentionConfigError(
-            f"--softmax-diag-free and --softmax-diag-scale {diag_scale} exclude each other: the diagonal-free mask "
-            "hides the diagonal that the scale would change; set one of them"
-        )
+from .options import SoftmaxOptions, check_diag_options
 
 
 def naive_softmax_attention(module, query, key, value, key_padding_mask=None):
@@ -78,7 +68,7 @@ def naive_softmax_attention(module, query, key, value, key_padding_mask=None):
     },
     costs=SOFTMAX_COSTS,
     attention_distribution=True,
-    options={"softmax_diag_free": (DECODER_SELF,), "softmax_diag_scale": (DECODER_SELF,)},
+    options=SoftmaxOptions,
 )
 class SoftmaxAttention(MultiheadAttention):
     """fairseq's MultiheadAttention, causal by construction in ``decoder_self``.
@@ -94,6 +84,11 @@ class SoftmaxAttention(MultiheadAttention):
     # Softmax attention does not depend on key positions: k concatenated copies need nothing else.
     supports_key_copies = True
     key_copies = 1
+    # fairseq's MultiheadAttention wraps its projections in quant_noise (q_noise, qn_block_size)
+    supports_quant_noise = True
+    # fairseq's --cross-self-attention: the decoder's self-attention over the source and the prefix
+    # together (keys of two lengths, fairseq's own masks), which fairseq's MultiheadAttention handles
+    supports_cross_self_attention = True
 
     def __init__(
         self,
@@ -133,19 +128,11 @@ class SoftmaxAttention(MultiheadAttention):
         return self.diag_free or self.diag_scale != 1.0
 
     @classmethod
-    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, cfg):
-        return cls(
-            placement,
-            embed_dim,
-            num_heads,
-            kdim=kdim,
-            vdim=vdim,
-            dropout=dropout,
-            q_noise=getattr(cfg, "quant_noise_pq", 0.0) or 0.0,
-            qn_block_size=getattr(cfg, "quant_noise_pq_block_size", 8) or 8,
-            diag_free=option(cfg, "softmax_diag_free", False),
-            diag_scale=option(cfg, "softmax_diag_scale", 1.0),
-        )
+    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, options: SoftmaxOptions,
+                    context: AttentionContext):
+        return cls(placement, embed_dim, num_heads, kdim=kdim, vdim=vdim, dropout=dropout,
+                   q_noise=context.quant_noise_pq, qn_block_size=context.quant_noise_pq_block_size,
+                   diag_free=options.softmax_diag_free, diag_scale=options.softmax_diag_scale)
 
     def extra_repr(self):
         extra = f"placement={self.placement}"

@@ -11,7 +11,6 @@ from ..costs import (
     visible_pairs,
 )
 from ..registry import DECODER_SELF
-from ..shared import option
 
 
 # Counted as defined (``modules/costs.py``; per-operation conventions in
@@ -86,7 +85,7 @@ SOFTMAX_COSTS = AttentionCosts(
     decoding_state_elements=_decoding_state_elements,
     decoding_state_growth="per token",
     asymptotic_class="O(T^2)",
-    options_from=lambda cfg: {"softmax_diag_free": bool(option(cfg, "softmax_diag_free", False))},
+    options_from=lambda options, context: {"softmax_diag_free": options.softmax_diag_free},
     option_defaults={"softmax_diag_free": False},  # decoder self-attention only
     implementation_flops=implementation_layer_flops,
     implementation_flops_text="4 projections 8 T d^2; Q K^T and A V over all T^2 pairs (the additive future mask does "
