@@ -14,7 +14,11 @@ from .registry import (  # noqa: F401
     register_attention,
     valid_kinds,
 )
-# One package per kind (modules/<kind>/: naive.py, the fast paths, attention.py, costs.py).
-from . import softmax, cosformer  # noqa: F401,E402  (registration side effects)
-from . import extractors  # noqa: F401,E402  (registration side effects)
-from . import bet  # noqa: F401,E402  (registration side effects)
+import importlib as _importlib  # noqa: E402
+import pkgutil as _pkgutil  # noqa: E402
+
+# Every subpackage of this folder is one kind package (modules/<kind>/: naive.py, the fast paths,
+# attention.py, costs.py, options.py): importing it registers its kinds. In name order, as fairseq
+# imports its own models, so that adding a kind touches no file outside its package.
+for _package in sorted(info.name for info in _pkgutil.iter_modules(__path__) if info.ispkg):
+    _importlib.import_module(f"{__name__}.{_package}")

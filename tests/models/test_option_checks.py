@@ -90,24 +90,24 @@ def test_a_horizon_only_encoder_self_attention_would_read_is_not_checked_but_war
      ["--bet-score-weights shared is set, but no layer of this model uses it: it acts on bet decoder self-attention "
       "(this model: encoder self-attention softmax; decoder self-attention softmax; encoder-decoder attention softmax)"]),
     ("bet_sf_iwslt_de_en", ["--softmax-diag-free", "--extractor-lags", "16", "--extractor-conv-impl", "fft"],
-     ["--softmax-diag-free is set, but no layer of this model uses it: it acts on softmax decoder self-attention "
-      "(this model: encoder self-attention softmax; decoder self-attention bet; encoder-decoder attention softmax)",
-      "--extractor-lags 16 is set, but no layer of this model uses it: it acts on extractor_she, extractor_he, "
+     ["--extractor-lags 16 is set, but no layer of this model uses it: it acts on extractor_she, extractor_he, "
       "extractor_we, extractor_me decoder self-attention (this model: encoder self-attention softmax; decoder "
       "self-attention bet; encoder-decoder attention softmax)",
       "--extractor-conv-impl fft is set, but no layer of this model uses it: it acts on extractor_she, extractor_he, "
       "extractor_we, extractor_me decoder self-attention (this model: encoder self-attention softmax; decoder "
-      "self-attention bet; encoder-decoder attention softmax)"]),
+      "self-attention bet; encoder-decoder attention softmax)",
+      "--softmax-diag-free is set, but no layer of this model uses it: it acts on softmax decoder self-attention "
+      "(this model: encoder self-attention softmax; decoder self-attention bet; encoder-decoder attention softmax)"]),
     ("extractor_me_lm", ["--extractor-no-output-projection", "--bet-no-diag-free", "--softmax-diag-scale", "0.2"],
-     ["--softmax-diag-scale 0.2 is set, but no layer of this model uses it: it acts on softmax decoder self-attention "
+     ["--bet-no-diag-free is set, but no layer of this model uses it: it acts on bet decoder self-attention "
       "(this model: decoder self-attention extractor_me)",
       "--extractor-no-output-projection is set, but no layer of this model uses it: it acts on extractor_she, "
       "extractor_he, extractor_we decoder self-attention (this model: decoder self-attention extractor_me)",
-      "--bet-no-diag-free is set, but no layer of this model uses it: it acts on bet decoder self-attention "
+      "--softmax-diag-scale 0.2 is set, but no layer of this model uses it: it acts on softmax decoder self-attention "
       "(this model: decoder self-attention extractor_me)"]),
 ], ids=["bet option, softmax model", "three options on a bet decoder", "lm"])
 def test_an_option_no_layer_uses_is_named_in_a_warning(data_dir, caplog, arch, extra, expected):
-    """One warning per unused option, in the order the kinds registered their options."""
+    """One warning per unused option, in the order the kinds registered their options (kind packages by name)."""
     build(data_dir, arch, *extra)
     assert unused_warnings(caplog) == expected
 
