@@ -1,20 +1,15 @@
 #!/usr/bin/env python
 """Speed and memory of one causal self-attention layer (CPU, or a CUDA device).
 
-Compares, for one decoder self-attention layer (d = 512, 8 heads, batch 1,
-float32; on ``--device``, by default ``cuda`` when available, else ``cpu``):
-
-* ``softmax``: fairseq's MultiheadAttention as wrapped by our ``softmax`` kind,
-  with fairseq's causal (future) mask;
-* ``cosformer``: our cosFormer kind (chunked causal form);
-* ``cosformer_reference_cumsum``: the public reference's causal formulation
-  (the authors' ``cosformer.py``), which materialises the T x 2d x d cumulative
-  sum of the cos/sin-weighted k v^T outer products; defined in this file;
-* ``extractor_she``, ``extractor_he``, ``extractor_we``, ``extractor_me``: the
-  Extractor kinds (Chen 2023) with a window of ``--extractor-lags`` lags
-  (default 128, the paper's context window); they have no heads;
-* ``bet``: the Bird-Eye Transformer's BET(SF) attention (Sha et al. 2022), when
-  registered.
+Compares, for one decoder self-attention layer (d = 512, 8 heads, batch 1, float32; on ``--device``, by
+default ``cuda`` when available, else ``cpu``), every registered kind of causal self-attention (``--help``
+lists them with their descriptions) and the baselines the kinds declare with their costs: other
+implementations of a kind's function (e.g. a paper's public code), each timed next to its kind and first
+checked against it. What the benchmark needs of a kind comes from its registered costs
+(``fairseq_plugins/modules/costs.py``: ``AttentionCosts`` and its ``SpeedBenchmark``): the FLOPs of what
+runs, a peak-memory estimate and the expected time growth, the model options it is built with (e.g. a
+paper's window; ``--kind-option NAME=VALUE`` overrides them), the implementation settings to time
+(``--sweep``), its targets and its words in the report.
 
 It reports forward+backward time (median of repeated runs after a warm-up),
 peak memory (fresh subprocess per cell), achieved GFLOP/s (FLOPs counted per
@@ -39,7 +34,6 @@ is float32 like the peak it is compared with.
 import argparse
 import gc
 import json
-import math
 import os
 import platform
 import resource
@@ -57,30 +51,49 @@ from benchmarks.provenance import available_cores, git_revision, is_dirty, load_
 from fairseq_plugins.files import atomic_output  # noqa: E402
 
 import fairseq_plugins.modules  # noqa: E402  (registers the kinds)
-from fairseq_plugins.modules import ATTENTION_REGISTRY, DECODER_SELF  # noqa: E402
-from fairseq_plugins.modules.extractors.costs import EXTRACTOR_KINDS, fft_flops  # noqa: E402,F401  (fft_flops: the FFT count the formulas use)
+from fairseq_plugins.modules import ATTENTION_REGISTRY, DECODER_SELF, AttentionConfigError  # noqa: E402
+from fairseq_plugins.modules.costs import BenchmarkRun, SpeedBenchmark, format_bytes  # noqa: E402
+from fairseq_plugins.modules.options import AttentionContext, flag, parse_option  # noqa: E402
 
-# Baselines defined in this file, not registered kinds: each is timed next to the kind it reimplements.
-BASELINES = {"cosformer_reference_cumsum": "cosformer"}
-# Every registered kind of causal self-attention, in registration order, each followed by its baselines.
-KINDS = tuple(
-    k
-    for name, spec in ATTENTION_REGISTRY.items()
-    if DECODER_SELF in spec.placements
-    for k in (name, *(b for b, of in BASELINES.items() if of == name))
-)
+
+def speed_benchmark(kind):
+    """What registered ``kind`` declares for this benchmark (nothing for a kind without costs)."""
+    costs = ATTENTION_REGISTRY[kind].costs
+    return costs.speed_benchmark if costs is not None else SpeedBenchmark()
+
+
+# Every registered kind of causal self-attention, in registration order.
+REGISTERED_KINDS = tuple(name for name, spec in ATTENTION_REGISTRY.items() if DECODER_SELF in spec.placements)
+
+
+def declared_baselines():
+    """The baselines the kinds declare (``SpeedBenchmark.baselines``), not registered kinds: name -> (its kind,
+    its ``Baseline``)."""
+    baselines = {}
+    for kind in REGISTERED_KINDS:
+        for baseline in speed_benchmark(kind).baselines:
+            if baseline.name in ATTENTION_REGISTRY or baseline.name in baselines:
+                raise ValueError(f"{kind} declares a baseline {baseline.name!r}: the name of a registered kind or of "
+                                 "another baseline")
+            baselines[baseline.name] = (kind, baseline)
+    return baselines
+
+
+BASELINES = declared_baselines()
+# What is measured: every registered kind, each followed by its baselines.
+KINDS = tuple(k for kind in REGISTERED_KINDS for k in (kind, *(b.name for b in speed_benchmark(kind).baselines)))
 # Kinds with incremental decoding (the baselines have none).
 DECODE_KINDS = tuple(k for k in KINDS if k not in BASELINES)
-DEFAULT_EXTRACTOR_LAGS = 128  # the Extractor paper's context window l
 EMBED_DIM = 512
 HEADS = 8
-HORIZON = 16384  # cosFormer's M (--cosformer-max-positions): covers the longest T
+HORIZON = 16384  # the positions the layers are built for (max_target_positions): covers the longest T
+WARM_UP_LENGTH = 16
 DEFAULT_LENGTHS = (256, 512, 1024, 2048, 4096, 8192, 16384)  # cells whose estimate does not fit are skipped
 DEFAULT_PREFIXES = (128, 1024, 4096)
-# --quick: a smoke run of a couple of minutes (options given explicitly still win)
-QUICK = {"lengths": "256,1024", "repeats": 2, "decode_prefixes": "128,1024", "decode_steps": 10, "chunk_sweep": ""}
+# --quick: a smoke run of a couple of minutes (options given explicitly still win); sweep None: the kinds' own
+QUICK = {"lengths": "256,1024", "repeats": 2, "decode_prefixes": "128,1024", "decode_steps": 10, "sweep": []}
 FULL = {"lengths": ",".join(map(str, DEFAULT_LENGTHS)), "repeats": 5, "decode_prefixes": ",".join(map(str, DEFAULT_PREFIXES)),
-        "decode_steps": 50, "chunk_sweep": "32,64,128"}
+        "decode_steps": 50, "sweep": None}
 MEMORY_LIMIT_BYTES = 16e9  # CPU: cells estimated above this are skipped with a note (and above 85 % of MemAvailable)
 DEVICE_MEMORY_FRACTION = 0.85  # CUDA: cells estimated above this fraction of the free device memory are skipped
 # The time(2T) / time(T) targets allow the growth of each kind's fastest-growing term plus this margin.
@@ -98,54 +111,106 @@ FIXED_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 # ---------------------------------------------------------------------------
-# The reference cumulative-sum formulation (the authors' causal path)
+# What the kinds declare: model options, counts, settings
 # ---------------------------------------------------------------------------
 
 
-def cosformer_reference_cumsum(q, k, v, angle, eps=1e-6):
-    """Causal cosFormer as in the authors' ``cosformer.py``: q, k (after ReLU), v: (N, L, d)
-    with N = batch * heads; angle: (N or 1, L, 1). Materialises (N, L, 2d, d) tensors."""
-    # (N, L, 2d): [x sin, x cos] features, as in the reference.
-    q_ = torch.cat([q * torch.sin(angle), q * torch.cos(angle)], dim=-1)
-    k_ = torch.cat([k * torch.sin(angle), k * torch.cos(angle)], dim=-1)
-    # (N, L, 2d) (N, L, d) -> (N, L, 2d, d)
-    kv_ = torch.einsum("nld,nlm->nldm", k_, v)
-    # (N, L, 2d, d) -> (N, L, 2d, d)
-    kv_cum = torch.cumsum(kv_, dim=1)
-    # (N, L, 2d) (N, L, 2d, d) -> (N, L, d)
-    qkv = torch.einsum("nld,nldm->nlm", q_, kv_cum)
-    # (N, L, 2d) -> (N, L, 2d)
-    k_cum = torch.cumsum(k_, dim=1)
-    # (N, L, 2d) (N, L, 2d) -> (N, L)
-    denom = torch.clamp_min(torch.einsum("nlm,nlm->nl", q_, k_cum), eps)
-    return qkv / denom.unsqueeze(-1)
+def declared_model_options():
+    """model option -> value, as the kinds declare them for this benchmark (``SpeedBenchmark.model_options``)."""
+    values, declared_by = {}, {}
+    for kind in REGISTERED_KINDS:
+        for option, value in speed_benchmark(kind).model_options.items():
+            if option in values and values[option] != value:
+                raise ValueError(f"{declared_by[option]} and {kind} declare different benchmark values of "
+                                 f"{option}: {values[option]!r} and {value!r}")
+            values.setdefault(option, value)
+            declared_by.setdefault(option, kind)
+    return values
 
 
-class ReferenceCumsumAttention(torch.nn.Module):
-    """The projections, ReLU feature map and output projection of a cosFormer module, with the
-    reference's cumulative-sum causal attention in between. Positions and horizon follow our module
-    (angle = pi/2 * i / M, i from 0), so both compute the same function; the authors' 1-based index
-    with M = T changes only constants, not cost."""
+MODEL_OPTIONS = declared_model_options()
 
-    def __init__(self, cosformer_module):
-        super().__init__()
-        m = cosformer_module
-        self.q_proj, self.k_proj, self.v_proj, self.out_proj = m.q_proj, m.k_proj, m.v_proj, m.out_proj
-        self.num_heads, self.head_dim, self.horizon, self.eps = m.num_heads, m.head_dim, m.horizon, m.eps
 
-    def forward(self, query, key=None, value=None, **unused):
-        tgt_len, bsz, embed_dim = query.shape
+def model_config(model_options=None):
+    """The model options the layers are built with: HORIZON target positions, the kinds' declared values
+    (``MODEL_OPTIONS``) and ``model_options`` (option -> value, ``--kind-option``) over them."""
+    return argparse.Namespace(max_target_positions=HORIZON, **{**MODEL_OPTIONS, **(model_options or {})})
 
-        def split(x):  # (L, B, E) -> (B * h, L, d)
-            return x.contiguous().view(tgt_len, bsz * self.num_heads, self.head_dim).transpose(0, 1)
 
-        q = split(torch.relu(self.q_proj(query)))
-        k = split(torch.relu(self.k_proj(query)))
-        v = split(self.v_proj(query))
-        angle = (math.pi / 2) * torch.arange(tgt_len, dtype=q.dtype, device=q.device).view(1, -1, 1) / self.horizon
-        out = cosformer_reference_cumsum(q, k, v, angle, self.eps)
-        out = out.transpose(0, 1).contiguous().view(tgt_len, bsz, embed_dim)
-        return self.out_proj(out), None
+def cost_options(model_options=None):
+    """The options the kinds' counts read (``AttentionOptions``), as the kinds read them from the model options."""
+    from fairseq_plugins.cli.model_costs import attention_options
+
+    return attention_options(model_config(model_options), kinds=REGISTERED_KINDS)
+
+
+def costs_of(kind):
+    """The counts of a registered kind (its ``AttentionCosts``) or of a baseline (its ``Baseline``), which
+    answer ``training_flops``, ``training_flops_text``, ``training_peak_bytes`` and ``time_growth`` alike."""
+    if kind in BASELINES:
+        return BASELINES[kind][1]
+    costs = ATTENTION_REGISTRY[kind].costs
+    if costs is None:
+        raise ValueError(f"{kind} registers no costs (register_attention(costs=...)): nothing to count it by")
+    return costs
+
+
+def of_kind(kind):
+    """The registered kind that ``kind`` (a registered kind or a baseline) is."""
+    return BASELINES[kind][0] if kind in BASELINES else kind
+
+
+def declared_sweeps(kinds):
+    """(kind, setting, SettingSweep) of the implementation settings the measured registered kinds declare."""
+    return [(kind, setting, sweep) for kind in kinds if kind in ATTENTION_REGISTRY
+            for setting, sweep in speed_benchmark(kind).sweeps.items()]
+
+
+def parse_sweep(text):
+    """``kind:setting=v1,v2`` -> (kind, setting, values), the values of the type of the setting's default;
+    errors (ValueError) say what is expected."""
+    kind, sep, rest = text.partition(":")
+    setting, sep2, values = rest.partition("=")
+    kind, setting = kind.strip(), setting.strip()
+    if not (sep and sep2 and kind and setting):
+        raise ValueError(f"expected kind:setting=v1,v2, got {text!r}")
+    declared = {(k, s): sweep for k, s, sweep in declared_sweeps(REGISTERED_KINDS)}
+    if (kind, setting) not in declared:
+        known = ", ".join(f"{k}:{s}" for k, s in declared) or "(none)"
+        raise ValueError(f"{kind}:{setting} is not a setting a registered kind declares; declared: {known}")
+    kind_of_values = type(declared[kind, setting].default)
+    try:
+        return kind, setting, tuple(kind_of_values(v) for v in values.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"{kind}:{setting} takes {kind_of_values.__name__} values, got {values!r}") from None
+
+
+def sweep_text(kind, setting, values):
+    return f"{kind}:{setting}={','.join(map(str, values))}"
+
+
+def kind_options(kinds, model_options=None):
+    """registered kind -> its typed options (its ``KindOptions``, validated), for the kinds of ``kinds`` (of
+    their baselines too) as ``model_config`` builds them."""
+    cfg = model_config(model_options)
+    return {kind: ATTENTION_REGISTRY[kind].options_class.from_args(cfg) for kind in dict.fromkeys(map(of_kind, kinds))}
+
+
+def kind_descriptions(kinds):
+    """(kind, description) of each of ``kinds``: a registered kind's, a baseline's with its kind."""
+    return [(kind, f"{BASELINES[kind][1].description} (a baseline of {BASELINES[kind][0]})" if kind in BASELINES
+             else ATTENTION_REGISTRY[kind].description) for kind in kinds]
+
+
+def _command_line_type(parse):
+    """``parse`` as an argparse type: its ValueError is the option's error."""
+    def convert(text):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
 
 
 # ---------------------------------------------------------------------------
@@ -153,24 +218,19 @@ class ReferenceCumsumAttention(torch.nn.Module):
 # ---------------------------------------------------------------------------
 
 
-class _Cfg:
-    cosformer_max_positions = HORIZON
-    max_target_positions = HORIZON
-    extractor_lags = DEFAULT_EXTRACTOR_LAGS
-
-
-def build(kind, chunk_size=None, seed=0, lags=None, device="cpu", embed_dim=EMBED_DIM, heads=HEADS):
+def build(kind, settings=None, seed=0, model_options=None, device="cpu", embed_dim=EMBED_DIM, heads=HEADS):
+    """The layer of ``kind`` (a baseline: built from its kind's layer) with the implementation ``settings``
+    (module attribute -> value) set; ``model_options``: as ``model_config``."""
     from fairseq_plugins.modules import build_attention
 
-    cfg = _Cfg()
-    if lags is not None:
-        cfg.extractor_lags = lags
     torch.manual_seed(seed)
-    if kind == "cosformer_reference_cumsum":
-        return ReferenceCumsumAttention(build_attention("cosformer", "decoder_self", embed_dim, heads, cfg)).to(device)
-    module = build_attention(kind, "decoder_self", embed_dim, heads, cfg)
-    if chunk_size is not None:
-        module.chunk_size = chunk_size
+    module = build_attention(of_kind(kind), DECODER_SELF, embed_dim, heads, model_config(model_options))
+    if kind in BASELINES:
+        module = BASELINES[kind][1].build(module)
+    for setting, value in (settings or {}).items():
+        if not hasattr(module, setting):
+            raise ValueError(f"{kind} has no implementation setting {setting!r} (no such attribute of {type(module).__name__})")
+        setattr(module, setting, value)
     return module.to(device)
 
 
@@ -195,10 +255,10 @@ def setup_device(device):
 class Cell:
     """One layer and its input for forward+backward runs."""
 
-    def __init__(self, kind, length, chunk_size=None, lags=None, device="cpu"):
+    def __init__(self, kind, length, settings=None, model_options=None, device="cpu"):
         self.kind = kind
         self.device = device
-        self.module = build(kind, chunk_size, lags=lags, device=device)
+        self.module = build(kind, settings, model_options=model_options, device=device)
         self.x = torch.randn(length, 1, EMBED_DIM, device=device, requires_grad=True)
         # fairseq's decoder builds its future mask once and reuses it: an input here. Kinds that are
         # causal by construction get none (the mixed decoder does not build it for them).
@@ -218,10 +278,13 @@ class Cell:
         return time.perf_counter() - t0
 
 
-def _warm_up_libraries(kind, lags=None, device="cpu"):
+def _warm_up_libraries(kind, model_options=None, device="cpu"):
     """A tiny forward+backward, so that thread pools and BLAS buffers (on CUDA: the context, cuBLAS and
-    cuDNN handles) exist before any baseline."""
-    Cell(kind, 16, lags=min(lags or DEFAULT_EXTRACTOR_LAGS, 16), device=device).step()
+    cuDNN handles) exist before any baseline. Integer model options (a window, a horizon) are capped at its
+    length, so that the layer is tiny too."""
+    tiny = {option: min(value, WARM_UP_LENGTH) if isinstance(value, int) and not isinstance(value, bool) else value
+            for option, value in {**MODEL_OPTIONS, **(model_options or {})}.items()}
+    Cell(kind, WARM_UP_LENGTH, model_options=tiny, device=device).step()
     synchronize(device)
 
 
@@ -258,8 +321,8 @@ def worker_memory(spec):
     """Peak RSS of forward+backward above the RSS after building module and input (CPU); on CUDA the peak
     of torch's allocations above those at the reset."""
     device = spec.get("device", "cpu")
-    _warm_up_libraries(spec["kind"], spec.get("lags"), device)
-    cell = Cell(spec["kind"], spec["length"], spec.get("chunk_size"), spec.get("lags"), device)
+    _warm_up_libraries(spec["kind"], spec.get("model_options"), device)
+    cell = Cell(spec["kind"], spec["length"], spec.get("settings"), spec.get("model_options"), device)
     gc.collect()
     if torch.device(device).type == "cuda":
         synchronize(device)
@@ -277,14 +340,14 @@ def worker_memory(spec):
 
 
 def worker_time(spec):
-    """Forward+backward times of several kinds (or chunk sizes) at one T, run round-robin so that all
-    see the same machine load: one warm-up each, then timed runs until each has its count."""
+    """Forward+backward times of several cells (key -> {"kind", "settings"}: kinds, or one kind at several
+    implementation settings) at one T, run round-robin so that all see the same machine load: one warm-up
+    each, then timed runs until each has its count."""
     device = spec.get("device", "cpu")
     cells = {}
-    for key in spec["cells"]:
-        kind, _, chunk = key.partition(":")
-        _warm_up_libraries(kind, spec.get("lags"), device)
-        cells[key] = Cell(kind, spec["length"], int(chunk) if chunk else None, spec.get("lags"), device)
+    for key, cell in spec["cells"].items():
+        _warm_up_libraries(cell["kind"], spec.get("model_options"), device)
+        cells[key] = Cell(cell["kind"], spec["length"], cell.get("settings"), spec.get("model_options"), device)
     warm = {key: cell.timed_step() for key, cell in cells.items()}
     budget = spec.get("budget_s", CELL_BUDGET_S)
     wanted = {key: max(2, min(spec["repeats"], int(budget / max(w, 1e-4)))) for key, w in warm.items()}
@@ -301,7 +364,7 @@ def worker_decode(spec):
     pair first takes its prefix; then the pairs take single-token steps in turn, so that all see the
     same machine load."""
     device = spec.get("device", "cpu")
-    modules = {kind: build(kind, lags=spec.get("lags"), device=device).eval() for kind in spec["kinds"]}
+    modules = {kind: build(kind, model_options=spec.get("model_options"), device=device).eval() for kind in spec["kinds"]}
     states, results = {}, {kind: {} for kind in modules}
     with torch.no_grad():
         for prefix in spec["prefixes"]:
@@ -378,121 +441,43 @@ def mem_available_bytes():
     return None
 
 
-def estimate_bytes(kind, length, lags=DEFAULT_EXTRACTOR_LAGS):
-    """Rough peak estimate (float32, on the high side), to skip cells that cannot fit."""
-    head_dim = EMBED_DIM // HEADS
-    activations = 40 * length * EMBED_DIM * 4
-    if kind == "extractor_she":
-        # l d x d extraction weights and their gradient, the activations, and for the direct path conv1d's
-        # T x l d im2col buffer (2.73 GB measured at T = 8192, l = 128); for the FFT path the (n/2+1) x d x d
-        # complex kernel spectrum, its gradient and the product.
-        weights = 2 * lags * EMBED_DIM * EMBED_DIM * 4 + 60 * length * EMBED_DIM * 4
-        if extractor_conv_impl(kind, length, lags) == "fft":
-            from fairseq_plugins.modules.extractors.conv import fft_length
-
-            return weights + 3 * (fft_length(length + min(lags, length) - 1) // 2 + 1) * EMBED_DIM * EMBED_DIM * 8
-        return weights + length * min(lags, length) * EMBED_DIM * 4
-    if kind == "bet":
-        # fused scaled_dot_product_attention (no T x T tensors kept; 388 MB measured at T = 8192 on CPU)
-        # with a T^2 allowance for the kernels' buffers
-        return 8 * length * length + 1.6 * activations
-    if kind == "cosformer_reference_cumsum":
-        # kv_, kv_cum and their gradients: ~4.5 tensors of (h, T, 2d, d) (4.7 GB measured at T = 4096).
-        return 4.5 * HEADS * length * 2 * head_dim * head_dim * 4
-    if kind == "softmax":
-        # fairseq's T x T float future mask, and fused scaled_dot_product_attention, which keeps no (h, T, T)
-        # tensors (fairseq's explicit path would need about (3 h + 1) T^2 floats)
-        return 4 * length * length + 1.6 * activations
-    return activations
-
-
-def extractor_conv_impl(kind, length, lags=DEFAULT_EXTRACTOR_LAGS, embed_dim=EMBED_DIM):
-    """The convolution path (``direct`` or ``fft``) that an extractor kind's cost rule takes for a full pass
-    over T tokens of one sequence (``--extractor-conv-impl auto``)."""
-    from fairseq_plugins.modules.extractors.conv import choose_conv_impl
-
-    return choose_conv_impl(EXTRACTOR_LAG_SHAPES[kind], 1, length, min(lags, length), embed_dim)
+def estimate_bytes(kind, length, model_options=None):
+    """Rough peak of one forward+backward (float32, on the high side), to skip cells that cannot fit: the
+    kind's own estimate (``training_peak_bytes``)."""
+    return costs_of(kind).training_peak_bytes(length, EMBED_DIM, HEADS, cost_options(model_options))
 
 
 # ---------------------------------------------------------------------------
 # FLOPs per kind, counted from the algorithm that runs
 # ---------------------------------------------------------------------------
 
-# Each Extractor's lag weights' shape, read from its class.
-EXTRACTOR_LAG_SHAPES = {kind: ATTENTION_REGISTRY[kind].cls.lag_shape for kind in EXTRACTOR_KINDS}
 
-
-def layer_flops(kind, length, lags=DEFAULT_EXTRACTOR_LAGS, conv_impl=None, embed_dim=EMBED_DIM, heads=HEADS, chunk=None):
+def layer_flops(kind, length, model_options=None, embed_dim=EMBED_DIM, heads=HEADS, **settings):
     """(forward, backward) FLOPs of one forward+backward of the layer on T tokens of one sequence, counted
-    from the algorithm that runs: each kind's registered ``implementation_flops`` (settings: ``chunk``,
-    ``conv_impl``), the baselines' here.
+    from the algorithm that runs: each kind's registered ``implementation_flops`` (``settings``: the
+    implementation's own, as its module attributes, e.g. a chunk size or a convolution path), a baseline's
+    own count; a kind without one, the count of its definition.
 
     Products count 2 FLOPs per multiply-add (an outer product, K = 1, one per element), complex
-    multiply-adds 8, complex products 6, FFTs as ``fft_flops``, a cumulative sum one per element.
-    Element-wise work (ReLU, softmax, cos/sin weights, biases, the adjustment product) is not counted.
-    The backward of every autograd product is counted as the products it runs: the gradients of both
-    operands, i.e. twice the forward; fused attention (scaled_dot_product_attention) recomputes the
-    scores in its backward: 5 products per 2 of the forward; cosFormer's hand-written backward is
+    multiply-adds 8, complex products 6, FFTs 2.5 n log2 n (real) or 5 n log2 n (complex), a cumulative sum
+    one per element. Element-wise work (activations, normalisations, position weights, biases, element-wise
+    products) is not counted. The backward of every autograd product is counted as the products it runs:
+    the gradients of both operands, i.e. twice the forward; fused attention (scaled_dot_product_attention)
+    recomputes the scores in its backward: 5 products per 2 of the forward; a hand-written backward is
     counted product by product. ``LAYER_FLOP_FORMULAS`` states the same in words."""
-    T, d, h = length, embed_dim, heads
-    dh = d // h
-    proj = 2 * T * d * d  # one d x d linear map
-    if kind == "cosformer_reference_cumsum":
-        # per head and token: the 2 d_h x d_h outer product k_ v^T (1 FLOP each), its cumulative sum (1 each),
-        # the (1 x 2 d_h) (2 d_h x d_h) read (2 each); denominator: cumsum of k_ and a 2 d_h dot product
-        core = h * T * (2 * dh * dh + 2 * dh * dh + 2 * 2 * dh * dh + 2 * dh + 2 * 2 * dh)
-        return 4 * proj + core, 8 * proj + 2 * core
-    spec = ATTENTION_REGISTRY.get(kind)
-    if spec is None or spec.costs is None:
-        raise ValueError(f"no FLOP count for {kind}")
-    options = _cost_options(lags)
-    if spec.costs.implementation_flops is not None:
-        return spec.costs.implementation_flops(T, d, h, options, chunk=chunk, conv_impl=conv_impl)
-    # a kind without a count of its implementation: its registered count of the definition
-    # (modules/costs.py: the defined products, backward twice the forward)
-    args = (DECODER_SELF, d, h, T, T, d, options)
-    return spec.costs.forward_flops(*args), spec.costs.backward_flops(*args)
+    return costs_of(kind).training_flops(length, embed_dim, heads, cost_options(model_options), **settings)
 
 
-def _cost_options(lags):
-    from fairseq_plugins.modules.costs import AttentionOptions
-
-    return AttentionOptions(lags=lags)
+LAYER_FLOP_FORMULAS = {kind: costs_of(kind).training_flops_text for kind in KINDS
+                       if kind in BASELINES or ATTENTION_REGISTRY[kind].costs is not None}
 
 
-BASELINE_FLOP_FORMULAS = {
-    "cosformer_reference_cumsum": "8 T d^2; per head and token the 2 d_h x d_h outer product k_ v^T and its cumulative "
-    "sum (1 FLOP per element each) and the read q_ (k v)_cum (2 per element): 8 T d d_h (+ the denominator, 6 T d). "
-    "Backward twice the forward",
-}
-LAYER_FLOP_FORMULAS = {
-    kind: BASELINE_FLOP_FORMULAS[kind] if kind in BASELINES
-    else (ATTENTION_REGISTRY[kind].costs.implementation_flops_text or "the definition's products (modules/costs.py)")
-    for kind in KINDS
-}
-
-
-def growth_bound(kind, t1, t2, lags=DEFAULT_EXTRACTOR_LAGS):
+def growth_bound(kind, t1, t2, model_options=None):
     """The largest time(t2) / time(t1) expected from a kind's complexity: the growth of its fastest-growing
-    term, times ``GROWTH_MARGIN``; and the reason in words. Terms: O(T d^2) projections and linear forms grow
-    by t2 / t1; softmax's and BET's O(T^2 d) attention by (t2 / t1)^2; the extractors' FFT convolution by
-    n2 log n2 / (n1 log n1), n the FFT length (5-smooth >= T + l - 1), about 2 log(2T) / log(T) per doubling."""
-    r = t2 / t1
-    spec = ATTENTION_REGISTRY.get(kind)
-    if spec is not None and spec.costs is not None and spec.costs.asymptotic_class == "O(T^2)":
-        return GROWTH_MARGIN * r * r, "O(T^2 d) attention core"
-    if kind in EXTRACTOR_KINDS:
-        impls = {extractor_conv_impl(kind, t, lags) for t in (t1, t2)}
-        if "fft" in impls:
-            from fairseq_plugins.modules.extractors.conv import fft_length
-
-            n1, n2 = (fft_length(t + min(lags, t) - 1) for t in (t1, t2))
-            fft = (n2 * math.log2(n2)) / (n1 * math.log2(n1))
-            return GROWTH_MARGIN * max(r, fft), f"FFT path: O(n log n), n = {n1} -> {n2}"
-        return GROWTH_MARGIN * r, "direct path: O(T l d^2)" if kind == "extractor_she" else "direct path: O(T l d)"
-    if kind == "cosformer":
-        return GROWTH_MARGIN * r, "chunked form: O(T (C + d_h) d)"
-    return GROWTH_MARGIN * r, "cumulative sums: O(T d d_h)"
+    term (the kind's ``time_growth``, e.g. t2 / t1 for O(T d^2) projections and linear forms, (t2 / t1)^2 for
+    an O(T^2 d) attention core), times ``GROWTH_MARGIN``; and that term in words."""
+    growth, reason = costs_of(kind).time_growth(t1, t2, EMBED_DIM, HEADS, cost_options(model_options))
+    return GROWTH_MARGIN * growth, reason
 
 
 def launch(spec, timeout, env=None):
@@ -522,14 +507,7 @@ def fmt_time(seconds):
     return f"{seconds * 1e6:.0f} us"
 
 
-def fmt_mem(nbytes):
-    if nbytes is None:
-        return "-"
-    if nbytes >= 1e9:
-        return f"{nbytes / 1e9:.2f} GB"
-    if nbytes < 1e6:
-        return "< 1 MB"
-    return f"{nbytes / 1e6:.0f} MB"
+fmt_mem = format_bytes  # the kinds' report notes quote sizes alike
 
 
 def fmt_ratio(a, b):
@@ -575,17 +553,18 @@ def environment():
     }
 
 
-def _self_check():
-    """The benchmarked reference form must compute the same function as our module."""
-    module = build("cosformer").double()
-    module.chunk_size = 16
-    reference = ReferenceCumsumAttention(module)
+def check_baseline(name):
+    """A benchmarked baseline must compute the same function as its kind's module (float64, T = 50, the
+    kind's module with the baseline's ``check_settings``): the largest difference."""
+    kind, baseline = BASELINES[name]
+    module = build(kind, baseline.check_settings).double()
+    reference = baseline.build(module)
     x = torch.randn(50, 1, EMBED_DIM, dtype=torch.float64)
     with torch.no_grad():
-        err = (module(x, x, x, need_weights=False)[0] - reference(x)[0]).abs().max().item()
-    print(f"# self-check: reference cumsum form vs cosformer (float64, T=50): max |diff| = {err:.1e}")
+        err = (module(x, x, x, need_weights=False)[0] - reference(x, x, x, need_weights=False)[0]).abs().max().item()
+    print(f"# self-check: {name} vs {kind} (float64, T=50): max |diff| = {err:.1e}")
     if err > 1e-8:
-        raise SystemExit("the reference cumsum form does not match the cosformer module")
+        raise SystemExit(f"the baseline {name} does not match the {kind} module (max |diff| = {err:.1e})")
     return err
 
 
@@ -622,17 +601,27 @@ def skip_reason(est, device_type, device_free):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    epilog = "kinds:\n" + "\n".join(f"  {kind}: {text}" for kind, text in kind_descriptions(KINDS))
+    declared = " ".join(sweep_text(kind, setting, sweep.values) for kind, setting, sweep in declared_sweeps(REGISTERED_KINDS))
+    options = ", ".join(f"{option}={value}" for option, value in MODEL_OPTIONS.items())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=epilog,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", help=f"sequence lengths T, comma-separated (default: {FULL['lengths']}; cells that do not fit in memory are skipped with a note)")
     parser.add_argument("--repeats", type=int, help=f"timed forward+backward runs per cell after one warm-up, fewer for slow cells (default: {FULL['repeats']})")
     parser.add_argument("--kinds", default=None, help=f"comma-separated subset of {','.join(KINDS)} (default: all that are registered)")
-    parser.add_argument("--extractor-lags", type=int, default=DEFAULT_EXTRACTOR_LAGS, help="window l of the extractor kinds (default: %(default)s, the paper's)")
+    parser.add_argument("--kind-option", dest="kind_options", action="append", type=_command_line_type(parse_option),
+                        metavar="NAME=VALUE", help="a model option of a kind, typed as the kind's options declare it "
+                        f"(repeatable), over the values the kinds declare for this benchmark ({options or 'none'}); "
+                        f"replaces the former flags of those ({', '.join(map(flag, MODEL_OPTIONS)) or 'none'})")
     parser.add_argument("--decode-prefixes", help=f"prefix lengths for the per-token decoding cost ('' to skip; default: {FULL['decode_prefixes']})")
     parser.add_argument("--decode-steps", type=int, help=f"timed single-token steps per prefix (default: {FULL['decode_steps']})")
-    parser.add_argument("--chunk-sweep", help=f"cosformer chunk sizes to time at the largest T ('' to skip; default: {FULL['chunk_sweep']})")
+    parser.add_argument("--sweep", action="append", type=_command_line_type(lambda text: parse_sweep(text) if text.strip() else None),
+                        metavar="KIND:SETTING=V1,V2", help="values of a kind's implementation setting to time at the "
+                        f"largest T (repeatable; '' to skip; default: the kinds' own, {declared or 'none'}); replaces "
+                        "the former --chunk-sweep")
     parser.add_argument("--threads", type=int, default=available_cores(), help="torch threads (default: the cores available)")
     parser.add_argument("--device", default=default_device(), help="cpu or cuda[:i] (default: cuda when available, else cpu: %(default)s)")
-    parser.add_argument("--quick", action="store_true", help="smoke run (a couple of minutes): T = 256, 1024; 2 repeats; short decoding; no chunk sweep (explicit options still apply)")
+    parser.add_argument("--quick", action="store_true", help="smoke run (a couple of minutes): T = 256, 1024; 2 repeats; short decoding; no sweep (explicit options still apply)")
     parser.add_argument("--output", help="write the markdown report to this path, and the plot next to it (X.md -> X_speed.png)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -658,19 +647,26 @@ def main(argv=None):
     unknown = [k for k in kinds if k not in registered]
     if unknown:
         parser.error(f"unknown kinds {unknown}; choose from {','.join(registered)}")
-    if args.extractor_lags < 1:
-        parser.error("--extractor-lags must be >= 1")
+    model_options = dict(args.kind_options or ())
+    try:
+        kind_options(kinds, model_options)
+        cost_options(model_options)
+    except AttentionConfigError as exc:
+        parser.error(f"--kind-option: {exc}")
     prefixes = [int(p) for p in args.decode_prefixes.split(",") if p]
-    sweep = [int(c) for c in args.chunk_sweep.split(",") if c] if "cosformer" in kinds else []
+    if args.sweep is None:
+        sweeps = [(kind, setting, sweep.values) for kind, setting, sweep in declared_sweeps(kinds)]
+    else:  # the sweeps of kinds not measured are left out, as their cells are
+        sweeps = [entry for entry in args.sweep if entry is not None and entry[0] in kinds]
 
     env = environment()
     command = " ".join(["python", os.path.relpath(os.path.abspath(__file__), os.getcwd())] + (argv if argv is not None else sys.argv[1:]))
     print(f"# {command}")
     print(f"# torch {env['torch']}, fairseq {env['fairseq']}, {env['cores']} cores ({env['cpu']}), {args.threads} threads, git {env['git']}, load {env['load']}")
     started = time.time()
-    self_check = _self_check()
+    self_checks = {name: check_baseline(name) for name in kinds if name in BASELINES}
 
-    base = {"threads": args.threads, "lags": args.extractor_lags, "device": args.device}
+    base = {"threads": args.threads, "model_options": model_options, "device": args.device}
     # The device's float32 matrix-multiply peak (and, on CUDA, its name and free memory), in a fresh process.
     peak = launch(dict(base, mode="peak", shapes=PEAK_SHAPES[device_type], min_s=0.2 if args.quick else 1.0), timeout=600)
     notes = []
@@ -692,7 +688,7 @@ def main(argv=None):
     for length in lengths:
         runnable = []
         for kind in kinds:
-            why = skip_reason(estimate_bytes(kind, length, args.extractor_lags), device_type, device_free)
+            why = skip_reason(estimate_bytes(kind, length, model_options), device_type, device_free)
             if why:
                 train[(kind, length)] = {"error": why}
                 notes.append(f"{kind} at T={length}: {why}")
@@ -702,7 +698,8 @@ def main(argv=None):
                 train[(kind, length)] = {}
         if not runnable:
             continue
-        res = launch(dict(base, mode="time", cells=runnable, length=length, repeats=args.repeats), timeout=1800)
+        res = launch(dict(base, mode="time", cells={kind: {"kind": kind} for kind in runnable}, length=length,
+                          repeats=args.repeats), timeout=1800)
         for kind in runnable:
             cell = train[(kind, length)]
             if "error" in res:
@@ -727,15 +724,17 @@ def main(argv=None):
                 flush=True,
             )
 
-    # Chunk-size sweep of the causal cosFormer at the largest T, round-robin in one process.
-    sweep_results = {}
-    if sweep:
-        length = max(lengths)
-        res = launch(dict(base, mode="time", cells=[f"cosformer:{c}" for c in sweep], length=length, repeats=args.repeats), timeout=1800)
-        for chunk in sweep:
-            sweep_results[chunk] = {"error": res["error"]} if "error" in res else {"times": res["times"][f"cosformer:{chunk}"]}
-            msg = sweep_results[chunk].get("error") or f"median {fmt_time(_median(sweep_results[chunk]))}"
-            print(f"cosformer chunk={chunk:4d}          T={length:5d}  {msg}", flush=True)
+    # Sweeps of the kinds' implementation settings at the largest T, each round-robin in one process.
+    sweep_results = {}  # (kind, setting) -> {value: {"times": [...]} or {"error": ...}}
+    length = max(lengths)
+    for kind, setting, values in sweeps:
+        cells = {sweep_text(kind, setting, [value]): {"kind": kind, "settings": {setting: value}} for value in values}
+        res = launch(dict(base, mode="time", cells=cells, length=length, repeats=args.repeats), timeout=1800)
+        results = sweep_results[(kind, setting)] = {}
+        for key, value in zip(cells, values):
+            results[value] = {"error": res["error"]} if "error" in res else {"times": res["times"][key]}
+            msg = results[value].get("error") or f"median {fmt_time(_median(results[value]))}"
+            print(f"{key:28s} T={length:5d}  {msg}", flush=True)
 
     # Incremental decoding.
     decode = {}
@@ -764,7 +763,7 @@ def main(argv=None):
         except Exception as exc:  # the measurements are worth more than the plot: report, do not lose them
             notes.append(f"plot not written: {type(exc).__name__}: {exc}")
             print(f"# plot not written: {exc}", flush=True)
-    report = render(command, env, args, lengths, kinds, prefixes, train, sweep_results, decode, notes, elapsed, self_check,
+    report = render(command, env, args, lengths, kinds, prefixes, train, sweep_results, decode, notes, elapsed, self_checks,
                     device=device, peak=peak, plot_name=plot_name)
     print()
     print(report)
@@ -779,11 +778,11 @@ def _median(cell):
     return statistics.median(cell["times"]) if cell and cell.get("times") else None
 
 
-def gflops_per_s(kind, length, seconds, lags=DEFAULT_EXTRACTOR_LAGS):
+def gflops_per_s(kind, length, seconds, model_options=None):
     """Achieved GFLOP/s of one forward+backward that took ``seconds`` (None if not measured)."""
     if not seconds:
         return None
-    fwd, bwd = layer_flops(kind, length, lags)
+    fwd, bwd = layer_flops(kind, length, model_options)
     return (fwd + bwd) / seconds / 1e9
 
 
@@ -839,15 +838,48 @@ def write_plot(path, lengths, kinds, train, memory_field, device, memory_label=N
     fig.savefig(path, dpi=110)
 
 
-def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, decode, notes, elapsed, self_check,
-           device=None, peak=None, plot_name=None):
-    from fairseq_plugins.modules.extractors.conv import fft_length
+def benchmark_run(kinds, lengths, model_options=None):
+    """What the kinds' report notes read of this run (``BenchmarkRun``)."""
+    return BenchmarkRun(kinds=tuple(kinds), lengths=tuple(lengths), embed_dim=EMBED_DIM, heads=HEADS,
+                        options=cost_options(model_options), kind_options=kind_options(kinds, model_options),
+                        context=AttentionContext.from_args(model_config(model_options)), growth_margin=GROWTH_MARGIN)
 
+
+def kind_notes(section, run):
+    """The measured kinds' notes for a section of the report (``SpeedBenchmark.notes``), each text once."""
+    texts = (speed_benchmark(kind).notes[section](kind, run) for kind in run.kinds
+             if kind in ATTENTION_REGISTRY and section in speed_benchmark(kind).notes)
+    return list(dict.fromkeys(texts))
+
+
+def ratio_reference(kinds):
+    """The measured kind the report's ratios are to (``SpeedBenchmark.ratio_reference``), or None."""
+    return next((k for k in kinds if k in ATTENTION_REGISTRY and speed_benchmark(k).ratio_reference), None)
+
+
+def above_reference(train, lengths, kind, reference, field):
+    """The lengths at which ``kind``'s measured peak memory exceeds ``reference``'s (in this run's ``field``)."""
+    above = []
+    for length in lengths:
+        ours, theirs = (train.get((k, length), {}).get(field) for k in (kind, reference))
+        if ours is not None and theirs is not None and ours > theirs:
+            above.append(length)
+    return above
+
+
+def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, decode, notes, elapsed, self_checks,
+           device=None, peak=None, plot_name=None):
+    """The markdown report. ``sweep_results``: (kind, setting) -> {value: cell}; ``self_checks``: baseline -> the
+    largest difference from its kind in the check (``check_baseline``)."""
     device = device or {"name": "cpu", "type": "cpu"}
     peak = peak or {}
     on_cuda = device["type"] == "cuda"
     fields = memory_fields(device["type"], getattr(args, "quick", False))
-    lags = args.extractor_lags
+    model_options = dict(getattr(args, "kind_options", None) or ())
+    run = benchmark_run(kinds, lengths, model_options)
+    reference = ratio_reference(kinds)
+    others = [k for k in kinds if k != reference] if reference else []
+    baselines = [k for k in kinds if k in BASELINES]
     lines = []
     add = lines.append
 
@@ -878,10 +910,15 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
     add(f"- load average {env['load']} at the start and {env['load_end']} at the end (other processes share the machine); {sched}; run time {elapsed / 60:.1f} min")
     add(
         f"- one causal self-attention layer (`decoder_self`): d = {EMBED_DIM}, {HEADS} heads, batch 1, float32; "
-        f"input x (T x 1 x {EMBED_DIM}) with `requires_grad=True`, loss = `output.sum()`; cosFormer horizon M = {HORIZON}, "
-        f"chunk size C = {_default_chunk()}; extractors: l = {lags} lags, convolution path chosen by "
-        "their cost rule (`--extractor-conv-impl auto`); extractors have no heads"
+        f"input x (T x 1 x {EMBED_DIM}) with `requires_grad=True`, loss = `output.sum()`"
+        + "".join(f"; {note}" for note in kind_notes("setup", run))
     )
+    add("")
+    add("Kinds (the registered kinds' descriptions; baselines: other implementations of a kind's function that the kind "
+        "declares):")
+    add("")
+    for kind, text in kind_descriptions(kinds):
+        add(f"- `{kind}`: {text}")
     add("")
     if plot_name:
         add(f"![forward+backward time and peak memory vs T, log-log]({plot_name})")
@@ -890,6 +927,9 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
         add("")
     add("Method:")
     add("")
+    # kinds that take fairseq's explicit future mask (Cell builds it once, outside the measurement)
+    mask_owners = " and ".join(f"{k}'s" for k in kinds if getattr(ATTENTION_REGISTRY.get(k), "cls", None) is not None
+                               and getattr(ATTENTION_REGISTRY[k].cls, "uses_future_mask", False))
     if on_cuda:
         add(
             "- **Time**: forward+backward of the layer, `time.perf_counter` with `torch.cuda.synchronize()` before and "
@@ -902,8 +942,9 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
             "cuDNN handles and workspaces) and building the module and the input, `torch.cuda.reset_peak_memory_stats()`; "
             "reported is `torch.cuda.max_memory_allocated()` after two forward+backward runs (one for cells slower than "
             "2 s) minus `torch.cuda.memory_allocated()` at the reset: the extra memory torch's allocator handed out for "
-            "the layer (the caching allocator's unused reserve and the CUDA context are not counted). softmax's T x T "
-            "future mask is an input built before the reset, as fairseq's decoder builds it once and caches it."
+            "the layer (the caching allocator's unused reserve and the CUDA context are not counted)."
+            + (f" {mask_owners} T x T future mask is an input built before the reset, as fairseq's decoder builds it "
+               "once and caches it." if mask_owners else "")
         )
     else:
         add(
@@ -924,10 +965,10 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
             "`MALLOC_MMAP_THRESHOLD_=131072` (*fixed threshold*): glibc otherwise raises its mmap threshold as "
             "large blocks are freed and keeps freed blocks below it resident, so the default peak also measures "
             "that caching and moves from run to run; with the threshold fixed, RSS follows the "
-            "live allocations" + (" (`--quick` measures only this one)" if len(fields) == 1 else "") + ". softmax's T x T "
-            "future mask is an input built before the baseline, as fairseq's "
-            f"decoder builds it once and caches it (it would add 4 T^2 bytes: {fmt_mem(4 * max(lengths) ** 2)} at "
-            f"T = {max(lengths)})."
+            "live allocations" + (" (`--quick` measures only this one)" if len(fields) == 1 else "") + "."
+            + (f" {mask_owners} T x T future mask is an input built before the baseline, as fairseq's decoder builds it "
+               f"once and caches it (it would add 4 T^2 bytes: {fmt_mem(4 * max(lengths) ** 2)} at T = {max(lengths)})."
+               if mask_owners else "")
         )
     add(
         "- **GFLOP/s**: FLOPs of one forward+backward counted per kind from the algorithm that runs (formulas below; "
@@ -940,32 +981,25 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
         f"in one call, then all take {args.decode_steps} timed single-token steps (after 5 untimed) in turn, in one "
         "process; median per token" + (" (`torch.cuda.synchronize()` around each step)." if on_cuda else ".")
     )
-    add(
-        "- `cosformer_reference_cumsum` is the authors' causal formulation (`einsum('nld,nlm->nldm', k_, v)`, "
-        "`cumsum` over L, `einsum('nld,nldm->nlm', q_, kv_cum)`, the denominator likewise) between the same "
-        f"projections; the run starts by checking that it computes the same function as `cosformer` "
-        f"(float64, max |diff| = {self_check:.0e})."
-    )
+    for name in baselines:
+        err = self_checks.get(name)
+        add(
+            f"- **Baseline** `{name}`: computes the same function as `{of_kind(name)}`; the run starts by checking it "
+            "(float64, T = 50" + (f", max |diff| = {err:.0e})." if err is not None else "; not checked in this run).")
+        )
     add("")
 
-    # Time table.
-    others = [k for k in kinds if k != "softmax"]
+    # Time table: ratios to the reference kind, and of each baseline to its kind.
+    compared = [k for k in baselines if of_kind(k) in kinds]
     add("## Forward + backward time (median)")
     add("")
-    header = ["T"] + list(kinds)
-    if "softmax" in kinds:
-        header += [f"softmax / {k}" for k in others]
-    both = "cosformer" in kinds and "cosformer_reference_cumsum" in kinds
-    if both:
-        header.append("reference / cosformer")
+    header = ["T"] + list(kinds) + [f"{reference} / {k}" for k in others] + [f"{k} / {of_kind(k)}" for k in compared]
     row(header)
     row(["---:"] * len(header))
     for length in lengths:
         cells = [str(length)] + [cell_text(k, length, _median(train.get((k, length))), fmt_time) for k in kinds]
-        if "softmax" in kinds:
-            cells += [fmt_ratio(_median(train.get(("softmax", length))), _median(train.get((k, length)))) for k in others]
-        if both:
-            cells.append(fmt_ratio(_median(train.get(("cosformer_reference_cumsum", length))), _median(train.get(("cosformer", length)))))
+        cells += [fmt_ratio(_median(train.get((reference, length))), _median(train.get((k, length)))) for k in others]
+        cells += [fmt_ratio(_median(train.get((k, length))), _median(train.get((of_kind(k), length)))) for k in compared]
         row(cells)
     add("")
     add("Ratios are speed-ups (how many times faster the second kind is). Timed runs per cell (median / min):")
@@ -1003,7 +1037,7 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
     for length in lengths:
         cells = [str(length)]
         for k in kinds:
-            rate = gflops_per_s(k, length, _median(train.get((k, length))), lags)
+            rate = gflops_per_s(k, length, _median(train.get((k, length))), model_options)
             if rate is None:
                 cells.append(cell_text(k, length, None, str))
             elif peak_gflops:
@@ -1017,22 +1051,22 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
     row(["T"] + list(kinds))
     row(["---:"] * (len(kinds) + 1))
     for length in lengths:
-        row([str(length)] + [f"{sum(layer_flops(k, length, lags)) / 1e9:.3g}" for k in kinds])
+        row([str(length)] + [f"{sum(layer_flops(k, length, model_options)) / 1e9:.3g}" for k in kinds])
     add("")
     add(
         f"FLOPs per kind (T tokens, d = {EMBED_DIM}, h = {HEADS} heads of d_h = {EMBED_DIM // HEADS}; products count "
         "2 FLOPs per multiply-add, an "
         "outer product 1 per element, complex multiply-adds 8 and complex products 6, a real FFT of n points "
-        "2.5 n log2 n and a complex one 5 n log2 n; element-wise work (ReLU, softmax, cos/sin weights, biases, "
-        "the extractors' adjustment product) is not counted. Autograd backward = twice the forward (the "
+        "2.5 n log2 n and a complex one 5 n log2 n; element-wise work (activations, normalisations, position weights, "
+        "biases, element-wise products) is not counted. Autograd backward = twice the forward (the "
         "gradients of both operands of every product) unless stated:"
     )
     add("")
     for k in kinds:
-        text = LAYER_FLOP_FORMULAS[k].format(chunk=_default_chunk())
-        if k in EXTRACTOR_KINDS:
-            impls = sorted({extractor_conv_impl(k, t, lags) for t in lengths})
-            text += f" (path taken here: {', '.join(impls)})"
+        text = LAYER_FLOP_FORMULAS[k]
+        path = None if k in BASELINES else ATTENTION_REGISTRY[k].costs.implementation_path
+        if path is not None:
+            text += f" (path taken here: {', '.join(sorted({path(t, EMBED_DIM, HEADS, run.options) for t in lengths}))})"
         add(f"- `{k}`: {text}.")
     add("")
     add(
@@ -1050,31 +1084,25 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
             title = "`torch.cuda.max_memory_allocated()` above the allocation at the reset"
         add(f"{title[0].upper()}{title[1:]}:")
         add("")
-        header = ["T"] + list(kinds)
-        if "softmax" in kinds:
-            header += [f"{k} / softmax" for k in others]
+        header = ["T"] + list(kinds) + [f"{k} / {reference}" for k in others]
         row(header)
         row(["---:"] * len(header))
         for length in lengths:
             cells = [str(length)] + [cell_text(k, length, train.get((k, length), {}).get(field), fmt_mem) for k in kinds]
-            if "softmax" in kinds:
-                base_peak = train.get(("softmax", length), {}).get(field)
-                for k in others:
-                    peak_k = train.get((k, length), {}).get(field)
-                    cells.append(f"{peak_k / base_peak:.2f}" if peak_k is not None and base_peak else "-")
+            base_peak = train.get((reference, length), {}).get(field)
+            for k in others:
+                peak_k = train.get((k, length), {}).get(field)
+                cells.append(f"{peak_k / base_peak:.2f}" if peak_k is not None and base_peak else "-")
             row(cells)
         add("")
-    above = cosformer_above_softmax(train, lengths, fields[0][0])
-    if above and not on_cuda:
-        add(
-            f"cosFormer needs more memory than softmax at T = {', '.join(map(str, above))} ({fields[0][1]}): there "
-            "its own temporaries (one segment of chunks, see below) outweigh its O(T d) tensors."
-        )
-    add(
-        "The extractors' memory is O(T d) plus, for SHE, its l d x d weights' gradient (l = "
-        f"{lags}: {fmt_mem(lags * EMBED_DIM * EMBED_DIM * 4)}) and, on its direct path, conv1d's T x l d "
-        "unfolded input."
-    )
+    if reference and not on_cuda:
+        for k in others:
+            sentence = speed_benchmark(k).memory_above_reference if k in ATTENTION_REGISTRY else ""
+            above = above_reference(train, lengths, k, reference, fields[0][0])
+            if sentence and above:
+                add(sentence.format(reference=reference, lengths=", ".join(map(str, above)), measure=fields[0][1]))
+    for note in kind_notes("memory", run):
+        add(note)
     add("")
 
     # Decoding table.
@@ -1085,20 +1113,18 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
             add(f"Failed: {decode['error']}")
         else:
             dkinds = [k for k in DECODE_KINDS if k in decode]
-            dothers = [k for k in dkinds if k != "softmax"] if "softmax" in dkinds else []
-            header = ["prefix P"] + dkinds + [f"{k} / softmax" for k in dothers]
+            dothers = [k for k in dkinds if k != reference] if reference in dkinds else []
+            header = ["prefix P"] + dkinds + [f"{k} / {reference}" for k in dothers]
             row(header)
             row(["---:"] * len(header))
             for prefix in prefixes:
                 vals = {k: statistics.median(decode[k][str(prefix)]) for k in dkinds}
                 cells = [str(prefix)] + [fmt_time(vals[k]) for k in dkinds]
-                cells += [f"{vals[k] / vals['softmax']:.2f}" for k in dothers]
+                cells += [f"{vals[k] / vals[reference]:.2f}" for k in dothers]
                 row(cells)
             add("")
-            add(
-                "Ratios are costs relative to softmax (below 1: cheaper per token). The extractors keep the last "
-                f"l = {lags} inputs, so their cost stops growing once the prefix exceeds l."
-            )
+            add(" ".join(([f"Ratios are costs relative to {reference} (below 1: cheaper per token)."] if dothers else [])
+                         + kind_notes("decoding", run)))
         add("")
 
     # Growth per doubling.
@@ -1116,40 +1142,34 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
         for k in kinds:
             cells, reason = [], ""
             for t1, t2 in pairs:
-                bound, reason = growth_bound(k, t1, t2, lags)
+                bound, reason = growth_bound(k, t1, t2, model_options)
                 a, b = _median(train.get((k, t1))), _median(train.get((k, t2)))
                 cells.append(f"{b / a:.2f} (<= {bound:.2f})" if a and b else f"- (<= {bound:.2f})")
             row([k, reason.split(", n =")[0]] + cells)
         add("")
-        add(
-            "Bounds: the projections (O(T d^2)) and the linear forms (cosFormer's chunked form, O(T (C + d_h) d); "
-            "the reference's O(T d d_h) cumulative sums; the extractors' direct conv1d, O(T l d^2) for SHE, O(T l d) "
-            f"for the depthwise kinds) double with T, so `<= 2 x {GROWTH_MARGIN:g} = {2 * GROWTH_MARGIN:g}`. The "
-            f"extractors' FFT path ({fft_kinds_text(kinds, lengths, lags)}) convolves over n points, n the smallest "
-            "5-smooth number >= T + l - 1, at O(n log n): "
-            f"`<= {GROWTH_MARGIN:g} x n2 log n2 / (n1 log n1)` (the FFT lengths n1, n2 of the two T; "
-            f"{GROWTH_MARGIN:g} x 2 log(2T) / log(T) when n doubles exactly, as from 4096 (n = {fft_length(4096 + lags - 1)}) "
-            f"to 8192 (n = {fft_length(8192 + lags - 1)}): "
-            f"{growth_bound('extractor_he', 4096, 8192, lags)[0]:.2f} for l = {lags}); the former flat "
-            f"{2 * GROWTH_MARGIN:g} ignored the log factor. softmax's and BET's attention core is O(T^2 d): "
-            f"`<= 4 x {GROWTH_MARGIN:g} = {4 * GROWTH_MARGIN:g}` "
-            "(with the O(T d^2) projections their growth should lie between 2 and 4). "
-            "The margin covers run-to-run noise, not memory effects: a working set that falls out of a cache "
-            "level between T and 2T can exceed a bound on a CPU."
-        )
+        add(" ".join(
+            [f"Bounds: a term linear in T (the projections, O(T d^2), and the linear forms of the complexity column) "
+             f"doubles with T, so `<= 2 x {GROWTH_MARGIN:g} = {2 * GROWTH_MARGIN:g}`; an attention core over all T x T "
+             f"pairs, O(T^2 d), quadruples: `<= 4 x {GROWTH_MARGIN:g} = {4 * GROWTH_MARGIN:g}` (with the O(T d^2) "
+             "projections, the growth of such a kind should lie between 2 and 4)."]
+            + kind_notes("growth", run)
+            + ["The margin covers run-to-run noise, not memory effects: a working set that falls out of a cache level "
+               "between T and 2T can exceed a bound on a CPU."]
+        ))
         add("")
 
-    # Chunk sweep.
-    if sweep_results:
-        length = max(lengths)
-        add(f"## cosFormer chunk size (T = {length}, forward + backward, median, one process round-robin)")
+    # Sweeps of the kinds' implementation settings.
+    for (kind, setting), results in sweep_results.items():
+        length, default = max(lengths), speed_benchmark(kind).sweeps[setting].default
+        add(f"## `{kind}`: implementation setting `{setting}` (T = {length}, forward + backward, median, one process "
+            "round-robin)")
         add("")
-        row(["chunk C", "time", "time / time at C = %d" % _default_chunk()])
+        row([f"`{setting}`", "time", f"time / time at {setting} = {default}"])
         row(["---:"] * 3)
-        ref = _median(sweep_results.get(_default_chunk(), {}))
-        for chunk, res in sweep_results.items():
+        ref = _median(results.get(default, {}))
+        for value, res in results.items():
             t = _median(res)
-            row([str(chunk), fmt_time(t) if t else res.get("error", "failed"), f"{t / ref:.2f}" if t and ref else "-"])
+            row([str(value), fmt_time(t) if t else res.get("error", "failed"), f"{t / ref:.2f}" if t and ref else "-"])
         add("")
 
     # Targets.
@@ -1157,13 +1177,13 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
     add("")
     row(["target", "measured", "met?"])
     row(["---", "---", "---"])
-    for text, value, ok in targets(train, decode, lengths, kinds, lags, fields):
+    for text, value, ok in targets(train, decode, lengths, kinds, model_options, fields):
         row([text, value, "yes" if ok else ("**NO**" if ok is not None else "not measured")])
     add("")
     add(
         "Time growth targets per kind (`time(2T) / time(T)` for the doublings from T = 4096 on) are the bounds of "
-        "the growth table above, from each algorithm's complexity. The reference cumulative-sum form is a baseline, "
-        "not a target."
+        "the growth table above, from each algorithm's complexity."
+        + (f" The baselines ({', '.join(baselines)}) are compared with, not targets." if baselines else "")
     )
     add("")
     if not on_cuda:
@@ -1180,38 +1200,13 @@ def render(command, env, args, lengths, kinds, prefixes, train, sweep_results, d
         for note in notes:
             add(f"- {note}")
         add("")
-    add(implementation_notes(max(lengths)))
+    for note in kind_notes("implementation", run):
+        add(note.rstrip("\n"))
+        add("")
     return "\n".join(lines) + "\n"
 
 
-def fft_kinds_text(kinds, lengths, lags):
-    """Which extractor kinds took the FFT path at which of the measured lengths (their cost rule decides)."""
-    parts = []
-    for kind in kinds:
-        if kind in EXTRACTOR_KINDS:
-            on_fft = [t for t in lengths if extractor_conv_impl(kind, t, lags) == "fft"]
-            if on_fft:
-                parts.append(kind if len(on_fft) == len(lengths) else f"{kind} at T = {', '.join(map(str, on_fft))}")
-    return "taken here by " + ", ".join(parts) if parts else "not taken at these lengths"
-
-
-def cosformer_above_softmax(train, lengths, field):
-    """The lengths at which cosFormer's measured peak memory exceeds softmax's (in this run's ``field``)."""
-    above = []
-    for length in lengths:
-        ours, theirs = (train.get((kind, length), {}).get(field) for kind in ("cosformer", "softmax"))
-        if ours is not None and theirs is not None and ours > theirs:
-            above.append(length)
-    return above
-
-
-def _default_chunk():
-    from fairseq_plugins.modules.cosformer.chunked import DEFAULT_CHUNK_SIZE
-
-    return DEFAULT_CHUNK_SIZE
-
-
-def targets(train, decode, lengths=DEFAULT_LENGTHS, kinds=KINDS, lags=DEFAULT_EXTRACTOR_LAGS, fields=None):
+def targets(train, decode, lengths=DEFAULT_LENGTHS, kinds=KINDS, model_options=None, fields=None):
     """(target, measured, met: True / False / None if not measured) rows."""
     fields = fields if fields is not None else memory_fields("cpu")
     out = []
@@ -1222,29 +1217,30 @@ def targets(train, decode, lengths=DEFAULT_LENGTHS, kinds=KINDS, lags=DEFAULT_EX
     def mem(kind, length, field):
         return train.get((kind, length), {}).get(field)
 
-    s8, c8 = med("softmax", 8192), med("cosformer", 8192)
-    r = s8 / c8 if s8 and c8 else None
-    out.append(("cosformer vs softmax at T=8192: >= 8x faster", f"{r:.1f}x" if r else "-", r >= 8 if r else None))
-    for field, label, _ in fields:
-        a, b = mem("cosformer", 8192, field), mem("softmax", 8192, field)
-        out.append((
-            f"cosformer peak memory <= softmax's at T=8192 ({label})",
-            f"{fmt_mem(a)} vs {fmt_mem(b)}" if a and b else "-",
-            a <= b if a and b else None,
-        ))
-    r4, c4 = med("cosformer_reference_cumsum", 4096), med("cosformer", 4096)
-    r = r4 / c4 if r4 and c4 else None
-    out.append(("cosformer vs reference cumsum at T=4096: >= 25x faster", f"{r:.0f}x" if r else "-", r >= 25 if r else None))
-    for field, label, _ in fields:
-        a, b = mem("cosformer_reference_cumsum", 4096, field), mem("cosformer", 4096, field)
-        r = a / b if a and b else None
-        out.append((f"cosformer vs reference cumsum at T=4096: >= 6x less peak memory ({label})", f"{r:.0f}x" if r else "-", r >= 6 if r else None))
+    measured = [k for k in KINDS if k in kinds and k not in BASELINES]
+    # The kinds' own goals against another kind or a baseline (SpeedBenchmark.targets).
+    for kind in measured:
+        for target in speed_benchmark(kind).targets:
+            other, length, factor = target.other, target.length, target.factor
+            if target.measure == "time":
+                a, b = med(kind, length), med(other, length)
+                r = b / a if a and b else None
+                out.append((f"{kind} vs {other} at T={length}: >= {factor:g}x faster", fmt_ratio(b, a), r >= factor if r else None))
+                continue
+            for field, label, _ in fields:
+                a, b = mem(kind, length, field), mem(other, length, field)
+                r = b / a if a and b else None
+                if factor == 1:
+                    text, value = f"{kind} peak memory <= {other}'s at T={length} ({label})", f"{fmt_mem(a)} vs {fmt_mem(b)}" if a and b else "-"
+                else:
+                    text, value = f"{kind} vs {other} at T={length}: >= {factor:g}x less peak memory ({label})", fmt_ratio(b, a)
+                out.append((text, value, r >= factor if r else None))
     # Time growth per doubling from T = 4096 on, bounded by each kind's complexity (growth_bound); decoding cost
-    # per token constant for the linear kinds (cosFormer's state; the extractors' window of l inputs).
+    # per token constant for the kinds whose decoding state is (a constant state, a window of inputs).
     pairs = [(t1, t2) for t1, t2 in doublings(lengths) if t1 >= 4096] or [(4096, 8192)]
-    for kind in [k for k in KINDS if k in kinds and k not in BASELINES]:
+    for kind in measured:
         for t1, t2 in pairs:
-            bound, reason = growth_bound(kind, t1, t2, lags)
+            bound, reason = growth_bound(kind, t1, t2, model_options)
             a, b = med(kind, t1), med(kind, t2)
             r = b / a if a and b else None
             out.append((f"{kind} time({t2}) / time({t1}) <= {bound:.2f} ({reason})", f"{r:.2f}" if r else "-", r <= bound if r else None))
@@ -1257,69 +1253,6 @@ def targets(train, decode, lengths=DEFAULT_LENGTHS, kinds=KINDS, lags=DEFAULT_EX
             else:
                 out.append((text, "-", None))
     return out
-
-
-def implementation_notes(length):
-    """How the two linear kinds are computed; the sizes quoted are computed from the code's constants at the
-    report's longest T (no measurement lives here: the chunk-size table above is this run's)."""
-    from fairseq_plugins.modules.cosformer.chunked import SEGMENT_BYTES
-
-    head_dim = EMBED_DIM // HEADS
-    chunk = _default_chunk()
-    per_chunk = HEADS * chunk * head_dim * 4  # batch 1: one chunk of one (B*H, tokens, d) slice, float32
-    segment_tokens = max(1, SEGMENT_BYTES // per_chunk) * chunk
-    segments = -(-length // segment_tokens)
-    return IMPLEMENTATION_NOTES.format(segment_mb=SEGMENT_BYTES / 2 ** 20, segments=segments, length=length,
-                                       head_dim=head_dim, chunk=chunk)
-
-
-IMPLEMENTATION_NOTES = """\
-## How the causal cosFormer is computed
-
-`fairseq_plugins/modules/cosformer/chunked.py`: `_ChunkedCausalCosformer` (a `torch.autograd.Function`), used by the
-module and by `cosformer_causal`.
-
-- **Chunked form.** Tokens are cut into chunks of C. Inside a chunk, the exact quadratic form
-  `(Q K^T * decay) V` with one shared C x C matrix `decay[i, j] = cos(pi/2 (i - j) / M)` (i >= j). Across chunks,
-  each query reads the sums over all earlier chunks, `S = sum_j k_j [cos a_j; sin a_j] v_j^T`, through its
-  `q cos a_i` and `q sin a_i` features. No T x d x d tensor exists (the reference form keeps T of them).
-- **Layout.** Tensors are chunked as (n, B, H, C, d), chunk index outermost: each per-chunk product is one batched
-  matrix product over all chunks and heads, a range of chunks is a contiguous slice, and per-chunk states fill
-  slots 1..n of a contiguous (2, n+1, B*H, d, d) tensor whose running sum (one product with a triangular matrix
-  of ones per segment, which ran faster than `cumsum` over that dimension) turns slot i into the state before
-  chunk i. Chunk 0's
-  inter-chunk products are skipped when there is no incoming state.
-- **No doubled or odd-sized products.** The cos and sin halves are separate tensors, and the denominator (the ones
-  column of `v1`) has its own small d x 1 states, so every large product is {head_dim} x {head_dim} x C (products
-  with one or d_h more output columns, i.e. the ones column appended or cos and sin side by side, ran slower per
-  flop in micro-benchmarks). phi = ReLU of q and k, and the zeroing of padded keys, are fused into the
-  copies that chunk them (the module hands over the raw projections).
-- **Segments and a hand-written backward.** Forward and backward run over segments of whole chunks of at most
-  {segment_mb:g} MB per (B*H, tokens, d) slice ({segments} segments at T = {length} in this report's layer), which
-  keeps the working set in cache and the temporaries bounded whatever T is. The backward walks the segments in reverse and recomputes a segment's chunked inputs,
-  intra-chunk weights and states from the state saved at its start, so the layer keeps only q, k, v, the output,
-  the clamped denominator and one state per segment: memory O(T d) per head. Gradients are accumulated with
-  in-place `baddbmm_`; since nothing but the layer holds its raw q, k, v projections, their gradients overwrite
-  them (backpropagating twice through one graph of the layer is refused with an error), and output and gradients
-  are written straight in fairseq's time-major layout, so the reshapes around the layer are free.
-- **Decoding** (one new token with `incremental_state`) skips the chunk machinery: one outer product updates the
-  2d x (d+1) state per head and one product reads it, so the cost per token does not depend on the prefix.
-- **Chunk size.** `DEFAULT_CHUNK_SIZE = {chunk}`: a smaller C slows the per-chunk state products (their inner
-  dimension is C), a larger one doubles the intra-chunk part (2 T C d per head and pass) with every doubling of C.
-  The chunk-size table above times the whole layer at several C in this run; the four d x d projections
-  (forward and backward) take much of the layer's time, so the differences there are small. Any C gives the same
-  result.
-
-## How the extractors are computed
-
-`fairseq_plugins/modules/extractors/conv.py`: the extraction (eqs. 23, 26, 28, 29 of Chen 2023) is a causal
-convolution over time with a kernel of l lags: d -> d channels for SHE, depthwise for WE and HE, one kernel
-shared by all channels for ME. A full pass takes `conv1d` (direct) or an FFT convolution, whichever the cost rule
-(`choose_conv_impl`: multiplications times a measured cost per multiplication) estimates faster for the batch,
-length and l; both are exact. Time and memory are O(T l d^2) / O(T l d) for the direct path and O(T log T d) for
-the FFT path: linear in T for a fixed window. Decoding keeps the last l inputs per layer, so a token costs
-O(l d^2) (SHE) or O(l d) whatever the prefix.
-"""
 
 
 if __name__ == "__main__":

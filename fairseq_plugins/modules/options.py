@@ -11,6 +11,7 @@ errors) with the ``AttentionContext``: what every kind may read of the model (po
 quantisation noise), read from the options in one place.
 """
 import dataclasses
+import typing
 from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Type
 
@@ -142,6 +143,37 @@ def registered_option_classes() -> List[Type[KindOptions]]:
     from .registry import ATTENTION_REGISTRY
 
     return list(dict.fromkeys(spec.options_class for spec in ATTENTION_REGISTRY.values()))
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def parse_option(text: str) -> Tuple[str, object]:
+    """``NAME=VALUE``, an option of a registered kind, with VALUE read as the type of its ``KindOptions``
+    field (``Optional[X]``: X, or ``none``; bool: true / false, yes / no, on / off, 1 / 0). Errors
+    (ValueError) name the option and what it expects; an unknown name's lists the registered options."""
+    name, sep, value = text.partition("=")
+    name = name.strip().replace("-", "_").lstrip("_")
+    fields = {f.name: (c, f) for c in registered_option_classes() for f in option_fields(c)}
+    if not sep or not name:
+        raise ValueError(f"expected NAME=VALUE, got {text!r}")
+    if name not in fields:
+        raise ValueError(f"unknown option {name!r}; the registered kinds' options: {', '.join(sorted(fields)) or '(none)'}")
+    options_class, f = fields[name]
+    kind = typing.get_type_hints(options_class)[name]
+    optional = type(None) in typing.get_args(kind)
+    if optional:
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    if optional and value.strip().lower() == "none":
+        return name, None
+    if kind is bool:
+        if value.strip().lower() not in _TRUE + _FALSE:
+            raise ValueError(f"{name} is true or false, got {value!r}")
+        return name, value.strip().lower() in _TRUE
+    try:
+        return name, kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} is {'an optional ' if optional else 'a '}{kind.__name__}, got {value!r}") from None
 
 
 def compose_option_classes(classes: Sequence[Type[KindOptions]], name: str = "KindOptionsConfig") -> type:

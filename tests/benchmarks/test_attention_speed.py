@@ -1,5 +1,6 @@
 """The pure parts of benchmarks/attention_speed.py: FLOP counts, growth bounds, memory guard, plot and
-report rendering. No timings are asserted (the script's measurements are a benchmark, not a test)."""
+report rendering, and what the kinds declare for it (baselines, sweeps, model options). No timings are
+asserted (the script's measurements are a benchmark, not a test)."""
 import argparse
 import math
 
@@ -8,6 +9,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks import attention_speed as bench
+from fairseq_plugins.modules import ATTENTION_REGISTRY
+from fairseq_plugins.modules.extractors import EXTRACTOR_KINDS
 
 aten = torch.ops.aten
 
@@ -112,18 +115,20 @@ CASES = [
 
 @pytest.mark.parametrize("kind,length,lags,impl,dim,heads", CASES, ids=[f"{c[0]}-T{c[1]}-{c[3] or 'auto'}" for c in CASES])
 def test_layer_flops_match_the_executed_products(kind, length, lags, impl, dim, heads):
-    module = bench.build(kind, lags=lags, embed_dim=dim, heads=heads)
+    options = {"extractor_lags": lags}
+    module = bench.build(kind, model_options=options, embed_dim=dim, heads=heads)
     if impl is not None:
         module.conv_impl = impl
-    elif kind in bench.EXTRACTOR_KINDS:
-        assert module.conv_impl_for(1, length) == bench.extractor_conv_impl(kind, length, lags, dim)
+    elif kind in EXTRACTOR_KINDS:
+        path = ATTENTION_REGISTRY[kind].costs.implementation_path
+        assert module.conv_impl_for(1, length) == path(length, dim, heads, bench.cost_options(options))
     fwd, bwd = _executed(module, length, dim)
     if kind == "cosformer_reference_cumsum":
         # einsum lowers the k_ v^T outer product (1 FLOP per element in layer_flops) and its backward (the
         # gradients of k_ and v: a product and a sum per element each) to element-wise mul + sum, not counted here
         outer = heads * length * 2 * (dim // heads) ** 2
         fwd, bwd = fwd + outer, bwd + 4 * outer
-    expected_fwd, expected_bwd = bench.layer_flops(kind, length, lags, conv_impl=impl, embed_dim=dim, heads=heads)
+    expected_fwd, expected_bwd = bench.layer_flops(kind, length, options, conv_impl=impl, embed_dim=dim, heads=heads)
     assert expected_fwd == pytest.approx(fwd, rel=1e-3)
     assert expected_bwd == pytest.approx(bwd, rel=1e-3)
 
@@ -200,8 +205,11 @@ def _fake_results(fields=("peak", "peak_fixed")):
     return train, decode
 
 
-def _args(**extra):
-    return argparse.Namespace(extractor_lags=128, threads=2, repeats=5, decode_steps=50, quick=False, **extra)
+def _args(kind_options=(("extractor_lags", 128),), **extra):
+    return argparse.Namespace(kind_options=list(kind_options), threads=2, repeats=5, decode_steps=50, quick=False, **extra)
+
+
+SELF_CHECKS = {name: 1e-15 for name in bench.BASELINES}
 
 
 ENV = {"torch": torch.__version__, "fairseq": "x", "python": "3", "git": "abc", "cores": 2, "cpu": "test cpu",
@@ -222,7 +230,7 @@ def test_write_plot(tmp_path):
 def test_render_cpu_report():
     train, decode = _fake_results()
     report = bench.render("python benchmarks/attention_speed.py", ENV, _args(), LENGTHS, list(bench.KINDS), [128, 4096],
-                          train, {}, decode, ["cosformer_reference_cumsum at T=16384: skipped"], 60.0, 1e-15,
+                          train, {}, decode, ["cosformer_reference_cumsum at T=16384: skipped"], 60.0, SELF_CHECKS,
                           device={"name": "cpu", "type": "cpu"}, peak=PEAK, plot_name="benchmarks_speed.png")
     assert "![forward+backward time and peak memory vs T, log-log](benchmarks_speed.png)" in report
     assert "Peak: **80.0 GFLOP/s**" in report
@@ -244,17 +252,17 @@ def test_render_cuda_report():
     train, decode = _fake_results(fields=("peak",))
     device = {"name": "cuda (NVIDIA Test GPU, compute capability 9.0, CUDA 12.4, 80.00 GB)", "type": "cuda"}
     report = bench.render("python benchmarks/attention_speed.py --device cuda", ENV, _args(), LENGTHS, list(bench.KINDS),
-                          [128, 4096], train, {}, decode, [], 60.0, 1e-15, device=device, peak=PEAK, plot_name=None)
+                          [128, 4096], train, {}, decode, [], 60.0, SELF_CHECKS, device=device, peak=PEAK, plot_name=None)
     assert report.startswith("# Attention speed and memory (CUDA)")
     assert "NVIDIA Test GPU" in report and "torch.cuda.synchronize()" in report
     assert "max_memory_allocated" in report and "Default malloc" not in report and "default malloc" not in report
     assert "![" not in report
 
 
-def _cpu_report(train, decode, env=ENV):
-    return bench.render("python benchmarks/attention_speed.py", env, _args(), LENGTHS, list(bench.KINDS), [128, 4096],
-                        train, {}, decode, [], 60.0, 1e-15, device={"name": "cpu", "type": "cpu"}, peak=PEAK,
-                        plot_name=None)
+def _cpu_report(train, decode, env=ENV, args=None, sweep_results=None):
+    return bench.render("python benchmarks/attention_speed.py", env, args or _args(), LENGTHS, list(bench.KINDS), [128, 4096],
+                        train, sweep_results or {}, decode, [], 60.0, SELF_CHECKS, device={"name": "cpu", "type": "cpu"},
+                        peak=PEAK, plot_name=None)
 
 
 def test_report_states_only_what_this_run_measured_or_computed():
@@ -281,3 +289,81 @@ def test_report_marks_a_run_with_uncommitted_changes():
     assert "uncommitted" not in _cpu_report(train, decode)
     dirty = dict(ENV, git="abc123def456 (with uncommitted changes)")
     assert "**measured with uncommitted changes**" in _cpu_report(train, decode, env=dirty)
+
+
+# ---------------------------------------------------------------------------
+# What the kinds declare: baselines, model options, sweeps, targets
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(bench.BASELINES))
+def test_every_baseline_computes_its_kinds_function(name):
+    kind, baseline = bench.BASELINES[name]
+    assert name in bench.KINDS and bench.KINDS.index(name) > bench.KINDS.index(kind)  # listed after its kind
+    assert name not in bench.DECODE_KINDS
+    assert bench.check_baseline(name) < 1e-8
+    assert name in bench.LAYER_FLOP_FORMULAS and baseline.description
+
+
+def test_kind_option_refuses_an_unknown_option_listing_the_registered_ones(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--kind-option", "no_such_option=1"])
+    err = capsys.readouterr().err
+    assert "argument --kind-option: unknown option 'no_such_option'" in err and "extractor_lags" in err
+
+
+@pytest.mark.parametrize("value,message", [
+    ("extractor_lags=many", "argument --kind-option: extractor_lags is an optional int, got 'many'"),
+    ("extractor_lags", "argument --kind-option: expected NAME=VALUE, got 'extractor_lags'"),
+    ("extractor_lags=0", "--kind-option: --extractor-lags must be >= 1, got 0"),  # the kind's own check
+])
+def test_kind_option_values_are_typed_and_checked_by_the_kind(capsys, value, message):
+    with pytest.raises(SystemExit):
+        bench.main(["--kind-option", value, "--lengths", "64"])
+    assert message in capsys.readouterr().err
+
+
+def test_kind_options_reach_the_layers_the_counts_and_the_report():
+    from fairseq_plugins.modules.options import parse_option
+
+    assert parse_option("extractor_lags=64") == ("extractor_lags", 64)
+    assert parse_option("bet_no_diag_free=yes") == ("bet_no_diag_free", True)
+    assert bench.MODEL_OPTIONS == {"extractor_lags": 128}  # declared by the Extractors: the paper's window
+    assert bench.build("extractor_me").lags == 128
+    assert bench.build("extractor_me", model_options={"extractor_lags": 16}).lags == 16
+    assert bench.layer_flops("extractor_she", 1024, {"extractor_lags": 16}) != bench.layer_flops("extractor_she", 1024)
+    assert bench.estimate_bytes("extractor_she", 1024, {"extractor_lags": 16}) < bench.estimate_bytes("extractor_she", 1024)
+    train, decode = _fake_results()
+    report = _cpu_report(train, decode, args=_args(kind_options=[("extractor_lags", 64)]))
+    assert "extractors: l = 64 lags" in report and "The extractors keep the last l = 64 inputs" in report
+    assert "extractors: l = 128 lags" in _cpu_report(train, decode)
+
+
+def test_sweeps_are_declared_by_the_kinds_and_overridable():
+    assert [(k, s, sweep.values) for k, s, sweep in bench.declared_sweeps(bench.KINDS)] == [("cosformer", "chunk_size", (32, 64, 128))]
+    assert bench.parse_sweep("cosformer:chunk_size=16,32") == ("cosformer", "chunk_size", (16, 32))
+    with pytest.raises(ValueError, match="cosformer:chunk is not a setting a registered kind declares; declared: cosformer:chunk_size"):
+        bench.parse_sweep("cosformer:chunk=16")
+    with pytest.raises(ValueError, match="takes int values"):
+        bench.parse_sweep("cosformer:chunk_size=big")
+    assert bench.build("cosformer", {"chunk_size": 32}).chunk_size == 32
+    with pytest.raises(ValueError, match="no implementation setting 'no_such_setting'"):
+        bench.build("cosformer", {"no_such_setting": 1})
+    train, decode = _fake_results()
+    results = {("cosformer", "chunk_size"): {32: {"times": [0.2]}, 64: {"times": [0.1]}}}
+    report = _cpu_report(train, decode, sweep_results=results)
+    assert "implementation setting `chunk_size` (T = 16384" in report and "| 32 | 200.0 ms | 2.00 |" in report
+
+
+def test_declarations_name_what_exists():
+    """Every declared sweep sets an attribute of its kind's module, every target compares with something measured,
+    every declared model option is one of a registered kind."""
+    from fairseq_plugins.modules.options import parse_option
+
+    for kind, setting, sweep in bench.declared_sweeps(bench.KINDS):
+        assert getattr(bench.build(kind), setting) == sweep.default, (kind, setting)
+    for kind in bench.DECODE_KINDS:
+        for target in bench.speed_benchmark(kind).targets:
+            assert target.other in bench.KINDS, (kind, target)
+    for option, value in bench.MODEL_OPTIONS.items():
+        assert parse_option(f"{option}={value}") == (option, value)

@@ -4,6 +4,9 @@ from ..costs import (
     AttentionCosts,
     Counts,
     OperationCounts,
+    SpeedBenchmark,
+    activation_bytes,
+    attention_core_growth,
     linear,
     linear_parameters,
     projection_macs,
@@ -79,6 +82,12 @@ def implementation_layer_flops(length, embed_dim, heads, options, **settings):
     return 4 * proj + core, 8 * proj + 2.5 * core
 
 
+def implementation_peak_bytes(length, embed_dim, heads, options):
+    """fairseq's T x T float future mask, and fused scaled_dot_product_attention, which keeps no (h, T, T)
+    tensors (fairseq's explicit path would need about (3 h + 1) T^2 floats)."""
+    return 4 * length * length + 1.6 * activation_bytes(length, embed_dim)
+
+
 SOFTMAX_COSTS = AttentionCosts(
     parameters=_parameters,
     macs=_macs,
@@ -91,6 +100,10 @@ SOFTMAX_COSTS = AttentionCosts(
     implementation_flops_text="4 projections 8 T d^2; Q K^T and A V over all T^2 pairs (the additive future mask does "
     "not skip work) 4 T^2 d. Backward: 16 T d^2 + 10 T^2 d (fused attention recomputes the scores: 5 products for the "
     "forward's 2)",
+    implementation_peak_bytes=implementation_peak_bytes,
+    implementation_time_growth=attention_core_growth,
+    # the standard attention: the speed benchmark's ratios are to it
+    speed_benchmark=SpeedBenchmark(ratio_reference=True),
     operation_counts=OperationCounts(
         label="softmax self-attention",
         training=lambda d, heads, n, options: softmax_training(d, heads, n),
