@@ -2,6 +2,8 @@
 
     python -m fairseq_plugins.search sample --space search_spaces/multi30k_cpu.yaml -n 5 --seed 1
     python -m fairseq_plugins.search space --space search_spaces/wmt14_en_de.yaml
+    python -m fairseq_plugins.search evaluate --checkpoint SUPER.pt --architecture A.json
+    python -m fairseq_plugins.search export --checkpoint SUPER.pt --architecture A.json --output SUB.pt
 
 Each subcommand has ``--help``. Errors (a bad space file, an architecture outside a space) are one
 line naming the file and the field, and exit with status 2.
@@ -33,6 +35,23 @@ def describe(args) -> None:
                      indent=args.indent))
 
 
+def evaluate(args) -> None:
+    """The inherited sub-network's loss on a subset (bits per token, as fairseq logs it), computed inside the
+    supernet: nothing is extracted. Without --architecture: the largest architecture of the space."""
+    from .subnetworks import validation_loss
+
+    print(json.dumps(validation_loss(args.checkpoint, args.architecture, args.subset, args.max_tokens)))
+
+
+def export(args) -> None:
+    """Write a standalone mixed_transformer checkpoint with only the sub-network's weights (fairseq-generate,
+    fairseq-train --finetune-from-model and the hub load it like any other)."""
+    from .subnetworks import export as export_subnetwork
+
+    parameters, _ = export_subnetwork(args.checkpoint, args.architecture, args.output)
+    print(f"{args.output}: {parameters:,} parameters")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fairseq_plugins.search", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
@@ -46,6 +65,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     info.add_argument("--space", required=True, help="search space YAML file")
     info.add_argument("--indent", type=int, default=2, help="JSON indentation (default: %(default)s)")
     info.set_defaults(run=describe)
+    evaluator = commands.add_parser("evaluate", help="inherited validation loss of a sub-network", description=evaluate.__doc__)
+    evaluator.add_argument("--checkpoint", required=True, help="a mixed_supertransformer checkpoint")
+    evaluator.add_argument("--architecture", help="architecture JSON (as sample prints; default: the largest of the space)")
+    evaluator.add_argument("--subset", default="valid", help="data subset (default: %(default)s)")
+    evaluator.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch (default: %(default)s)")
+    evaluator.set_defaults(run=evaluate)
+    exporter = commands.add_parser("export", help="write a sub-network as a standalone checkpoint", description=export.__doc__)
+    exporter.add_argument("--checkpoint", required=True, help="a mixed_supertransformer checkpoint")
+    exporter.add_argument("--architecture", required=True, help="architecture JSON (as sample prints)")
+    exporter.add_argument("--output", required=True, help="the checkpoint to write (atomically)")
+    exporter.set_defaults(run=export)
     args = parser.parse_args(argv)
     if getattr(args, "n", 1) < 1:
         parser.error("-n: expected at least 1")

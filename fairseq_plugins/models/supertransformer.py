@@ -1,0 +1,259 @@
+"""``mixed_supertransformer``: a weight-sharing supernet over a search space (``--search-space``), the
+SuperTransformer of Hardware-Aware Transformers with the attention kind of every sub-layer as one more
+choice (the mixed-attention paper's search, Liu et al., Table 1).
+
+Weight sharing as HAT: the supernet holds, per parameter, one container as large as the largest shape
+any architecture of the space gives it; a sub-network's parameter is the leading slice of its container
+along every dimension (embeddings, projections, FFNs, layer norms), and a sub-network with fewer layers
+uses the first ones. The sub-network itself is the ordinary ``mixed_transformer`` model of its
+``Architecture``, run with ``torch.func.functional_call`` on the slices: the code that runs inside the
+supernet is the code of the exported model, so both compute the same function by construction, and the
+gradients of a training step reach exactly the slices the sampled sub-network uses.
+
+Attention kinds whose only parameters are the q/k/v/out projections (softmax, cosFormer: those of
+fairseq's MultiheadAttention) share one set of projection containers per sub-layer, so a sub-layer keeps
+its projections when the search switches it between them; a kind with other parameters (Extractors,
+BET's score weights) keeps containers of its own, sliced the same way; ``--supernet-separate-kind-weights``
+gives every kind its own.
+
+Training: every update trains one sub-network sampled from the space by a generator seeded with
+``--seed`` and the update number (``set_num_updates``), so that data-parallel ranks and resumed runs
+train the same ones. ``eval()`` makes the largest architecture active (fairseq's validation reports its
+loss); ``set_active`` chooses another.
+"""
+import argparse
+import collections
+import copy
+import json
+import random
+from typing import Dict, Optional, Tuple
+
+import torch
+from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
+from torch import nn
+
+from ..modules import ATTENTION_REGISTRY, AttentionConfigError
+from .architecture import Architecture, architecture_options
+from .mixed_transformer import MixedTransformerModel, mixed_transformer_base
+
+# The parameters of fairseq's MultiheadAttention: kinds with no others share them across kinds.
+PROJECTION_PARAMETERS = frozenset(f"{p}_proj.{w}" for p in "qkv" for w in ("weight", "bias")) | {"out_proj.weight", "out_proj.bias"}
+# Sub-networks built recently, kept for the next steps (building one allocates and initialises its modules).
+TEMPLATE_CACHE = 8
+# Options the supernet's own options hold that a sub-network recomputes from its architecture.
+DERIVED_OPTIONS = ("decoder_output_dim", "decoder_input_dim", "architecture", "preset", "architecture_file",
+                   "encoder_layers_to_keep", "decoder_layers_to_keep")
+
+
+def _container_name(key: str) -> str:
+    """A parameter name as a key of ``nn.ParameterDict``, which refuses dots."""
+    return key.replace(".", "/")
+
+
+@register_model("mixed_supertransformer")
+class MixedSuperTransformerModel(BaseFairseqModel):
+    """The supernet (module docstring). ``active``: the architecture ``forward`` runs."""
+
+    @staticmethod
+    def add_args(parser):
+        MixedTransformerModel.add_args(parser)
+        parser.add_argument("--search-space", metavar="FILE",
+                            help="the search space (YAML, see search_spaces/ and fairseq_plugins/search/space.py) whose "
+                            "architectures the supernet holds")
+        parser.add_argument("--supernet-separate-kind-weights", action="store_true",
+                            help="give every attention kind its own projections (default: kinds whose parameters are the "
+                            "q/k/v/out projections, softmax and cosformer, share them per sub-layer)")
+
+    @classmethod
+    def build_model(cls, args, task):
+        from ..search.space import SearchSpace
+
+        recorded = getattr(args, "search_space_record", None)
+        if recorded:  # a saved supernet: the space it was trained on, wherever its file is now
+            space = SearchSpace.from_dict(json.loads(recorded), "the supernet checkpoint's search space")
+        elif not getattr(args, "search_space", None):
+            raise AttentionConfigError("--search-space: mixed_supertransformer needs a search space file (search_spaces/*.yaml)")
+        else:
+            space = SearchSpace.from_file(args.search_space)
+            args.search_space_record = json.dumps(space.to_dict())  # saved with the options in the checkpoint
+        if space.language_model:
+            raise AttentionConfigError(f"--search-space {args.search_space}: a language-model space (no encoder section) "
+                                       "cannot build mixed_supertransformer, an encoder-decoder supernet")
+        if space.head_dim != "sliced":
+            raise AttentionConfigError(
+                f"--search-space {args.search_space}: head_dim: {space.head_dim} is not supported by the supernet yet: its "
+                "sub-networks are mixed_transformer models, whose attention width is the layer width (use head_dim: sliced)")
+        if getattr(args, "share_all_embeddings", False) and not space.shared_embed_dim:
+            raise AttentionConfigError(f"--share-all-embeddings needs one width for encoder and decoder: set "
+                                       f"shared_embed_dim: true in --search-space {args.search_space}")
+        return cls(args, task, space)
+
+    def __init__(self, args, task, space):
+        super().__init__()
+        self.args = args
+        self.space = space
+        # plain attributes (not modules: their parameters are not the supernet's)
+        object.__setattr__(self, "_task", task)
+        object.__setattr__(self, "_templates", collections.OrderedDict())
+        self.separate_kind_weights = bool(getattr(args, "supernet_separate_kind_weights", False))
+        self.seed = int(getattr(args, "seed", 1) or 1)
+        self.active = space.extreme(largest=True)
+        self.weights = nn.ParameterDict()
+        # The containers: every parameter of every probe architecture (each kind and head count at the largest
+        # widths and depths) at the largest shape any gives it, initialised as the probes' modules are.
+        for probe in self._probes():
+            template, keys = self._template(probe)
+            for name, parameter in template.named_parameters():
+                key = _container_name(keys[name])
+                if key not in self.weights:
+                    self.weights[key] = nn.Parameter(parameter.detach().clone())
+                    continue
+                container = self.weights[key]
+                if container.dim() != parameter.dim():
+                    raise AttentionConfigError(f"supernet: parameter {keys[name]} has shapes of different ranks "
+                                               f"({tuple(container.shape)}, {tuple(parameter.shape)})")
+                shape = tuple(max(a, b) for a, b in zip(container.shape, parameter.shape))
+                if shape != tuple(container.shape):
+                    grown = parameter.new_zeros(shape)
+                    grown[tuple(slice(0, s) for s in container.shape)] = container.detach()
+                    self.weights[key] = nn.Parameter(grown)
+                    container = self.weights[key]
+                with torch.no_grad():  # the leading slice a sub-network of this shape uses, as its module initialises it
+                    container[tuple(slice(0, s) for s in parameter.shape)] = parameter.detach()
+
+    # --------------------------------------------------------- architectures ---
+    def _probes(self):
+        """Architectures that together give every parameter its largest shape: the largest one with each
+        kind (the i-th of every placement's list) and each head count (the j-th of every heads list)."""
+        largest = self.space.extreme(largest=True)
+        enc, dec = self.space.encoder, self.space.decoder
+        kinds = max(len(enc.attention_kinds), len(dec.attention_kinds), len(dec.cross_attention_kinds))
+        heads = max(len(enc.attention_heads), len(dec.attention_heads), len(dec.cross_attention_heads))
+        for i in range(kinds):
+            for j in range(heads):
+                yield Architecture(
+                    decoder_embed_dim=largest.decoder_embed_dim,
+                    decoder_layers=tuple(layer.__class__(
+                        dec.attention_kinds[i % len(dec.attention_kinds)], dec.attention_heads[j % len(dec.attention_heads)],
+                        layer.ffn_embed_dim, dec.cross_attention_kinds[i % len(dec.cross_attention_kinds)],
+                        dec.cross_attention_heads[j % len(dec.cross_attention_heads)], layer.encoder_decoder_connect)
+                        for layer in largest.decoder_layers),
+                    encoder_embed_dim=largest.encoder_embed_dim,
+                    encoder_layers=tuple(layer.__class__(enc.attention_kinds[i % len(enc.attention_kinds)],
+                                                         enc.attention_heads[j % len(enc.attention_heads)], layer.ffn_embed_dim)
+                                         for layer in largest.encoder_layers),
+                ).check()
+
+    def sample(self, update: int) -> Architecture:
+        """The architecture of update ``update``: a function of the seed and the update number only."""
+        return self.space.sample(random.Random(f"{self.seed}:{update}"))
+
+    def set_num_updates(self, num_updates):
+        super().set_num_updates(num_updates)
+        self.active = self.sample(num_updates)
+
+    def train(self, mode: bool = True):
+        """``eval()`` makes the largest architecture active (validation during training reports it; the next
+        training step samples again); ``set_active`` after it chooses another."""
+        if not mode:
+            self.active = self.space.extreme(largest=True)
+        return super().train(mode)
+
+    def set_active(self, architecture: Architecture):
+        """Run ``architecture`` (evaluation, export); it must be in the space."""
+        self.space.check_contains(architecture)
+        self.active = architecture
+
+    # ------------------------------------------------------------ sub-networks ---
+    def subnetwork_args(self, architecture: Architecture) -> argparse.Namespace:
+        """The options of the ``mixed_transformer`` model of ``architecture``: the supernet's (dropout,
+        embeddings, positions ...) with the architecture's per-layer options."""
+        args = copy.deepcopy(argparse.Namespace(**vars(self.args)))
+        for name in DERIVED_OPTIONS + ("search_space", "search_space_record", "supernet_separate_kind_weights"):
+            if hasattr(args, name):
+                delattr(args, name)
+        vars(args).update(architecture_options(architecture))
+        args.arch = args._name = "mixed_transformer"  # (fairseq picks the model class by _name when loading)
+        return args
+
+    def _template(self, architecture: Architecture) -> Tuple[MixedTransformerModel, Dict[str, str]]:
+        """The ``mixed_transformer`` module of ``architecture`` (cached) and, for each of its parameters, the
+        key of its container."""
+        cached = self._templates.get(architecture)
+        if cached is not None:
+            self._templates.move_to_end(architecture)
+            return cached
+        with torch.random.fork_rng(devices=[]):  # building draws initial values: not from the training's generator
+            template = MixedTransformerModel.build_model(self.subnetwork_args(architecture), self._task)
+        # every parameter name, tied ones too (fairseq ties the output projection to the embeddings): a tied
+        # name takes the container of the first name of its tensor
+        keys, first = {}, {}
+        for name, parameter in template.named_parameters(remove_duplicate=False):
+            keys[name] = keys[first[id(parameter)]] if id(parameter) in first else self._container_key(template, name)
+            first.setdefault(id(parameter), name)
+        self._templates[architecture] = (template, keys)
+        while len(self._templates) > TEMPLATE_CACHE:
+            self._templates.popitem(last=False)
+        return template, keys
+
+    def _container_key(self, template: nn.Module, name: str) -> str:
+        for path, module in template.named_modules():
+            kind = getattr(module, "kind_name", None)
+            if kind not in ATTENTION_REGISTRY or not name.startswith(path + "."):
+                continue
+            own = {n for n, _ in module.named_parameters()}
+            if not self.separate_kind_weights and own <= PROJECTION_PARAMETERS:
+                return name
+            return f"{path}@{kind}{name[len(path):]}"
+        return name
+
+    def _sliced_parameters(self, template: nn.Module, keys: Dict[str, str]) -> Dict[str, torch.Tensor]:
+        """Every parameter name of ``template`` (tied ones included) -> the leading slice of its container."""
+        return {name: self.weights[_container_name(keys[name])][tuple(slice(0, s) for s in parameter.shape)]
+                for name, parameter in template.named_parameters(remove_duplicate=False)}
+
+    def subnetwork(self, architecture: Optional[Architecture] = None) -> MixedTransformerModel:
+        """A standalone ``mixed_transformer`` model of ``architecture`` (default: ``active``) holding copies of
+        its slices."""
+        return self.subnetwork_and_args(architecture)[0]
+
+    def subnetwork_and_args(self, architecture: Optional[Architecture] = None) -> Tuple[MixedTransformerModel, argparse.Namespace]:
+        """``subnetwork`` and the model options it was built from (what ``export`` saves in the checkpoint)."""
+        architecture = architecture or self.active
+        self.space.check_contains(architecture)
+        template, keys = self._template(architecture)
+        args = self.subnetwork_args(architecture)
+        with torch.random.fork_rng(devices=[]):
+            model = MixedTransformerModel.build_model(args, self._task)
+        sliced = self._sliced_parameters(template, keys)
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():  # (tied names once)
+                parameter.copy_(sliced[name])
+        return model.to(next(iter(self.weights.values())).device), args
+
+    # ----------------------------------------------------------------- fairseq ---
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
+        template, keys = self._template(self.active)
+        template.train(self.training)
+        parameters = self._sliced_parameters(template, keys)
+        # tie_weights=False: the tied names are all given (functional_call's own tying leaves fairseq's output
+        # projection untied after the call)
+        return torch.func.functional_call(template, parameters, (src_tokens, src_lengths, prev_output_tokens), kwargs,
+                                          tie_weights=False)
+
+    def get_normalized_probs(self, net_output, log_probs, sample=None):
+        template, _ = self._template(self.active)
+        return template.get_normalized_probs(net_output, log_probs, sample)
+
+    def max_positions(self):
+        return (self.args.max_source_positions, self.args.max_target_positions)
+
+    def max_decoder_positions(self):
+        return self.args.max_target_positions
+
+
+@register_model_architecture("mixed_supertransformer", "mixed_supertransformer")
+def mixed_supertransformer(args):
+    """fairseq's transformer defaults (dropout, positions, ...); widths, depths and per-layer choices come
+    from the search space."""
+    mixed_transformer_base(args)

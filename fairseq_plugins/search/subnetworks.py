@@ -1,0 +1,103 @@
+"""Sub-networks of a trained supernet (``mixed_supertransformer``): their inherited validation loss, and
+their export as standalone ``mixed_transformer`` checkpoints that fairseq-generate, fairseq-train
+--finetune-from-model and the hub load like any other."""
+import json
+import math
+import os
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from ..files import atomic_output
+from ..models.architecture import Architecture
+from ..modules import AttentionConfigError
+
+
+class SupernetError(AttentionConfigError):
+    """A checkpoint or an architecture the sub-network tools cannot use; the message names it."""
+
+
+def load_supernet(checkpoint: str, overrides: Optional[Dict] = None):
+    """(model, task, saved state) of a supernet checkpoint; refused with a clear error when it is not one."""
+    from fairseq import checkpoint_utils
+
+    import fairseq_plugins  # noqa: F401  (registers the models and kinds)
+
+    if not os.path.isfile(checkpoint):
+        raise SupernetError(f"--checkpoint {checkpoint}: no such file")
+    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
+    arch = getattr(state["cfg"]["model"], "arch", None) if state.get("cfg") is not None else None
+    if arch != "mixed_supertransformer":
+        raise SupernetError(f"--checkpoint {checkpoint}: not a supernet (its model is {arch!r}, expected mixed_supertransformer)")
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides or {}, state=state)
+    return models[0], task, state
+
+
+def read_architecture(path: str, model) -> Architecture:
+    """The architecture in ``path`` (JSON, as ``sample`` prints), which must be in the supernet's space."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            architecture = Architecture.from_json(f.read())
+    except OSError as error:
+        raise SupernetError(f"--architecture {path}: cannot read it ({error.strerror})") from None
+    except AttentionConfigError as error:
+        raise SupernetError(f"--architecture {path}: {error}") from None
+    model.space.check_contains(architecture, f"--architecture {path}")
+    return architecture
+
+
+def export(checkpoint: str, architecture_path: str, output: str) -> Tuple[int, Architecture]:
+    """Write ``output``: a ``mixed_transformer`` checkpoint holding only the sub-network's weights (copies of
+    its slices) and options; returns its parameter count and architecture."""
+    model, task, state = load_supernet(checkpoint)
+    architecture = read_architecture(architecture_path, model)
+    subnetwork, args = model.subnetwork_and_args(architecture)
+    exported = {
+        "args": None,
+        "cfg": {**state["cfg"], "model": args},
+        "model": subnetwork.state_dict(),
+        "criterion": state.get("criterion"),
+        # the sub-network was not trained as this model: no optimizer or data-iterator state to resume from
+        "optimizer_history": [{"criterion_name": entry.get("criterion_name"), "optimizer_name": entry.get("optimizer_name"),
+                               "lr_scheduler_state": {}, "num_updates": 0} for entry in state.get("optimizer_history", [])[-1:]],
+        "task_state": state.get("task_state", {}),
+        "extra_state": {"exported_from": {"supernet": os.path.abspath(checkpoint), "architecture": architecture.to_dict()}},
+    }
+    with atomic_output(output, "wb") as f:
+        torch.save(exported, f)
+    parameters = sum({p.data_ptr(): p.numel() for p in subnetwork.parameters()}.values())
+    return parameters, architecture
+
+
+def validation_loss(checkpoint: str, architecture_path: Optional[str], subset: str = "valid",
+                    max_tokens: int = 4096) -> Dict[str, float]:
+    """The inherited sub-network's loss on ``subset`` (fairseq's criterion of the checkpoint, in bits per
+    token as fairseq logs it), computed inside the supernet (nothing extracted)."""
+    from fairseq import utils
+
+    model, task, state = load_supernet(checkpoint)
+    model.eval()
+    if architecture_path:
+        model.set_active(read_architecture(architecture_path, model))
+    cfg = state["cfg"]
+    criterion = task.build_criterion(cfg["criterion"])
+    criterion.eval()
+    task.load_dataset(subset)
+    iterator = task.get_batch_iterator(dataset=task.dataset(subset), max_tokens=max_tokens,
+                                       max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+                                       ignore_invalid_inputs=False, seed=1).next_epoch_itr(shuffle=False)
+    loss = nll = tokens = 0.0
+    with torch.no_grad():
+        for sample in iterator:
+            _, _, logging = criterion(model, sample)
+            loss += float(logging["loss"])
+            nll += float(logging.get("nll_loss", logging["loss"]))
+            tokens += float(logging["ntokens"])
+    if tokens == 0:
+        raise SupernetError(f"--subset {subset}: no tokens to evaluate")
+    return {"architecture": model.active.to_dict(), "subset": subset, "tokens": int(tokens),
+            "loss": loss / tokens / math.log(2), "nll_loss": nll / tokens / math.log(2)}
+
+
+def to_json(result) -> str:
+    return json.dumps(result)

@@ -1,0 +1,263 @@
+"""The weight-sharing supernet (issue 14): a sampled sub-network inside the supernet computes exactly what
+its standalone model computes (float64, left padding, every kind and placement, connect > 1), decodes step
+by step as it computes in full, trains only the slices it uses, and is sampled by seed and update alone;
+then the real CLIs: fairseq-train on the supernet, ``evaluate`` and ``export``, fairseq-generate on the
+exported checkpoint."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from fairseq import checkpoint_utils, options, tasks
+from fairseq.sequence_generator import SequenceGenerator
+
+import fairseq_plugins  # noqa: F401
+from fairseq_plugins.cli.pipeline import PLUGIN_DIR, fairseq_command, generate, run
+from fairseq_plugins.cli.synthetic import binarize_translation, write_translation_task
+from fairseq_plugins.models.architecture import Architecture, DecoderLayer, EncoderLayer
+from fairseq_plugins.modules import AttentionConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+SPACE = """
+shared_embed_dim: true
+encoder:
+  embed_dim: [8, 16]
+  layers: [1, 2]
+  ffn_embed_dim: [8, 12]
+  attention_heads: [2, 4]
+  attention_kinds: [softmax, cosformer]
+decoder:
+  embed_dim: [8, 16]
+  layers: [1, 2]
+  ffn_embed_dim: [8, 12]
+  attention_heads: [2, 4]
+  attention_kinds: [softmax, cosformer, bet, extractor_we]
+  cross_attention_heads: [2, 4]
+  cross_attention_kinds: [softmax, cosformer]
+  encoder_decoder_connect: [1, 2]
+"""
+
+
+@pytest.fixture(scope="module")
+def space_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("space") / "space.yaml"
+    path.write_text(SPACE)
+    return str(path)
+
+
+def build_supernet(data_dir, space_file, *extra):
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, input_args=[
+        data_dir, "--task", "translation", "-s", "src", "-t", "tgt", "--arch", "mixed_supertransformer",
+        "--search-space", space_file, "--share-all-embeddings", "--dropout", "0", "--max-source-positions", "32",
+        "--max-target-positions", "32", *extra])
+    task = tasks.setup_task(args)
+    torch.manual_seed(0)
+    return task, task.build_model(args)
+
+
+def batch(generator_seed=0):
+    gen = torch.Generator().manual_seed(generator_seed)
+    src = torch.randint(4, 12, (3, 6), generator=gen)
+    src[1, :2] = 1  # left padding
+    prev = torch.randint(4, 12, (3, 5), generator=gen)
+    prev[:, 0] = 2
+    return src, (src != 1).sum(1), prev
+
+
+def architectures(model, n=8):
+    return [model.space.extreme(True), model.space.extreme(False)] + [model.sample(update) for update in range(n)]
+
+
+def test_a_sub_network_inside_the_supernet_computes_its_standalone_model(data_dir, space_file):
+    _, model = build_supernet(data_dir, space_file)
+    model = model.double().eval()
+    src, lengths, prev = batch()
+    seen_kinds, seen_connect = set(), set()
+    for architecture in architectures(model):
+        model.set_active(architecture)
+        inside, _ = model(src, lengths, prev)
+        standalone = model.subnetwork(architecture).double().eval()
+        outside, _ = standalone(src, lengths, prev)
+        assert torch.equal(inside, outside), architecture
+        seen_kinds |= {layer.attention_kind for layer in architecture.decoder_layers}
+        seen_connect |= {layer.encoder_decoder_connect for layer in architecture.decoder_layers}
+    assert {"bet", "extractor_we", "cosformer"} <= seen_kinds and seen_connect == {1, 2}
+
+
+def test_the_standalone_sub_network_decodes_step_by_step_as_in_full(data_dir, space_file):
+    _, model = build_supernet(data_dir, space_file)
+    model = model.double().eval()
+    src, lengths, prev = batch(1)
+    for architecture in architectures(model, 6):
+        sub = model.subnetwork(architecture).double().eval()
+        encoder_out = sub.encoder(src, src_lengths=lengths)
+        full, _ = sub.decoder(prev, encoder_out=encoder_out)
+        state, steps = {}, []
+        for t in range(prev.size(1)):
+            out, _ = sub.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)
+            steps.append(out)
+        # (float64, but fairseq's MultiheadAttention takes its softmax in float32 when decoding: utils.softmax)
+        torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-6, atol=1e-6)
+
+
+def test_a_training_step_reaches_exactly_the_slices_the_sub_network_uses(data_dir, space_file):
+    _, model = build_supernet(data_dir, space_file)
+    model.train()
+    architecture = model.sample(3)
+    assert architecture != model.space.extreme(True)
+    model.set_active(architecture)
+    before = {key: value.detach().clone() for key, value in model.weights.items()}
+    src, lengths, prev = batch()
+    out, _ = model(src, lengths, prev)
+    out.float().pow(2).mean().backward()
+    template, keys = model._template(architecture)
+    used = {}
+    for name, parameter in template.named_parameters(remove_duplicate=False):
+        used[keys[name].replace(".", "/")] = tuple(slice(0, s) for s in parameter.shape)
+    assert len(used) < len(model.weights)  # the sub-network leaves containers unused
+    for key, container in model.weights.items():
+        if key not in used:
+            assert container.grad is None, key
+            continue
+        inside = torch.zeros_like(container, dtype=torch.bool)
+        inside[used[key]] = True
+        assert container.grad[inside].abs().sum() > 0, f"{key}: no gradient in the used slice"
+        assert container.grad[~inside].abs().sum() == 0, f"{key}: gradient outside the used slice"
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    for key, container in model.weights.items():
+        changed = container.detach() != before[key]
+        if key not in used:
+            assert not changed.any(), key
+        else:
+            outside = torch.ones_like(changed)
+            outside[used[key]] = False
+            assert not changed[outside].any(), key
+
+
+def test_the_sample_depends_only_on_the_seed_and_the_update(data_dir, space_file):
+    _, first = build_supernet(data_dir, space_file, "--seed", "3")
+    _, again = build_supernet(data_dir, space_file, "--seed", "3")
+    _, other = build_supernet(data_dir, space_file, "--seed", "4")
+    samples = [first.sample(u) for u in range(20)]
+    assert samples == [again.sample(u) for u in range(20)]
+    assert samples != [other.sample(u) for u in range(20)]
+    first.set_num_updates(7)
+    assert first.active == samples[7]
+    first.eval()  # validation: the largest
+    assert first.active == first.space.extreme(True)
+
+
+def test_projections_are_shared_between_kinds_unless_separated(data_dir, space_file):
+    _, shared = build_supernet(data_dir, space_file)
+    _, separate = build_supernet(data_dir, space_file, "--supernet-separate-kind-weights")
+    assert "encoder/layers/0/self_attn/q_proj/weight" in shared.weights
+    assert not any(key.startswith("encoder/layers/0/self_attn@") for key in shared.weights)
+    # BET and the Extractors keep their own parameters either way
+    assert "decoder/layers/0/self_attn@bet/score_weight" in shared.weights
+    assert {"encoder/layers/0/self_attn@softmax/q_proj/weight", "encoder/layers/0/self_attn@cosformer/q_proj/weight"} <= set(separate.weights)
+    assert sum(p.numel() for p in separate.parameters()) > sum(p.numel() for p in shared.parameters())
+
+
+def test_bad_input_is_refused_naming_the_option(data_dir, space_file, tmp_path):
+    with pytest.raises(AttentionConfigError, match="--search-space: mixed_supertransformer needs a search space file"):
+        parser = options.get_training_parser()
+        args = options.parse_args_and_arch(parser, input_args=[data_dir, "--task", "translation", "-s", "src", "-t", "tgt",
+                                                               "--arch", "mixed_supertransformer"])
+        tasks.setup_task(args).build_model(args)
+    unshared = tmp_path / "unshared.yaml"
+    unshared.write_text(SPACE.replace("shared_embed_dim: true", "shared_embed_dim: false"))
+    with pytest.raises(AttentionConfigError, match="--share-all-embeddings needs one width"):
+        build_supernet(data_dir, str(unshared))
+    _, model = build_supernet(data_dir, space_file)
+    outside = Architecture(16, (DecoderLayer("softmax", 2, 10, "softmax", 2, 1),), 16, (EncoderLayer("softmax", 2, 8),))
+    with pytest.raises(AttentionConfigError, match=r"decoder.ffn_embed_dim \(layer 0\): 10 is outside the space \(allowed: 8, 12\)"):
+        model.set_active(outside)
+
+
+# ------------------------------------------------------------------ the CLIs ---
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, space_file):
+    root = tmp_path_factory.mktemp("supernet")
+    write_translation_task(str(root / "raw"), splits={"train": 300, "valid": 30, "test": 20})
+    data = binarize_translation(str(root / "raw"), str(root / "bin"))
+    run(fairseq_command("train") + [
+        data, "--user-dir", PLUGIN_DIR, "--arch", "mixed_supertransformer", "--search-space", space_file,
+        "--share-all-embeddings", "--optimizer", "adam", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt",
+        "--warmup-updates", "20", "--max-tokens", "1000", "--max-update", "20", "--cpu", "--save-dir", str(root / "ck"),
+        "--no-epoch-checkpoints", "--num-workers", "0", "--criterion", "label_smoothed_cross_entropy",
+        "--label-smoothing", "0.1", "--max-source-positions", "32", "--max-target-positions", "32", "--seed", "2"])
+    return root, data, str(root / "ck" / "checkpoint_last.pt")
+
+
+def search(*args):
+    return subprocess.run([sys.executable, "-m", "fairseq_plugins.search", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+
+
+def test_evaluate_and_export_a_trained_supernet(trained, tmp_path):
+    root, data, checkpoint = trained
+    model = checkpoint_utils.load_model_ensemble([checkpoint])[0][0]
+    architecture = next(a for a in (model.sample(u) for u in range(100))
+                        if any(l.attention_kind == "bet" for l in a.decoder_layers) and len(a.encoder_layers) == 2)
+    (tmp_path / "a.json").write_text(architecture.to_json())
+
+    evaluated = search("evaluate", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"))
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    result = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    assert Architecture.from_dict(result["architecture"]) == architecture and result["tokens"] > 0 and result["loss"] > 0
+
+    exported = search("export", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"), "--output", str(tmp_path / "sub.pt"))
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    (sub,), _ = checkpoint_utils.load_model_ensemble([str(tmp_path / "sub.pt")])
+    count = int(re.search(r"([\d,]+) parameters", exported.stdout).group(1).replace(",", ""))
+    assert count == sum(p.numel() for p in sub.parameters()) and sub.architecture == architecture
+    assert type(sub).__name__ == "MixedTransformerModel"
+
+    # the exported model computes what the sub-network computes inside the supernet, and beam-searches alike
+    model.eval().set_active(architecture)
+    src, lengths, prev = batch()
+    inside, _ = model.double()(src, lengths, prev)
+    outside, _ = sub.double().eval()(src, lengths, prev)
+    assert torch.equal(inside, outside)
+    task = tasks.setup_task(checkpoint_utils.load_checkpoint_to_cpu(checkpoint)["cfg"]["task"])
+    hypotheses = []
+    for candidate in (model.subnetwork(architecture).double().eval(), sub):
+        generator = SequenceGenerator([candidate], task.target_dictionary, beam_size=3, max_len_b=10)
+        hypotheses.append([[h["tokens"].tolist() for h in sentence] for sentence in
+                           generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})])
+    assert hypotheses[0] == hypotheses[1]
+
+    # fairseq-generate reads it like any checkpoint
+    assert len(generate(data, str(tmp_path / "sub.pt"), beam=3).hypotheses) == 20
+
+
+def test_export_errors_name_the_input(trained, tmp_path):
+    root, data, checkpoint = trained
+    (tmp_path / "outside.json").write_text(Architecture(
+        16, (DecoderLayer("softmax", 2, 10, "softmax", 2, 1),), 16, (EncoderLayer("softmax", 2, 8),)).to_json())
+    out = search("export", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "outside.json"), "--output", str(tmp_path / "x.pt"))
+    assert out.returncode == 2 and not (tmp_path / "x.pt").exists()
+    assert out.stderr.strip().splitlines()[-1] == (f"error: --architecture {tmp_path / 'outside.json'}: decoder.ffn_embed_dim "
+                                                   "(layer 0): 10 is outside the space (allowed: 8, 12)")
+    (tmp_path / "deep.json").write_text(json.dumps({
+        "encoder_embed_dim": 16, "encoder_layers": [{"attention_kind": "softmax", "attention_heads": 2, "ffn_embed_dim": 8}],
+        "decoder_embed_dim": 16, "decoder_layers": [{"attention_kind": "softmax", "attention_heads": 2, "ffn_embed_dim": 8,
+                                                     "cross_attention_kind": "softmax", "cross_attention_heads": 2,
+                                                     "encoder_decoder_connect": 2}]}))
+    out = search("export", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "deep.json"), "--output", str(tmp_path / "x.pt"))
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == (
+        f"error: --architecture {tmp_path / 'deep.json'}: --encoder-decoder-connect (decoder layer 0): 2 encoder layers, "
+        "but the encoder has 1; give 1 to 1 (the last k encoder layers)"), out.stderr[-2000:]
+    exported = tmp_path / "sub.pt"
+    (tmp_path / "a.json").write_text(Architecture(
+        16, (DecoderLayer("softmax", 2, 8, "softmax", 2, 1),), 16, (EncoderLayer("softmax", 2, 8),)).to_json())
+    assert search("export", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"), "--output", str(exported)).returncode == 0
+    out = search("export", "--checkpoint", str(exported), "--architecture", str(tmp_path / "a.json"), "--output", str(tmp_path / "y.pt"))
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1] == (f"error: --checkpoint {exported}: not a supernet (its model is "
+                                                   "'mixed_transformer', expected mixed_supertransformer)")
