@@ -144,9 +144,10 @@ class MixedSuperTransformerModel(BaseFairseqModel):
                                          for layer in largest.encoder_layers),
                 ).check()
 
-    def sample(self, update: int) -> Architecture:
-        """The architecture of update ``update``: a function of the seed and the update number only."""
-        return self.space.sample(random.Random(f"{self.seed}:{update}"))
+    def sample(self, update: int, index: int = 0) -> Architecture:
+        """The ``index``-th sampled architecture of update ``update``: a function of the seed, the update number
+        and the index only (``index`` > 0: further sub-networks of one update, ``--supernet-sampling sandwich``)."""
+        return self.space.sample(random.Random(f"{self.seed}:{update}" + (f":{index}" if index else "")))
 
     def set_num_updates(self, num_updates):
         super().set_num_updates(num_updates)

@@ -1,0 +1,127 @@
+"""``supernet_translation``: the sandwich rule's gradient is the mean of its sub-networks' gradients,
+validation reports the largest and the smallest sub-network, and fairseq-train runs it."""
+import math
+import re
+
+import pytest
+import torch
+from fairseq import options, tasks
+
+import fairseq_plugins  # noqa: F401
+from fairseq_plugins.cli.pipeline import PLUGIN_DIR, fairseq_command, run
+from fairseq_plugins.cli.synthetic import binarize_translation, write_translation_task
+from fairseq_plugins.modules import AttentionConfigError
+
+SPACE = """
+shared_embed_dim: true
+encoder: {embed_dim: [8, 16], layers: [1, 2], ffn_embed_dim: [8, 12], attention_heads: [2, 4], attention_kinds: [softmax, cosformer]}
+decoder: {embed_dim: [8, 16], layers: [1, 2], ffn_embed_dim: [8, 12], attention_heads: [2, 4],
+          attention_kinds: [softmax, cosformer, bet], cross_attention_heads: [2, 4],
+          cross_attention_kinds: [softmax, cosformer], encoder_decoder_connect: [1, 2]}
+"""
+
+
+@pytest.fixture(scope="module")
+def dicts(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dicts")
+    for name in ("dict.src.txt", "dict.tgt.txt"):
+        (path / name).write_text("".join(f"w{i} 10\n" for i in range(12)))
+    (path / "space.yaml").write_text(SPACE)
+    return path
+
+
+def setup(dicts, *extra, arch="mixed_supertransformer"):
+    parser = options.get_training_parser()
+    space = ["--search-space", str(dicts / "space.yaml")] if arch == "mixed_supertransformer" else []
+    args = options.parse_args_and_arch(parser, input_args=[
+        str(dicts), "--task", "supernet_translation", "-s", "src", "-t", "tgt", "--arch", arch, *space, "--share-all-embeddings", "--dropout", "0", "--max-source-positions", "32",
+        "--max-target-positions", "32", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", *extra])
+    task = tasks.setup_task(args)
+    torch.manual_seed(0)
+    return task, task.build_model(args), task.build_criterion(args)
+
+
+def sample():
+    gen = torch.Generator().manual_seed(0)
+    src = torch.randint(4, 12, (3, 6), generator=gen)
+    src[1, :2] = 1
+    target = torch.randint(4, 12, (3, 5), generator=gen)
+    target[:, -1] = 2
+    prev = torch.cat([torch.full((3, 1), 2), target[:, :-1]], 1)
+    return {"net_input": {"src_tokens": src, "src_lengths": (src != 1).sum(1), "prev_output_tokens": prev},
+            "target": target, "ntokens": int(target.numel()), "nsentences": 3, "id": torch.arange(3)}
+
+
+class BackwardOnly:
+    """The part of fairseq's optimizer that train_step uses."""
+
+    def backward(self, loss):
+        loss.backward()
+
+
+def test_sandwich_trains_the_largest_the_smallest_and_sampled_ones(dicts):
+    task, model, criterion = setup(dicts, "--supernet-sampling", "sandwich", "--supernet-sandwich-random", "2")
+    architectures = task.architectures_of_update(model, 5)
+    assert architectures == [model.space.extreme(True), model.space.extreme(False), model.sample(5, 1), model.sample(5, 2)]
+    assert architectures == task.architectures_of_update(model, 5) and architectures != task.architectures_of_update(model, 6)
+    random_task, random_model, _ = setup(dicts)
+    assert random_task.architectures_of_update(random_model, 5) == [random_model.sample(5)]
+
+
+def test_the_sandwich_gradient_is_the_mean_of_the_sub_networks_gradients(dicts):
+    task, model, criterion = setup(dicts, "--supernet-sampling", "sandwich", "--supernet-sandwich-random", "1")
+    _, reference, _ = setup(dicts)  # the same initial weights (same seed)
+    assert all(torch.equal(a, b) for a, b in zip(model.weights.values(), reference.weights.values()))
+    batch = sample()
+    loss, sample_size, logging = task.train_step(batch, model, criterion, BackwardOnly(), update_num=3)
+    architectures = task.architectures_of_update(model, 3)
+    assert len(architectures) == 3
+    losses = []
+    for architecture in architectures:
+        reference.train()
+        reference.active = architecture
+        each, _, each_log = criterion(reference, batch)
+        (each / len(architectures)).backward()
+        losses.append(float(each_log["loss"]))
+    assert float(logging["loss"]) == pytest.approx(sum(losses) / 3, rel=1e-6)
+    assert float(loss) == pytest.approx(sum(losses) / 3, rel=1e-6)
+    for (key, got), (_, expected) in zip(model.weights.items(), reference.weights.items()):
+        if expected.grad is None:
+            assert got.grad is None, key
+        else:
+            torch.testing.assert_close(got.grad, expected.grad, rtol=1e-5, atol=1e-7, msg=key)
+
+
+def test_validation_reports_the_largest_and_the_smallest(dicts):
+    task, model, criterion = setup(dicts)
+    batch = sample()
+    _, _, logging = task.valid_step(batch, model, criterion)
+    model.eval()
+    largest = criterion(model, batch)[2]
+    model.active = model.space.extreme(False)
+    smallest = criterion(model, batch)[2]
+    assert float(logging["loss"]) == pytest.approx(float(largest["loss"]))
+    assert float(logging["smallest_loss"]) == pytest.approx(float(smallest["loss"]))
+    assert float(logging["smallest_loss"]) != pytest.approx(float(logging["loss"]))
+
+
+def test_the_task_needs_a_supernet(dicts):
+    with pytest.raises(AttentionConfigError, match="--task supernet_translation trains a supernet: use --arch mixed_supertransformer"):
+        setup(dicts, arch="mixed_transformer_iwslt_de_en")
+    with pytest.raises(AttentionConfigError, match="--eval-bleu: not supported with a supernet"):
+        setup(dicts, "--eval-bleu")
+
+
+def test_fairseq_train_with_the_sandwich_rule(tmp_path, dicts):
+    write_translation_task(str(tmp_path / "raw"), splits={"train": 200, "valid": 20, "test": 10})
+    data = binarize_translation(str(tmp_path / "raw"), str(tmp_path / "bin"))
+    log = run(fairseq_command("train") + [
+        data, "--user-dir", PLUGIN_DIR, "--task", "supernet_translation", "--supernet-sampling", "sandwich",
+        "--arch", "mixed_supertransformer", "--search-space", str(dicts / "space.yaml"), "--share-all-embeddings",
+        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "6", "--cpu",
+        "--save-dir", str(tmp_path / "ck"), "--no-epoch-checkpoints", "--num-workers", "0",
+        "--criterion", "label_smoothed_cross_entropy", "--max-source-positions", "32", "--max-target-positions", "32"])
+    valid = [line for line in log.splitlines() if "valid on 'valid' subset" in line]
+    assert valid and all(re.search(r"\| loss [0-9.]+ .*\| smallest_loss [0-9.]+", line) for line in valid), log[-3000:]
+    final = re.search(r"\| loss ([0-9.]+) .*\| smallest_loss ([0-9.]+)", valid[-1])
+    assert all(math.isfinite(float(v)) for v in final.groups())
