@@ -69,6 +69,25 @@ def export(checkpoint: str, architecture_path: str, output: str) -> Tuple[int, A
     return parameters, architecture
 
 
+def cost(checkpoint: str, architecture_path: str, source_length: int = 30, target_length: int = 30) -> Dict:
+    """Parameters and forward FLOPs of a sub-network (``complexity.architecture_cost``: the registry's per-kind
+    counts, FFNs, norms, embeddings and output projection at the supernet's dictionary sizes), for one sentence
+    pair of the stated lengths."""
+    from ..cli.model_costs import model_cost
+
+    model, task, _ = load_supernet(checkpoint)
+    architecture = read_architecture(architecture_path, model)
+    counted = model_cost(model.subnetwork_args(architecture), source_length, target_length)
+    vocab = len(task.target_dictionary)
+    if not getattr(model.args, "share_all_embeddings", False):  # the encoder's embeddings have the source dictionary's rows
+        extra = len(task.source_dictionary) - vocab
+    else:
+        extra = 0
+    return {"architecture": architecture.to_dict(), "source_length": source_length, "target_length": target_length,
+            "parameters": counted.total_parameters(vocab) + extra * architecture.encoder_embed_dim,
+            "forward_flops": counted.total_flops(vocab)}
+
+
 def standalone_task_config(task_cfg):
     """The task configuration of an exported sub-network: a supernet's training task (``supernet_translation``)
     becomes fairseq's ``translation`` with the same options (without the sampling ones)."""

@@ -221,6 +221,11 @@ def test_evaluate_and_export_a_trained_supernet(trained, tmp_path):
     (sub,), _ = checkpoint_utils.load_model_ensemble([str(tmp_path / "sub.pt")])
     count = int(re.search(r"([\d,]+) parameters", exported.stdout).group(1).replace(",", ""))
     assert count == sum(p.numel() for p in sub.parameters()) and sub.architecture == architecture
+    # the counted cost: the registry's counts give the exported model's real parameter count
+    counted = search("cost", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"), "--source-length", "7")
+    assert counted.returncode == 0, counted.stderr[-3000:]
+    counted = json.loads(counted.stdout.strip().splitlines()[-1])
+    assert counted["parameters"] == count and counted["forward_flops"] > 0 and counted["source_length"] == 7
     assert type(sub).__name__ == "MixedTransformerModel"
 
     # the exported model computes what the sub-network computes inside the supernet, and beam-searches alike
