@@ -17,3 +17,15 @@ for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import torch  # noqa: E402  (after the variables: a fresh OpenMP pool reads them)
 
 torch.set_num_threads(1)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """A folder with small dictionaries for translation (src, tgt) and language models (dict.txt): what
+    fairseq's tasks read to build a model."""
+    path = tmp_path_factory.mktemp("dicts")
+    for name in ("dict.src.txt", "dict.tgt.txt", "dict.txt"):
+        (path / name).write_text("".join(f"w{i} 10\n" for i in range(12)))
+    return str(path)

@@ -4,6 +4,7 @@
     python -m fairseq_plugins.search space --space search_spaces/wmt14_en_de.yaml
     python -m fairseq_plugins.search evaluate --checkpoint SUPER.pt --architecture A.json
     python -m fairseq_plugins.search export --checkpoint SUPER.pt --architecture A.json --output SUB.pt
+    python -m fairseq_plugins.search cost --checkpoint SUPER.pt --architecture A.json
 
 Each subcommand has ``--help``. Errors (a bad space file, an architecture outside a space) are one
 line naming the file and the field, and exit with status 2.
@@ -52,6 +53,14 @@ def export(args) -> None:
     print(f"{args.output}: {parameters:,} parameters")
 
 
+def count(args) -> None:
+    """Parameters and forward FLOPs of a sub-network, from the registry's per-kind counts (one sentence pair
+    of the stated lengths; FLOPs: 2 per multiply-add of the matrix products). Latency is not measured yet."""
+    from .subnetworks import cost
+
+    print(json.dumps(cost(args.checkpoint, args.architecture, args.source_length, args.target_length)))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fairseq_plugins.search", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
@@ -76,6 +85,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     exporter.add_argument("--architecture", required=True, help="architecture JSON (as sample prints)")
     exporter.add_argument("--output", required=True, help="the checkpoint to write (atomically)")
     exporter.set_defaults(run=export)
+    coster = commands.add_parser("cost", help="parameters and FLOPs of a sub-network", description=count.__doc__)
+    coster.add_argument("--checkpoint", required=True, help="a mixed_supertransformer checkpoint (its dictionaries and options)")
+    coster.add_argument("--architecture", required=True, help="architecture JSON (as sample prints)")
+    coster.add_argument("--source-length", type=int, default=30, help="source tokens (default: %(default)s)")
+    coster.add_argument("--target-length", type=int, default=30, help="target tokens (default: %(default)s)")
+    coster.set_defaults(run=count)
     args = parser.parse_args(argv)
     if getattr(args, "n", 1) < 1:
         parser.error("-n: expected at least 1")

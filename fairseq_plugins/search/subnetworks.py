@@ -54,7 +54,7 @@ def export(checkpoint: str, architecture_path: str, output: str) -> Tuple[int, A
     subnetwork, args = model.subnetwork_and_args(architecture)
     exported = {
         "args": None,
-        "cfg": {**state["cfg"], "model": args},
+        "cfg": {**state["cfg"], "model": args, "task": standalone_task_config(state["cfg"]["task"])},
         "model": subnetwork.state_dict(),
         "criterion": state.get("criterion"),
         # the sub-network was not trained as this model: no optimizer or data-iterator state to resume from
@@ -67,6 +67,37 @@ def export(checkpoint: str, architecture_path: str, output: str) -> Tuple[int, A
         torch.save(exported, f)
     parameters = sum({p.data_ptr(): p.numel() for p in subnetwork.parameters()}.values())
     return parameters, architecture
+
+
+def cost(checkpoint: str, architecture_path: str, source_length: int = 30, target_length: int = 30) -> Dict:
+    """Parameters and forward FLOPs of a sub-network (``complexity.architecture_cost``: the registry's per-kind
+    counts, FFNs, norms, embeddings and output projection at the supernet's dictionary sizes), for one sentence
+    pair of the stated lengths."""
+    from ..cli.model_costs import model_cost
+
+    model, task, _ = load_supernet(checkpoint)
+    architecture = read_architecture(architecture_path, model)
+    counted = model_cost(model.subnetwork_args(architecture), source_length, target_length)
+    vocab = len(task.target_dictionary)
+    if not getattr(model.args, "share_all_embeddings", False):  # the encoder's embeddings have the source dictionary's rows
+        extra = len(task.source_dictionary) - vocab
+    else:
+        extra = 0
+    return {"architecture": architecture.to_dict(), "source_length": source_length, "target_length": target_length,
+            "parameters": counted.total_parameters(vocab) + extra * architecture.encoder_embed_dim,
+            "forward_flops": counted.total_flops(vocab)}
+
+
+def standalone_task_config(task_cfg):
+    """The task configuration of an exported sub-network: a supernet's training task (``supernet_translation``)
+    becomes fairseq's ``translation`` with the same options (without the sampling ones)."""
+    from omegaconf import OmegaConf
+
+    values = OmegaConf.to_container(task_cfg) if OmegaConf.is_config(task_cfg) else dict(task_cfg)
+    if values.get("_name") == "supernet_translation":
+        values = {key: value for key, value in values.items() if not key.startswith("supernet_")}
+        values["_name"] = "translation"
+    return values
 
 
 def validation_loss(checkpoint: str, architecture_path: Optional[str], subset: str = "valid",

@@ -185,13 +185,15 @@ def trained(tmp_path_factory, space_file):
     root = tmp_path_factory.mktemp("supernet")
     write_translation_task(str(root / "raw"), splits={"train": 300, "valid": 30, "test": 20})
     data = binarize_translation(str(root / "raw"), str(root / "bin"))
-    run(fairseq_command("train") + [
-        data, "--user-dir", PLUGIN_DIR, "--arch", "mixed_supertransformer", "--search-space", space_file,
+    # (the sandwich rule of --task supernet_translation: the largest, the smallest and one sampled per update)
+    log = run(fairseq_command("train") + [
+        data, "--user-dir", PLUGIN_DIR, "--task", "supernet_translation", "--supernet-sampling", "sandwich",
+        "--supernet-sandwich-random", "1", "--arch", "mixed_supertransformer", "--search-space", space_file,
         "--share-all-embeddings", "--optimizer", "adam", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt",
         "--warmup-updates", "20", "--max-tokens", "1000", "--max-update", "20", "--cpu", "--save-dir", str(root / "ck"),
         "--no-epoch-checkpoints", "--num-workers", "0", "--criterion", "label_smoothed_cross_entropy",
         "--label-smoothing", "0.1", "--max-source-positions", "32", "--max-target-positions", "32", "--seed", "2"])
-    return root, data, str(root / "ck" / "checkpoint_last.pt")
+    return root, data, str(root / "ck" / "checkpoint_last.pt"), log
 
 
 def search(*args):
@@ -200,7 +202,10 @@ def search(*args):
 
 
 def test_evaluate_and_export_a_trained_supernet(trained, tmp_path):
-    root, data, checkpoint = trained
+    root, data, checkpoint, log = trained
+    # fairseq's validation logs the largest and the smallest architecture
+    valid = [line for line in log.splitlines() if "valid on 'valid' subset" in line]
+    assert valid and all(re.search(r"\| loss [0-9.]+ .*\| smallest_loss [0-9.]+", line) for line in valid), log[-3000:]
     model = checkpoint_utils.load_model_ensemble([checkpoint])[0][0]
     architecture = next(a for a in (model.sample(u) for u in range(100))
                         if any(l.attention_kind == "bet" for l in a.decoder_layers) and len(a.encoder_layers) == 2)
@@ -216,6 +221,11 @@ def test_evaluate_and_export_a_trained_supernet(trained, tmp_path):
     (sub,), _ = checkpoint_utils.load_model_ensemble([str(tmp_path / "sub.pt")])
     count = int(re.search(r"([\d,]+) parameters", exported.stdout).group(1).replace(",", ""))
     assert count == sum(p.numel() for p in sub.parameters()) and sub.architecture == architecture
+    # the counted cost: the registry's counts give the exported model's real parameter count
+    counted = search("cost", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"), "--source-length", "7")
+    assert counted.returncode == 0, counted.stderr[-3000:]
+    counted = json.loads(counted.stdout.strip().splitlines()[-1])
+    assert counted["parameters"] == count and counted["forward_flops"] > 0 and counted["source_length"] == 7
     assert type(sub).__name__ == "MixedTransformerModel"
 
     # the exported model computes what the sub-network computes inside the supernet, and beam-searches alike
@@ -237,7 +247,7 @@ def test_evaluate_and_export_a_trained_supernet(trained, tmp_path):
 
 
 def test_export_errors_name_the_input(trained, tmp_path):
-    root, data, checkpoint = trained
+    root, data, checkpoint, _ = trained
     (tmp_path / "outside.json").write_text(Architecture(
         16, (DecoderLayer("softmax", 2, 10, "softmax", 2, 1),), 16, (EncoderLayer("softmax", 2, 8),)).to_json())
     out = search("export", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "outside.json"), "--output", str(tmp_path / "x.pt"))
@@ -261,3 +271,25 @@ def test_export_errors_name_the_input(trained, tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == (f"error: --checkpoint {exported}: not a supernet (its model is "
                                                    "'mixed_transformer', expected mixed_supertransformer)")
+
+
+def test_two_data_parallel_ranks_train_the_same_sub_networks(trained, space_file, tmp_path):
+    """fairseq-plugins-cpu-train with 2 ranks (gloo, fairseq's legacy DDP, which all-reduces every
+    parameter's gradient, zeros where a sub-network leaves one unused): both ranks end with the same
+    parameters."""
+    _, data, _, _ = trained
+    dumps = tmp_path / "dumps"
+    args = [data, "--user-dir", PLUGIN_DIR, "--arch", "mixed_supertransformer", "--search-space", space_file,
+            "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "500", "--max-update", "4",
+            "--save-dir", str(tmp_path / "ck"), "--no-epoch-checkpoints", "--criterion", "label_smoothed_cross_entropy",
+            "--max-source-positions", "32", "--max-target-positions", "32", "--seed", "5", "--cpu"]
+    result = subprocess.run([sys.executable, "-m", "fairseq_plugins.cli.cpu_distributed_train", "--nprocs", "2",
+                             "--dump-final-params", str(dumps), "--", *args], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+                            timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    first, second = (torch.load(dumps / f"rank{rank}.pt") for rank in range(2))
+    assert (first["world_size"], first["num_updates"], second["num_updates"]) == (2, 4, 4)
+    assert first["model"].keys() == second["model"].keys()
+    for name in first["model"]:
+        assert torch.equal(first["model"][name], second["model"][name]), name
