@@ -1,7 +1,7 @@
 """The shrunk translation presets the end-to-end tests train (shared by
-test_end_to_end.py and test_mformer_end_to_end.py: two files, so that the
-test workers of `make test` train them side by side; each file trains its
-presets once and its tests share them)."""
+test_end_to_end.py, test_mformer_end_to_end.py and test_mformer_wmt_end_to_end.py:
+several files, so that the test workers of `make test` train them side by side;
+each file trains its presets once and its tests share them)."""
 import pytest
 
 from fairseq_plugins.cli.pipeline import TINY_TRANSLATION_SIZES, TRANSLATION_TRAINING, train
