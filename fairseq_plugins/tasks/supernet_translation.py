@@ -38,6 +38,16 @@ class SupernetTranslationConfig(TranslationConfig):
     )
 
 
+def unwrapped(model):
+    """The supernet inside fairseq's data-parallel wrappers (they forward attribute reads to the module but
+    keep assignments, such as the active architecture, for themselves)."""
+    from ..models.supertransformer import MixedSuperTransformerModel
+
+    while not isinstance(model, MixedSuperTransformerModel) and hasattr(model, "module"):
+        model = model.module
+    return model
+
+
 @register_task("supernet_translation", dataclass=SupernetTranslationConfig)
 class SupernetTranslationTask(TranslationTask):
     cfg: SupernetTranslationConfig
@@ -66,10 +76,11 @@ class SupernetTranslationTask(TranslationTask):
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         model.train()
         model.set_num_updates(update_num)
-        architectures = self.architectures_of_update(model, update_num)
+        supernet = unwrapped(model)
+        architectures = self.architectures_of_update(supernet, update_num)
         total, logging = 0.0, None
         for architecture in architectures:
-            model.active = architecture  # (in the space by construction)
+            supernet.active = architecture  # (in the space by construction)
             loss, sample_size, logging_output = criterion(model, sample)
             if ignore_grad:
                 loss *= 0
@@ -88,10 +99,11 @@ class SupernetTranslationTask(TranslationTask):
 
     def valid_step(self, sample, model, criterion):
         loss, sample_size, logging = super().valid_step(sample, model, criterion)  # eval(): the largest
-        model.active = model.space.extreme(largest=False)
+        supernet = unwrapped(model)
+        supernet.active = supernet.space.extreme(largest=False)
         with torch.no_grad():
             _, _, smallest = criterion(model, sample)
-        model.active = model.space.extreme(largest=True)
+        supernet.active = supernet.space.extreme(largest=True)
         for key in AVERAGED:
             if key in smallest:
                 logging[f"smallest_{key}"] = smallest[key]

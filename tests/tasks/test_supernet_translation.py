@@ -109,3 +109,28 @@ def test_the_task_needs_a_supernet(dicts):
 
 # fairseq-train with --task supernet_translation --supernet-sampling sandwich: tests/search/test_supernet.py
 # (the trained supernet the sub-network tools are tested on)
+
+
+def test_a_data_parallel_wrapper_trains_the_sandwich_of_the_wrapped_supernet(dicts):
+    """fairseq wraps the model for data-parallel training: the rule must set the architectures on the supernet,
+    not on the wrapper (whose own attribute the supernet would never read)."""
+    from fairseq.distributed import ModuleProxyWrapper
+
+    class Wrapper(torch.nn.Module):  # (DistributedDataParallel's shape: the model as .module)
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, *args, **kwargs):
+            return self.module(*args, **kwargs)
+
+    task, model, criterion = setup(dicts, "--supernet-sampling", "sandwich", "--supernet-sandwich-random", "1")
+    _, reference, _ = setup(dicts, "--supernet-sampling", "sandwich", "--supernet-sandwich-random", "1")
+    batch = sample()
+    wrapped_loss = task.train_step(batch, ModuleProxyWrapper(Wrapper(model)), criterion, BackwardOnly(), update_num=4)[0]
+    plain_loss = task.train_step(batch, reference, criterion, BackwardOnly(), update_num=4)[0]
+    assert float(wrapped_loss) == pytest.approx(float(plain_loss), rel=1e-6)
+    for (key, got), (_, expected) in zip(model.weights.items(), reference.weights.items()):
+        assert (got.grad is None) == (expected.grad is None), key
+        if got.grad is not None:
+            torch.testing.assert_close(got.grad, expected.grad, rtol=1e-5, atol=1e-7, msg=key)
