@@ -30,6 +30,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
+from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS
 from torch import nn
 
 from ..modules import ATTENTION_REGISTRY, AttentionConfigError
@@ -86,6 +87,9 @@ class MixedSuperTransformerModel(BaseFairseqModel):
         if getattr(args, "share_all_embeddings", False) and not space.shared_embed_dim:
             raise AttentionConfigError(f"--share-all-embeddings needs one width for encoder and decoder: set "
                                        f"shared_embed_dim: true in --search-space {args.search_space}")
+        # fairseq's default positions, as TransformerModel.build_model sets them (max_positions reads them)
+        args.max_source_positions = getattr(args, "max_source_positions", None) or DEFAULT_MAX_SOURCE_POSITIONS
+        args.max_target_positions = getattr(args, "max_target_positions", None) or DEFAULT_MAX_TARGET_POSITIONS
         return cls(args, task, space)
 
     def __init__(self, args, task, space):

@@ -69,10 +69,12 @@ def export(checkpoint: str, architecture_path: str, output: str) -> Tuple[int, A
     return parameters, architecture
 
 
-def cost(checkpoint: str, architecture_path: str, source_length: int = 30, target_length: int = 30) -> Dict:
+def cost(checkpoint: str, architecture_path: str, source_length: int = 30, target_length: int = 30,
+         latency=None) -> Dict:
     """Parameters and forward FLOPs of a sub-network (``complexity.architecture_cost``: the registry's per-kind
     counts, FFNs, norms, embeddings and output projection at the supernet's dictionary sizes), for one sentence
-    pair of the stated lengths."""
+    pair of the stated lengths; with ``latency`` (``latency.LatencySettings``), also the measured latency of
+    the exported model (``subnetwork``: what ``export`` writes)."""
     from ..cli.model_costs import model_cost
 
     model, task, _ = load_supernet(checkpoint)
@@ -83,9 +85,14 @@ def cost(checkpoint: str, architecture_path: str, source_length: int = 30, targe
         extra = len(task.source_dictionary) - vocab
     else:
         extra = 0
-    return {"architecture": architecture.to_dict(), "source_length": source_length, "target_length": target_length,
-            "parameters": counted.total_parameters(vocab) + extra * architecture.encoder_embed_dim,
-            "forward_flops": counted.total_flops(vocab)}
+    result = {"architecture": architecture.to_dict(), "source_length": source_length, "target_length": target_length,
+              "parameters": counted.total_parameters(vocab) + extra * architecture.encoder_embed_dim,
+              "forward_flops": counted.total_flops(vocab)}
+    if latency is not None:
+        from .latency import measure_latency
+
+        result["latency"] = measure_latency(model.subnetwork(architecture), task.target_dictionary, latency)
+    return result
 
 
 def standalone_task_config(task_cfg):
@@ -128,6 +135,52 @@ def validation_loss(checkpoint: str, architecture_path: Optional[str], subset: s
         raise SupernetError(f"--subset {subset}: no tokens to evaluate")
     return {"architecture": model.active.to_dict(), "subset": subset, "tokens": int(tokens),
             "loss": loss / tokens / math.log(2), "nll_loss": nll / tokens / math.log(2)}
+
+
+def validation_bleu(checkpoint: str, architecture_path: Optional[str], subset: str = "valid", beam: int = 5,
+                    lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200, post_process: Optional[str] = None,
+                    batch_size: int = 64, tokenize: str = "13a", hypotheses_path: Optional[str] = None) -> Dict:
+    """The inherited sub-network's beam-search BLEU on ``subset``: sacreBLEU of its hypotheses against the
+    references, both as ``fairseq-generate --scoring sacrebleu --post-process P`` scores them (the same
+    generator, defaults and string post-processing). The sub-network is ``subnetwork``'s copy of its slices,
+    in memory: nothing is written. ``hypotheses_path``: also write the hypotheses there, one line per
+    sentence in the subset's order (atomically)."""
+    import sacrebleu
+    from fairseq import utils
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model, task, _ = load_supernet(checkpoint)
+    architecture = read_architecture(architecture_path, model) if architecture_path else model.space.extreme(largest=True)
+    subnetwork = model.subnetwork(architecture).eval()
+    dictionary = task.target_dictionary
+    generator = SequenceGenerator([subnetwork], dictionary, beam_size=beam, len_penalty=lenpen, max_len_a=max_len_a,
+                                  max_len_b=max_len_b)
+    # fairseq-generate strips what the generator adds (its get_symbols_to_strip_from_output)
+    strip = {dictionary.eos()} | set(getattr(generator, "symbols_to_strip_from_output", ()))
+    task.load_dataset(subset)
+    iterator = task.get_batch_iterator(dataset=task.dataset(subset), max_sentences=batch_size,
+                                       max_positions=utils.resolve_max_positions(task.max_positions(), subnetwork.max_positions()),
+                                       ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1
+                                       ).next_epoch_itr(shuffle=False)
+    hypotheses, references = {}, {}
+    with torch.no_grad():
+        for sample in iterator:
+            outputs = task.inference_step(generator, [subnetwork], sample)
+            for i, sample_id in enumerate(sample["id"].tolist()):
+                target = utils.strip_pad(sample["target"][i], dictionary.pad()).int()
+                references[sample_id] = dictionary.string(target, post_process, escape_unk=True, extra_symbols_to_ignore=strip)
+                hypotheses[sample_id] = dictionary.string(outputs[i][0]["tokens"].int(), post_process,
+                                                          extra_symbols_to_ignore=strip)
+    if not hypotheses:
+        raise SupernetError(f"--subset {subset}: no sentences to translate")
+    order = sorted(hypotheses)
+    bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in order], [[references[i] for i in order]], tokenize=tokenize)
+    if hypotheses_path:
+        with atomic_output(hypotheses_path, "w") as f:
+            f.writelines(hypotheses[i] + "\n" for i in order)
+    return {"architecture": architecture.to_dict(), "subset": subset, "sentences": len(order), "beam": beam,
+            "lenpen": lenpen, "max_len_a": max_len_a, "max_len_b": max_len_b, "post_process": post_process,
+            "tokenize": tokenize, "bleu": bleu.score}
 
 
 def to_json(result) -> str:

@@ -17,6 +17,8 @@
 #                       GPUs) a warning gives the effective number
 #   UPDATE_FREQ         gradient accumulation steps (overrides the above)
 #   MAX_UPDATE LR WARMUP WEIGHT_DECAY DROPOUT LABEL_SMOOTHING CLIP_NORM SEED
+#   LR_SCHEDULER        inverse_sqrt (default: warm-up to LR, then 1/sqrt(update)) or cosine (warm-up
+#                       to LR, then a cosine to MIN_LR at MAX_UPDATE, default 1e-7: HAT's supernets)
 #   BATCH_MULTIPLE      training's --required-batch-size-multiple (default 1: fairseq's
 #                       default 8 drops the last partial batch, also of the valid set)
 #   SAVE_INTERVAL_UPDATES  save a checkpoint every N updates (0 = per epoch only)
@@ -46,6 +48,9 @@
 #   EVAL_BLEU           1 = translation: BLEU on the valid set at every validation (fairseq's
 #                       --eval-bleu, beam BEAM, detokenised as generate.sh scores it) and
 #                       checkpoint_best.pt chosen by it instead of the valid loss
+#   SEARCH_SPACE        supernet.sh: the search space file (default: the data set's, search_spaces/)
+#   SUPERNET_SAMPLING   supernet.sh: random (one sampled sub-network per update) or sandwich (the
+#                       largest, the smallest and SANDWICH_RANDOM sampled ones, default 2)
 #   PYTHON              interpreter with fairseq (default: python on PATH)
 #   DRY_RUN             1 = print the fairseq-train command instead of running it
 set -euo pipefail
@@ -168,13 +173,19 @@ prepare_dataset() {
 
 # Training flags shared by translation and language models.
 common_train_args() {
+    case ${LR_SCHEDULER:-inverse_sqrt} in
+        inverse_sqrt) SCHEDULER_ARGS=(--lr-scheduler inverse_sqrt) ;;
+        cosine) SCHEDULER_ARGS=(--lr-scheduler cosine --min-lr "${MIN_LR:-1e-07}") ;;
+        *) echo "[recipe] error: LR_SCHEDULER=$LR_SCHEDULER: expected inverse_sqrt or cosine" >&2
+           return 2 ;;
+    esac
     echo "[recipe] $WORKERS $( [ "$NUM_GPUS" -gt 0 ] && echo GPU || echo CPU) worker(s), --max-tokens $MAX_TOKENS --update-freq $UPDATE_FREQ" \
         "(up to $EFFECTIVE_TOKENS tokens per update; TOKENS_PER_UPDATE=$TOKENS_PER_UPDATE)" >&2
     warn_tokens_per_update
     TRAIN_ARGS=(
         "$DATA_BIN" --user-dir "$USER_DIR" --arch "$PRESET" --save-dir "$SAVE_DIR" --seed "${SEED:-1}"
         --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm "$CLIP_NORM" --weight-decay "$WEIGHT_DECAY"
-        --lr "$LR" --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-07
+        --lr "$LR" "${SCHEDULER_ARGS[@]}" --warmup-updates "$WARMUP" --warmup-init-lr 1e-07
         --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --max-update "$MAX_UPDATE"
         --required-batch-size-multiple "${BATCH_MULTIPLE:-1}"
         --log-format simple --log-interval "${LOG_INTERVAL:-100}" --num-workers "${DATA_WORKERS:-1}"

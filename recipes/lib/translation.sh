@@ -37,6 +37,45 @@ train_translation() {  # [PRESET] [fairseq-train flags...]
         "${criterion[@]}" --label-smoothing "$LABEL_SMOOTHING" "${eval_bleu[@]}"
 }
 
+# supernet.sh: the weight-sharing supernet (mixed_supertransformer, README "The supernet") over
+# SEARCH_SPACE (default search_spaces/$SUPERNET_SPACE.yaml, the data set's space) with --task
+# supernet_translation: SUPERNET_SAMPLING (sandwich: the largest, the smallest and SANDWICH_RANDOM
+# sampled sub-networks per update, the mean of their losses; random: one sampled), validation of the
+# largest and the smallest; SUPERNET_ARGS (an array set by the data set's supernet.sh): its own
+# fairseq-train flags. Checkpoints: checkpoints/<dataset>/mixed_supertransformer by default.
+train_supernet() {  # [fairseq-train flags...]
+    DEFAULT_PRESET=mixed_supertransformer
+    [ -n "${SUPERNET_ARGS+set}" ] || SUPERNET_ARGS=()
+    start_recipe "$@"
+    if [ "$PRESET" != mixed_supertransformer ]; then
+        echo "[recipe] error: supernet.sh trains mixed_supertransformer over SEARCH_SPACE; '$PRESET' is not a flag" \
+            "(give fairseq-train flags only, a space with SEARCH_SPACE=FILE)" >&2
+        return 2
+    fi
+    : "${SEARCH_SPACE:=$REPO_ROOT/search_spaces/$SUPERNET_SPACE.yaml}"
+    if [ ! -f "$SEARCH_SPACE" ]; then
+        echo "[recipe] error: SEARCH_SPACE=$SEARCH_SPACE: no such file (a search space YAML, see search_spaces/)" >&2
+        return 2
+    fi
+    local option
+    for option in SYNTAX_HINTS EVAL_BLEU; do
+        if [ "${!option:-0}" != 0 ]; then
+            echo "[recipe] error: $option=${!option}: not supported by supernet.sh (a supernet has no single model to" \
+                "beam-search or to point with; evaluate sub-networks with python -m fairseq_plugins.search evaluate)" >&2
+            return 2
+        fi
+    done
+    common_train_args
+    local share=(--share-all-embeddings)
+    if [ "${SHARE_EMBEDDINGS:-all}" = decoder ]; then
+        share=(--share-decoder-input-output-embed)
+    fi
+    run_training --task supernet_translation --search-space "$SEARCH_SPACE" \
+        --supernet-sampling "${SUPERNET_SAMPLING:-sandwich}" --supernet-sandwich-random "${SANDWICH_RANDOM:-2}" \
+        --source-lang "$SRC" --target-lang "$TGT" "${share[@]}" \
+        --criterion label_smoothed_cross_entropy --label-smoothing "$LABEL_SMOOTHING" "${SUPERNET_ARGS[@]}"
+}
+
 # EVAL_BLEU=1 (fairseq's IWSLT14 example): fairseq-train beam-decodes the valid set at every
 # validation and keeps checkpoint_best.pt by that BLEU. Decoded as generate.sh decodes (BEAM,
 # LENPEN; output length at most 1.2 x source + 10) and detokenised as score_translation.py

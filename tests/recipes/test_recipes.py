@@ -301,6 +301,59 @@ def lm_syntax_hints(prepared, dataset, tmp_path, tmp_path_factory, env):
     return dict(env, SYNTAX_HINTS="1")
 
 
+TINY_SPACE = """
+shared_embed_dim: true
+encoder: {embed_dim: [16, 32], layers: [1], ffn_embed_dim: [32, 64], attention_heads: [2], attention_kinds: [softmax, cosformer]}
+decoder: {embed_dim: [16, 32], layers: [1, 2], ffn_embed_dim: [32, 64], attention_heads: [2], attention_kinds: [softmax, cosformer],
+          cross_attention_heads: [2], cross_attention_kinds: [softmax, cosformer], encoder_decoder_connect: [1]}
+"""
+
+
+def test_supernet_recipe_trains_a_supernet_whose_exported_sub_network_generate_sh_scores(prepare_sample, tmp_path):
+    prepared = prepare_sample("multi30k")
+    (tmp_path / "space.yaml").write_text(TINY_SPACE)
+    env = environment(prepared, tmp_path, SEARCH_SPACE=str(tmp_path / "space.yaml"), SANDWICH_RANDOM="1", SUBSETS="test",
+                      GEN_EXTRA_ARGS="--max-len-a 0 --max-len-b 8")
+    recipe("multi30k", "supernet.sh", "--dropout", "0.0", env=env)
+    log = (tmp_path / "checkpoints" / "train.log").read_text()
+    assert "--task', 'supernet_translation'" in log or "'_name': 'supernet_translation'" in log, log[:3000]
+    assert re.search(r"valid on 'valid' subset .*\| smallest_loss [0-9.]+", log), log[-3000:]
+    search = [sys.executable, "-m", "fairseq_plugins.search"]
+    run = dict(capture_output=True, text=True, env=env, cwd=ROOT_DIR, check=True)
+    (tmp_path / "a.json").write_text(subprocess.run(search + ["sample", "--space", str(tmp_path / "space.yaml"), "--seed", "4"],
+                                                    **run).stdout)
+    subprocess.run(search + ["export", "--checkpoint", str(tmp_path / "checkpoints" / "checkpoint_last.pt"),
+                             "--architecture", str(tmp_path / "a.json"), "--output", str(tmp_path / "sub.pt")], **run)
+    recipe("multi30k", "generate.sh", env=dict(env, CHECKPOINT=str(tmp_path / "sub.pt"), OUT_DIR=str(tmp_path / "gen")))
+    score = json.load(open(tmp_path / "gen" / "score-test.json"))
+    assert score["sentences"] == len(open(os.path.join(prepared.dest, "refs", "test.en")).read().splitlines())
+
+
+def test_supernet_recipes_settings_and_errors(tmp_path):
+    env = dict(os.environ, DRY_RUN="1", NUM_GPUS="8", PYTHON=sys.executable, DATA_BIN=str(tmp_path))
+    script = os.path.join(RECIPES, "wmt14_en_de", "supernet.sh")
+    command = subprocess.run(["bash", script, "--seed", "3"], capture_output=True, text=True, env=env, check=True).stdout
+    # Hardware-Aware Transformers' SuperTransformer settings: 4,096 tokens x 16 x 8 GPUs, cosine schedule to 1e-7
+    for flags in ("--arch mixed_supertransformer", "--task supernet_translation", "--supernet-sampling random",
+                  "/search_spaces/wmt14_en_de.yaml", "--max-tokens 4096 --update-freq 16 --max-update 40000",
+                  "--lr 1e-3 --lr-scheduler cosine --min-lr 1e-07 --warmup-updates 10000 --warmup-init-lr 1e-07",
+                  "--dropout 0.3", "--attention-dropout 0.1", "--weight-decay 0.0 ", "--share-all-embeddings",
+                  "--label-smoothing 0.1", f"--save-dir {ROOT_DIR}/checkpoints/wmt14_en_de/mixed_supertransformer "):
+        assert flags in command, (flags, command)
+    assert command.rstrip().endswith("--seed 3")  # the user's flags come last and win
+    multi30k = os.path.join(RECIPES, "multi30k", "supernet.sh")
+    command = subprocess.run(["bash", multi30k], capture_output=True, text=True, env=dict(env, NUM_GPUS="0"), check=True).stdout
+    assert "/search_spaces/multi30k_cpu.yaml" in command and "--supernet-sampling sandwich --supernet-sandwich-random 2" in command
+    assert "--lr-scheduler inverse_sqrt" in command and "--attention-dropout" not in command
+    for args, overrides, message in (
+            (["transformer"], {}, "error: supernet.sh trains mixed_supertransformer over SEARCH_SPACE; 'transformer' is not a flag"),
+            ([], {"SEARCH_SPACE": str(tmp_path / "none.yaml")}, f"error: SEARCH_SPACE={tmp_path / 'none.yaml'}: no such file"),
+            ([], {"SYNTAX_HINTS": "1"}, "error: SYNTAX_HINTS=1: not supported by supernet.sh"),
+            ([], {"LR_SCHEDULER": "linear"}, "error: LR_SCHEDULER=linear: expected inverse_sqrt or cosine")):
+        result = subprocess.run(["bash", multi30k, *args], capture_output=True, text=True, env=dict(env, NUM_GPUS="0", **overrides))
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
 def test_overrides_reach_fairseq(tmp_path):
     env = dict(os.environ, DRY_RUN="1", NUM_GPUS="2", PYTHON=sys.executable, DATA_BIN=str(tmp_path))
     command = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "train.sh"), "--max-epoch", "7"],

@@ -163,6 +163,16 @@ def test_projections_are_shared_between_kinds_unless_separated(data_dir, space_f
     assert sum(p.numel() for p in separate.parameters()) > sum(p.numel() for p in shared.parameters())
 
 
+def test_positions_default_to_fairseqs_as_for_the_transformer(data_dir, space_file):
+    # (a supernet built without --max-*-positions had none, and fairseq-train failed reading them)
+    args = options.parse_args_and_arch(options.get_training_parser(), input_args=[
+        data_dir, "--task", "translation", "-s", "src", "-t", "tgt", "--arch", "mixed_supertransformer",
+        "--search-space", space_file, "--share-all-embeddings"])
+    model = tasks.setup_task(args).build_model(args)
+    assert model.max_positions() == (1024, 1024) and model.max_decoder_positions() == 1024
+    assert model.subnetwork().max_positions() == (1024, 1024)
+
+
 def test_bad_input_is_refused_naming_the_option(data_dir, space_file, tmp_path):
     with pytest.raises(AttentionConfigError, match="--search-space: mixed_supertransformer needs a search space file"):
         parser = options.get_training_parser()
@@ -244,6 +254,58 @@ def test_evaluate_and_export_a_trained_supernet(trained, tmp_path):
 
     # fairseq-generate reads it like any checkpoint
     assert len(generate(data, str(tmp_path / "sub.pt"), beam=3).hypotheses) == 20
+
+
+def test_evaluate_bleu_scores_the_inherited_sub_network_as_fairseq_generate_scores_its_export(trained, tmp_path):
+    root, data, checkpoint, _ = trained
+    model = checkpoint_utils.load_model_ensemble([checkpoint])[0][0]
+    architecture = next(a for a in (model.sample(u) for u in range(100))
+                        if any(l.attention_kind == "cosformer" for l in a.decoder_layers) and len(a.decoder_layers) == 2)
+    (tmp_path / "a.json").write_text(architecture.to_json())
+    evaluated = search("evaluate", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"), "--subset", "test",
+                       "--bleu", "--beam", "3", "--max-len-b", "12", "--hypotheses", str(tmp_path / "hyp.txt"))
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    result = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    assert result["sentences"] == 20 and result["beam"] == 3 and result["loss"] > 0
+    assert Architecture.from_dict(result["architecture"]) == architecture
+    exported = search("export", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"), "--output", str(tmp_path / "sub.pt"))
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    generated = generate(data, str(tmp_path / "sub.pt"), beam=3, extra=["--scoring", "sacrebleu", "--max-len-b", "12"])
+    # the same hypotheses, sentence by sentence (a 20-update supernet translates poorly: BLEU alone could agree at 0)
+    by_id = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", generated.log, flags=re.M))
+    hypotheses = (tmp_path / "hyp.txt").read_text().split("\n")[:-1]
+    assert hypotheses == [by_id[str(i)] for i in range(20)] and len(set(hypotheses)) > 1
+    # and the same score (fairseq prints sacreBLEU with 2 decimals)
+    assert abs(result["bleu"] - generated.bleu) < 0.006, (result, generated.log[-2000:])
+
+    bad = search("evaluate", "--checkpoint", checkpoint, "--bleu", "--beam", "0")
+    assert bad.returncode == 2 and "--beam: expected at least 1" in bad.stderr
+
+
+def test_cost_measures_the_latency_of_a_fixed_number_of_decoder_steps(trained, tmp_path):
+    root, data, checkpoint, _ = trained
+    model = checkpoint_utils.load_model_ensemble([checkpoint])[0][0]
+    (tmp_path / "a.json").write_text(model.sample(3).to_json())
+    counted = search("cost", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"), "--latency",
+                     "--source-length", "7", "--target-length", "9", "--beam", "2", "--warmup", "1", "--repeats", "5")
+    assert counted.returncode == 0, counted.stderr[-3000:]
+    latency = json.loads(counted.stdout.strip().splitlines()[-1])["latency"]
+    # the encoder once, then exactly 9 steps and the forced end of sentence, whatever the model would translate
+    assert latency["decoder_calls"] == 10 and latency["beam"] == 2 and latency["threads"] == 1
+    assert 0 < latency["min_ms"] <= latency["latency_ms"] <= latency["max_ms"] and latency["stdev_ms"] >= 0
+
+    for option, value, message in (("--target-length", "40", "--target-length: 40 is more than the model's 31 target positions"),
+                                   ("--trim", "0.5", "--trim: expected a fraction in [0, 0.5), got 0.5"),
+                                   ("--repeats", "0", "--repeats: expected at least 1, got 0")):
+        bad = search("cost", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"), "--latency", option, value)
+        assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == f"error: {message}", bad.stderr[-2000:]
+
+
+def test_the_trimmed_mean_leaves_out_the_extremes():
+    from fairseq_plugins.search.latency import trimmed
+
+    assert trimmed([5.0, 1.0, 3.0, 100.0, 2.0, 4.0, 0.5, 3.5, 2.5, 1.5], 0.1) == [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0]
+    assert trimmed([2.0, 1.0], 0.1) == [1.0, 2.0]
 
 
 def test_export_errors_name_the_input(trained, tmp_path):
