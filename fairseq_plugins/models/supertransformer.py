@@ -1,12 +1,13 @@
-"""``mixed_supertransformer``: a weight-sharing supernet over a search space (``--search-space``), the
-SuperTransformer of Hardware-Aware Transformers with the attention kind of every sub-layer as one more
-choice (the mixed-attention paper's search, Liu et al., Table 1).
+"""``mixed_supertransformer`` (and ``mixed_supertransformer_lm``, over a language-model space): a
+weight-sharing supernet over a search space (``--search-space``), the SuperTransformer of Hardware-Aware
+Transformers with the attention kind of every sub-layer as one more choice (the mixed-attention paper's
+search, Liu et al., Table 1).
 
 Weight sharing as HAT: the supernet holds, per parameter, one container as large as the largest shape
 any architecture of the space gives it; a sub-network's parameter is the leading slice of its container
 along every dimension (embeddings, projections, FFNs, layer norms), and a sub-network with fewer layers
-uses the first ones. The sub-network itself is the ordinary ``mixed_transformer`` model of its
-``Architecture``, run with ``torch.func.functional_call`` on the slices: the code that runs inside the
+uses the first ones. The sub-network itself is the ordinary ``mixed_transformer`` (``mixed_transformer_lm``)
+model of its ``Architecture``, run with ``torch.func.functional_call`` on the slices: the code that runs inside the
 supernet is the code of the exported model, so both compute the same function by construction, and the
 gradients of a training step reach exactly the slices the sampled sub-network uses.
 
@@ -24,6 +25,7 @@ loss); ``set_active`` chooses another.
 import argparse
 import collections
 import copy
+import dataclasses
 import json
 import random
 from typing import Dict, Optional, Tuple
@@ -36,6 +38,7 @@ from torch import nn
 from ..modules import ATTENTION_REGISTRY, AttentionConfigError
 from .architecture import Architecture, architecture_options
 from .mixed_transformer import MixedTransformerModel, mixed_transformer_base
+from .mixed_transformer_lm import MixedTransformerLanguageModel, mixed_transformer_lm_base, resolve_lm_sizes
 
 # The parameters of fairseq's MultiheadAttention: kinds with no others share them across kinds.
 PROJECTION_PARAMETERS = frozenset(f"{p}_proj.{w}" for p in "qkv" for w in ("weight", "bias")) | {"out_proj.weight", "out_proj.bias"}
@@ -51,13 +54,16 @@ def _container_name(key: str) -> str:
     return key.replace(".", "/")
 
 
-@register_model("mixed_supertransformer")
-class MixedSuperTransformerModel(BaseFairseqModel):
-    """The supernet (module docstring). ``active``: the architecture ``forward`` runs."""
+class SupernetBase(BaseFairseqModel):
+    """The supernet (module docstring) of the standalone model class ``STANDALONE`` (registered as
+    ``STANDALONE_ARCH``); ``active``: the architecture ``forward`` runs."""
 
-    @staticmethod
-    def add_args(parser):
-        MixedTransformerModel.add_args(parser)
+    STANDALONE = None  # the sub-networks' model class
+    STANDALONE_ARCH = None  # its --arch name (what an exported checkpoint records)
+    LANGUAGE_MODEL = False
+
+    @classmethod
+    def add_supernet_args(cls, parser):
         parser.add_argument("--search-space", metavar="FILE",
                             help="the search space (YAML, see search_spaces/ and fairseq_plugins/search/space.py) whose "
                             "architectures the supernet holds")
@@ -66,31 +72,30 @@ class MixedSuperTransformerModel(BaseFairseqModel):
                             "q/k/v/out projections, softmax and cosformer, share them per sub-layer)")
 
     @classmethod
-    def build_model(cls, args, task):
+    def read_space(cls, args):
+        """The search space of ``args``: the one recorded in a saved supernet's options, else --search-space
+        (then recorded, so that the checkpoint loads without the file)."""
         from ..search.space import SearchSpace
 
+        name = getattr(args, "arch", None) or cls.__name__
         recorded = getattr(args, "search_space_record", None)
         if recorded:  # a saved supernet: the space it was trained on, wherever its file is now
             space = SearchSpace.from_dict(json.loads(recorded), "the supernet checkpoint's search space")
         elif not getattr(args, "search_space", None):
-            raise AttentionConfigError("--search-space: mixed_supertransformer needs a search space file (search_spaces/*.yaml)")
+            raise AttentionConfigError(f"--search-space: {name} needs a search space file (search_spaces/*.yaml)")
         else:
             space = SearchSpace.from_file(args.search_space)
             args.search_space_record = json.dumps(space.to_dict())  # saved with the options in the checkpoint
-        if space.language_model:
-            raise AttentionConfigError(f"--search-space {args.search_space}: a language-model space (no encoder section) "
-                                       "cannot build mixed_supertransformer, an encoder-decoder supernet")
+        if space.language_model != cls.LANGUAGE_MODEL:
+            expected = ("a language-model space (no encoder section)" if cls.LANGUAGE_MODEL
+                        else "an encoder-decoder space (with an encoder section)")
+            raise AttentionConfigError(f"--search-space {args.search_space}: {name} needs {expected}; use "
+                                       f"{'mixed_supertransformer_lm' if space.language_model else 'mixed_supertransformer'}")
         if space.head_dim != "sliced":
             raise AttentionConfigError(
                 f"--search-space {args.search_space}: head_dim: {space.head_dim} is not supported by the supernet yet: its "
-                "sub-networks are mixed_transformer models, whose attention width is the layer width (use head_dim: sliced)")
-        if getattr(args, "share_all_embeddings", False) and not space.shared_embed_dim:
-            raise AttentionConfigError(f"--share-all-embeddings needs one width for encoder and decoder: set "
-                                       f"shared_embed_dim: true in --search-space {args.search_space}")
-        # fairseq's default positions, as TransformerModel.build_model sets them (max_positions reads them)
-        args.max_source_positions = getattr(args, "max_source_positions", None) or DEFAULT_MAX_SOURCE_POSITIONS
-        args.max_target_positions = getattr(args, "max_target_positions", None) or DEFAULT_MAX_TARGET_POSITIONS
-        return cls(args, task, space)
+                f"sub-networks are {cls.STANDALONE_ARCH} models, whose attention width is the layer width (use head_dim: sliced)")
+        return space
 
     def __init__(self, args, task, space):
         super().__init__()
@@ -131,21 +136,24 @@ class MixedSuperTransformerModel(BaseFairseqModel):
         kind (the i-th of every placement's list) and each head count (the j-th of every heads list)."""
         largest = self.space.extreme(largest=True)
         enc, dec = self.space.encoder, self.space.decoder
-        kinds = max(len(enc.attention_kinds), len(dec.attention_kinds), len(dec.cross_attention_kinds))
-        heads = max(len(enc.attention_heads), len(dec.attention_heads), len(dec.cross_attention_heads))
-        for i in range(kinds):
-            for j in range(heads):
-                yield Architecture(
-                    decoder_embed_dim=largest.decoder_embed_dim,
-                    decoder_layers=tuple(layer.__class__(
-                        dec.attention_kinds[i % len(dec.attention_kinds)], dec.attention_heads[j % len(dec.attention_heads)],
-                        layer.ffn_embed_dim, dec.cross_attention_kinds[i % len(dec.cross_attention_kinds)],
-                        dec.cross_attention_heads[j % len(dec.cross_attention_heads)], layer.encoder_decoder_connect)
+        kind_lists = [dec.attention_kinds] + ([enc.attention_kinds, dec.cross_attention_kinds] if enc else [])
+        head_lists = [dec.attention_heads] + ([enc.attention_heads, dec.cross_attention_heads] if enc else [])
+        for i in range(max(map(len, kind_lists))):
+            for j in range(max(map(len, head_lists))):
+                cross = {}
+                if enc:
+                    cross = dict(cross_attention_kind=dec.cross_attention_kinds[i % len(dec.cross_attention_kinds)],
+                                 cross_attention_heads=dec.cross_attention_heads[j % len(dec.cross_attention_heads)])
+                yield dataclasses.replace(
+                    largest,
+                    decoder_layers=tuple(dataclasses.replace(
+                        layer, attention_kind=dec.attention_kinds[i % len(dec.attention_kinds)],
+                        attention_heads=dec.attention_heads[j % len(dec.attention_heads)], **cross)
                         for layer in largest.decoder_layers),
-                    encoder_embed_dim=largest.encoder_embed_dim,
-                    encoder_layers=tuple(layer.__class__(enc.attention_kinds[i % len(enc.attention_kinds)],
-                                                         enc.attention_heads[j % len(enc.attention_heads)], layer.ffn_embed_dim)
-                                         for layer in largest.encoder_layers),
+                    encoder_layers=tuple(dataclasses.replace(
+                        layer, attention_kind=enc.attention_kinds[i % len(enc.attention_kinds)],
+                        attention_heads=enc.attention_heads[j % len(enc.attention_heads)])
+                        for layer in largest.encoder_layers),
                 ).check()
 
     def sample(self, update: int, index: int = 0) -> Architecture:
@@ -171,25 +179,25 @@ class MixedSuperTransformerModel(BaseFairseqModel):
 
     # ------------------------------------------------------------ sub-networks ---
     def subnetwork_args(self, architecture: Architecture) -> argparse.Namespace:
-        """The options of the ``mixed_transformer`` model of ``architecture``: the supernet's (dropout,
+        """The options of the standalone model of ``architecture``: the supernet's (dropout,
         embeddings, positions ...) with the architecture's per-layer options."""
         args = copy.deepcopy(argparse.Namespace(**vars(self.args)))
         for name in DERIVED_OPTIONS + ("search_space", "search_space_record", "supernet_separate_kind_weights"):
             if hasattr(args, name):
                 delattr(args, name)
         vars(args).update(architecture_options(architecture))
-        args.arch = args._name = "mixed_transformer"  # (fairseq picks the model class by _name when loading)
+        args.arch = args._name = self.STANDALONE_ARCH  # (fairseq picks the model class by _name when loading)
         return args
 
-    def _template(self, architecture: Architecture) -> Tuple[MixedTransformerModel, Dict[str, str]]:
-        """The ``mixed_transformer`` module of ``architecture`` (cached) and, for each of its parameters, the
+    def _template(self, architecture: Architecture) -> Tuple[BaseFairseqModel, Dict[str, str]]:
+        """The standalone model of ``architecture`` (cached) and, for each of its parameters, the
         key of its container."""
         cached = self._templates.get(architecture)
         if cached is not None:
             self._templates.move_to_end(architecture)
             return cached
         with torch.random.fork_rng(devices=[]):  # building draws initial values: not from the training's generator
-            template = MixedTransformerModel.build_model(self.subnetwork_args(architecture), self._task)
+            template = self.STANDALONE.build_model(self.subnetwork_args(architecture), self._task)
         # every parameter name, tied ones too (fairseq ties the output projection to the embeddings): a tied
         # name takes the container of the first name of its tensor
         keys, first = {}, {}
@@ -217,19 +225,19 @@ class MixedSuperTransformerModel(BaseFairseqModel):
         return {name: self.weights[_container_name(keys[name])][tuple(slice(0, s) for s in parameter.shape)]
                 for name, parameter in template.named_parameters(remove_duplicate=False)}
 
-    def subnetwork(self, architecture: Optional[Architecture] = None) -> MixedTransformerModel:
-        """A standalone ``mixed_transformer`` model of ``architecture`` (default: ``active``) holding copies of
+    def subnetwork(self, architecture: Optional[Architecture] = None) -> BaseFairseqModel:
+        """A standalone model (``STANDALONE``) of ``architecture`` (default: ``active``) holding copies of
         its slices."""
         return self.subnetwork_and_args(architecture)[0]
 
-    def subnetwork_and_args(self, architecture: Optional[Architecture] = None) -> Tuple[MixedTransformerModel, argparse.Namespace]:
+    def subnetwork_and_args(self, architecture: Optional[Architecture] = None) -> Tuple[BaseFairseqModel, argparse.Namespace]:
         """``subnetwork`` and the model options it was built from (what ``export`` saves in the checkpoint)."""
         architecture = architecture or self.active
         self.space.check_contains(architecture)
         template, keys = self._template(architecture)
         args = self.subnetwork_args(architecture)
         with torch.random.fork_rng(devices=[]):
-            model = MixedTransformerModel.build_model(args, self._task)
+            model = self.STANDALONE.build_model(args, self._task)
         sliced = self._sliced_parameters(template, keys)
         with torch.no_grad():
             for name, parameter in model.named_parameters():  # (tied names once)
@@ -237,23 +245,82 @@ class MixedSuperTransformerModel(BaseFairseqModel):
         return model.to(next(iter(self.weights.values())).device), args
 
     # ----------------------------------------------------------------- fairseq ---
-    def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
+    def call_active(self, *args, **kwargs):
+        """The active sub-network's forward on the slices."""
         template, keys = self._template(self.active)
         template.train(self.training)
         parameters = self._sliced_parameters(template, keys)
         # tie_weights=False: the tied names are all given (functional_call's own tying leaves fairseq's output
         # projection untied after the call)
-        return torch.func.functional_call(template, parameters, (src_tokens, src_lengths, prev_output_tokens), kwargs,
-                                          tie_weights=False)
+        return torch.func.functional_call(template, parameters, args, kwargs, tie_weights=False)
 
     def get_normalized_probs(self, net_output, log_probs, sample=None):
         template, _ = self._template(self.active)
         return template.get_normalized_probs(net_output, log_probs, sample)
 
+    def max_decoder_positions(self):
+        return self.args.max_target_positions
+
+
+@register_model("mixed_supertransformer")
+class MixedSuperTransformerModel(SupernetBase):
+    """The encoder-decoder supernet: sub-networks are ``mixed_transformer`` models."""
+
+    STANDALONE = MixedTransformerModel
+    STANDALONE_ARCH = "mixed_transformer"
+
+    @classmethod
+    def add_args(cls, parser):
+        MixedTransformerModel.add_args(parser)
+        cls.add_supernet_args(parser)
+
+    @classmethod
+    def build_model(cls, args, task):
+        space = cls.read_space(args)
+        if getattr(args, "share_all_embeddings", False) and not space.shared_embed_dim:
+            raise AttentionConfigError(f"--share-all-embeddings needs one width for encoder and decoder: set "
+                                       f"shared_embed_dim: true in --search-space {args.search_space}")
+        # fairseq's default positions, as TransformerModel.build_model sets them (max_positions reads them)
+        args.max_source_positions = getattr(args, "max_source_positions", None) or DEFAULT_MAX_SOURCE_POSITIONS
+        args.max_target_positions = getattr(args, "max_target_positions", None) or DEFAULT_MAX_TARGET_POSITIONS
+        return cls(args, task, space)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
+        return self.call_active(src_tokens, src_lengths, prev_output_tokens, **kwargs)
+
     def max_positions(self):
         return (self.args.max_source_positions, self.args.max_target_positions)
 
-    def max_decoder_positions(self):
+
+@register_model("mixed_supertransformer_lm")
+class MixedSuperTransformerLanguageModel(SupernetBase):
+    """The language-model supernet (a space without an encoder section): sub-networks are
+    ``mixed_transformer_lm`` models; trained with fairseq's ``language_modeling`` task (one sampled
+    sub-network per update)."""
+
+    STANDALONE = MixedTransformerLanguageModel
+    STANDALONE_ARCH = "mixed_transformer_lm"
+    LANGUAGE_MODEL = True
+
+    @classmethod
+    def add_args(cls, parser):
+        MixedTransformerLanguageModel.add_args(parser)
+        cls.add_supernet_args(parser)
+
+    @classmethod
+    def build_model(cls, args, task):
+        space = cls.read_space(args)
+        resolve_lm_sizes(args, task)  # the LM defaults and positions (--tokens-per-sample, --add-bos-token)
+        return cls(args, task, space)
+
+    @property
+    def supported_targets(self):
+        return {"future"}
+
+    def forward(self, src_tokens, **kwargs):
+        return self.call_active(src_tokens, **kwargs)
+
+    def max_positions(self):
         return self.args.max_target_positions
 
 
@@ -262,3 +329,9 @@ def mixed_supertransformer(args):
     """fairseq's transformer defaults (dropout, positions, ...); widths, depths and per-layer choices come
     from the search space."""
     mixed_transformer_base(args)
+
+
+@register_model_architecture("mixed_supertransformer_lm", "mixed_supertransformer_lm")
+def mixed_supertransformer_lm(args):
+    """fairseq's transformer_lm defaults; widths, depths and per-layer choices come from the search space."""
+    mixed_transformer_lm_base(args)

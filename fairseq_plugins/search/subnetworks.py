@@ -13,6 +13,9 @@ from ..models.architecture import Architecture
 from ..modules import AttentionConfigError
 
 
+SUPERNETS = ("mixed_supertransformer", "mixed_supertransformer_lm")
+
+
 class SupernetError(AttentionConfigError):
     """A checkpoint or an architecture the sub-network tools cannot use; the message names it."""
 
@@ -27,8 +30,9 @@ def load_supernet(checkpoint: str, overrides: Optional[Dict] = None):
         raise SupernetError(f"--checkpoint {checkpoint}: no such file")
     state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
     arch = getattr(state["cfg"]["model"], "arch", None) if state.get("cfg") is not None else None
-    if arch != "mixed_supertransformer":
-        raise SupernetError(f"--checkpoint {checkpoint}: not a supernet (its model is {arch!r}, expected mixed_supertransformer)")
+    if arch not in SUPERNETS:
+        raise SupernetError(f"--checkpoint {checkpoint}: not a supernet (its model is {arch!r}, expected "
+                            f"{' or '.join(SUPERNETS)})")
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides or {}, state=state)
     return models[0], task, state
 
@@ -47,8 +51,8 @@ def read_architecture(path: str, model) -> Architecture:
 
 
 def export(checkpoint: str, architecture_path: str, output: str) -> Tuple[int, Architecture]:
-    """Write ``output``: a ``mixed_transformer`` checkpoint holding only the sub-network's weights (copies of
-    its slices) and options; returns its parameter count and architecture."""
+    """Write ``output``: a ``mixed_transformer`` (``mixed_transformer_lm``) checkpoint holding only the
+    sub-network's weights (copies of its slices) and options; returns its parameter count and architecture."""
     model, task, state = load_supernet(checkpoint)
     architecture = read_architecture(architecture_path, model)
     subnetwork, args = model.subnetwork_and_args(architecture)
@@ -81,29 +85,34 @@ def cost(checkpoint: str, architecture_path: str, source_length: int = 30, targe
     architecture = read_architecture(architecture_path, model)
     counted = model_cost(model.subnetwork_args(architecture), source_length, target_length)
     vocab = len(task.target_dictionary)
-    if not getattr(model.args, "share_all_embeddings", False):  # the encoder's embeddings have the source dictionary's rows
-        extra = len(task.source_dictionary) - vocab
-    else:
-        extra = 0
+    extra = 0  # the encoder's embeddings have the source dictionary's rows
+    if not model.LANGUAGE_MODEL and not getattr(model.args, "share_all_embeddings", False):
+        extra = (len(task.source_dictionary) - vocab) * architecture.encoder_embed_dim
     result = {"architecture": architecture.to_dict(), "source_length": source_length, "target_length": target_length,
-              "parameters": counted.total_parameters(vocab) + extra * architecture.encoder_embed_dim,
+              "parameters": counted.total_parameters(vocab) + extra,
               "forward_flops": counted.total_flops(vocab)}
     if latency is not None:
         from .latency import measure_latency
 
+        if model.LANGUAGE_MODEL:
+            raise SupernetError(f"--latency: {checkpoint} is a language-model supernet (the latency measured is a "
+                                "translation's: an encoder and beam search)")
         result["latency"] = measure_latency(model.subnetwork(architecture), task.target_dictionary, latency)
     return result
 
 
 def standalone_task_config(task_cfg):
-    """The task configuration of an exported sub-network: a supernet's training task (``supernet_translation``)
-    becomes fairseq's ``translation`` with the same options (without the sampling ones)."""
+    """The task configuration of an exported sub-network: a supernet's training task (``supernet_translation``,
+    ``supernet_language_modeling``) becomes fairseq's (``translation``, ``language_modeling``) with the same
+    options (without the sampling ones)."""
     from omegaconf import OmegaConf
 
+    from ..tasks.supernet import PLAIN_TASKS
+
     values = OmegaConf.to_container(task_cfg) if OmegaConf.is_config(task_cfg) else dict(task_cfg)
-    if values.get("_name") == "supernet_translation":
+    if values.get("_name") in PLAIN_TASKS:
         values = {key: value for key, value in values.items() if not key.startswith("supernet_")}
-        values["_name"] = "translation"
+        values["_name"] = PLAIN_TASKS[values["_name"]]
     return values
 
 
@@ -150,6 +159,8 @@ def validation_bleu(checkpoint: str, architecture_path: Optional[str], subset: s
     from fairseq.sequence_generator import SequenceGenerator
 
     model, task, _ = load_supernet(checkpoint)
+    if model.LANGUAGE_MODEL:
+        raise SupernetError(f"--bleu: {checkpoint} is a language-model supernet (BLEU scores translations)")
     architecture = read_architecture(architecture_path, model) if architecture_path else model.space.extreme(largest=True)
     subnetwork = model.subnetwork(architecture).eval()
     dictionary = task.target_dictionary

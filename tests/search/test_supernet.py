@@ -332,7 +332,7 @@ def test_export_errors_name_the_input(trained, tmp_path):
     out = search("export", "--checkpoint", str(exported), "--architecture", str(tmp_path / "a.json"), "--output", str(tmp_path / "y.pt"))
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == (f"error: --checkpoint {exported}: not a supernet (its model is "
-                                                   "'mixed_transformer', expected mixed_supertransformer)")
+                                                   "'mixed_transformer', expected mixed_supertransformer or mixed_supertransformer_lm)")
 
 
 def test_two_data_parallel_ranks_train_the_same_sub_networks(trained, space_file, tmp_path):

@@ -1,12 +1,14 @@
-"""``supernet_translation``: fairseq's translation task for training a ``mixed_supertransformer`` with a
-sampling rule of several sub-networks per update, and validation of the largest and the smallest.
+"""``supernet_translation`` and ``supernet_language_modeling``: fairseq's translation and language-modeling
+tasks for training a supernet (``mixed_supertransformer``, ``mixed_supertransformer_lm``) with a sampling
+rule of several sub-networks per update, and validation of the largest and the smallest.
 
 ``--supernet-sampling random`` trains one sub-network per update (what the supernet does under plain
-``--task translation`` too); ``sandwich`` trains the largest, the smallest and ``--supernet-sandwich-random``
-random ones on the same batch (the sandwich rule of once-for-all / BigNAS), the gradient being the mean of
-their losses' gradients. Every sub-network of an update is a function of ``--seed`` and the update number
-only, so data-parallel ranks and resumed runs train the same ones. Validation reports the largest
-sub-network's loss as ``loss`` (what ``checkpoint_best`` follows) and the smallest's as ``smallest_loss``.
+``--task translation`` / ``language_modeling`` too); ``sandwich`` trains the largest, the smallest and
+``--supernet-sandwich-random`` random ones on the same batch (the sandwich rule of once-for-all / BigNAS),
+the gradient being the mean of their losses' gradients. Every sub-network of an update is a function of
+``--seed`` and the update number only, so data-parallel ranks and resumed runs train the same ones.
+Validation reports the largest sub-network's loss as ``loss`` (what ``checkpoint_best`` follows) and the
+smallest's as ``smallest_loss``.
 """
 import math
 from dataclasses import dataclass, field
@@ -16,18 +18,23 @@ import torch
 from fairseq import metrics
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
+from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..models.architecture import Architecture
 from ..modules import AttentionConfigError
 
 SAMPLING_RULES = ChoiceEnum(["random", "sandwich"])
+# Each supernet task -> fairseq's task of the same options (an exported sub-network's).
+PLAIN_TASKS = {"supernet_translation": "translation", "supernet_language_modeling": "language_modeling"}
 # Logged sums that are averaged over an update's sub-networks (the counts are the same for all).
 AVERAGED = ("loss", "nll_loss")
 
 
 @dataclass
-class SupernetTranslationConfig(TranslationConfig):
+class SupernetSamplingConfig:
+    """The sampling options both supernet tasks add to fairseq's task options."""
+
     supernet_sampling: SAMPLING_RULES = field(
         default="random",
         metadata={"help": "sub-networks trained per update: random (one sampled) or sandwich (the largest, the smallest "
@@ -38,40 +45,52 @@ class SupernetTranslationConfig(TranslationConfig):
     )
 
 
+@dataclass
+class SupernetTranslationConfig(TranslationConfig, SupernetSamplingConfig):
+    pass
+
+
+@dataclass
+class SupernetLanguageModelingConfig(LanguageModelingConfig, SupernetSamplingConfig):
+    pass
+
+
 def unwrapped(model):
     """The supernet inside fairseq's data-parallel wrappers (they forward attribute reads to the module but
     keep assignments, such as the active architecture, for themselves)."""
-    from ..models.supertransformer import MixedSuperTransformerModel
+    from ..models.supertransformer import SupernetBase
 
-    while not isinstance(model, MixedSuperTransformerModel) and hasattr(model, "module"):
+    while not isinstance(model, SupernetBase) and hasattr(model, "module"):
         model = model.module
     return model
 
 
-@register_task("supernet_translation", dataclass=SupernetTranslationConfig)
-class SupernetTranslationTask(TranslationTask):
-    cfg: SupernetTranslationConfig
+class SupernetTrainingMixin:
+    """The sampling rule, validation of the largest and the smallest, and their metrics, over a fairseq
+    task (``SUPERNET``: the supernet model class the task trains)."""
 
-    def build_model(self, cfg, from_checkpoint=False):
-        from ..models.supertransformer import MixedSuperTransformerModel
+    SUPERNET = None
+    SUPERNET_ARCH = None
 
-        if self.cfg.supernet_sandwich_random < 0:
-            raise AttentionConfigError(f"--supernet-sandwich-random must be >= 0, got {self.cfg.supernet_sandwich_random}")
-        if self.cfg.eval_bleu:
-            raise AttentionConfigError("--eval-bleu: not supported with a supernet (beam search needs a sub-network: "
-                                       "evaluate exported sub-networks with fairseq-generate)")
-        model = super().build_model(cfg, from_checkpoint)
-        if not isinstance(model, MixedSuperTransformerModel):
-            raise AttentionConfigError(f"--task supernet_translation trains a supernet: use --arch mixed_supertransformer "
-                                       f"(got {type(model).__name__}); other models train with --task translation")
+    @property
+    def sampling(self):
+        """The task's options (fairseq's legacy tasks, such as language modeling, keep them in ``args``)."""
+        return self.cfg if getattr(self, "cfg", None) is not None else self.args
+
+    def check_supernet(self, model):
+        if self.sampling.supernet_sandwich_random < 0:
+            raise AttentionConfigError(f"--supernet-sandwich-random must be >= 0, got {self.sampling.supernet_sandwich_random}")
+        if not isinstance(model, self.SUPERNET):
+            raise AttentionConfigError(f"--task {self.task_name} trains a supernet: use --arch {self.SUPERNET_ARCH} "
+                                       f"(got {type(model).__name__}); other models train with --task {PLAIN_TASKS[self.task_name]}")
         return model
 
     def architectures_of_update(self, model, update_num: int) -> List[Architecture]:
         """The sub-networks update ``update_num`` trains (module docstring)."""
-        if self.cfg.supernet_sampling == "random":
+        if self.sampling.supernet_sampling == "random":
             return [model.sample(update_num)]
         return ([model.space.extreme(largest=True), model.space.extreme(largest=False)]
-                + [model.sample(update_num, index) for index in range(1, self.cfg.supernet_sandwich_random + 1)])
+                + [model.sample(update_num, index) for index in range(1, self.sampling.supernet_sandwich_random + 1)])
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         model.train()
@@ -120,3 +139,35 @@ class SupernetTranslationTask(TranslationTask):
         if any("smallest_nll_loss" in log for log in logging_outputs):
             nll = sum(log.get("smallest_nll_loss", 0) for log in logging_outputs)
             metrics.log_scalar("smallest_nll_loss", nll / tokens / math.log(2), tokens, round=3)
+
+
+@register_task("supernet_translation", dataclass=SupernetTranslationConfig)
+class SupernetTranslationTask(SupernetTrainingMixin, TranslationTask):
+    cfg: SupernetTranslationConfig
+    task_name, SUPERNET_ARCH = "supernet_translation", "mixed_supertransformer"
+
+    @property
+    def SUPERNET(self):
+        from ..models.supertransformer import MixedSuperTransformerModel
+
+        return MixedSuperTransformerModel
+
+    def build_model(self, cfg, from_checkpoint=False):
+        if self.cfg.eval_bleu:
+            raise AttentionConfigError("--eval-bleu: not supported with a supernet (beam search needs a sub-network: "
+                                       "evaluate exported sub-networks with fairseq-generate)")
+        return self.check_supernet(super().build_model(cfg, from_checkpoint))
+
+
+@register_task("supernet_language_modeling", dataclass=SupernetLanguageModelingConfig)
+class SupernetLanguageModelingTask(SupernetTrainingMixin, LanguageModelingTask):
+    task_name, SUPERNET_ARCH = "supernet_language_modeling", "mixed_supertransformer_lm"
+
+    @property
+    def SUPERNET(self):
+        from ..models.supertransformer import MixedSuperTransformerLanguageModel
+
+        return MixedSuperTransformerLanguageModel
+
+    def build_model(self, args, from_checkpoint=False):
+        return self.check_supernet(super().build_model(args, from_checkpoint))

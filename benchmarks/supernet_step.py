@@ -1,0 +1,185 @@
+#!/usr/bin/env python
+"""What a training step of the supernet costs against the same sub-network built standalone.
+
+For the smallest and the largest architecture of a search space, one training step (forward, backward
+and Adam's update) of
+
+* the supernet (``mixed_supertransformer``) with that architecture active, and
+* the standalone ``mixed_transformer`` model of that architecture (what ``export`` writes),
+
+on the same random batch: the median time of the timed steps after warm-up steps, and the peak memory
+of the steps above the memory after building model, optimizer and batch (CPU: the kernel's peak-RSS
+mark, reset before the steps, with glibc's mmap threshold held at its initial value so that RSS follows
+the live allocations; CUDA: ``torch.cuda.max_memory_allocated``). Every cell runs in a fresh process.
+The supernet's step also computes the gradients of its containers (full-size tensors that are zero
+outside the sub-network's slices) and Adam updates every container it has state for: its cost beyond
+the sub-network's is what this measures.
+
+    python benchmarks/supernet_step.py                                  # multi30k_cpu space, prints a table
+    python benchmarks/supernet_step.py --space search_spaces/wmt14_en_de.yaml --device cuda --json out.json
+"""
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Dict
+
+if __package__ in (None, ""):  # run by path: make the checkout importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from benchmarks.attention_speed import FIXED_MALLOC_ENV, _peak_rss_bytes, _reset_peak_rss, _rss_bytes  # noqa: E402
+from benchmarks.provenance import available_cores  # noqa: E402
+
+CELLS = [(size, model) for size in ("smallest", "largest") for model in ("standalone", "supernet")]
+
+
+def build(spec: Dict):
+    """(model, loss function of a batch) of the cell, on its device."""
+    import argparse as ap
+
+    from fairseq.data import Dictionary
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    import fairseq_plugins  # noqa: F401
+    from fairseq_plugins.models.supertransformer import MixedSuperTransformerModel
+    from fairseq_plugins.search.space import SearchSpace
+
+    dictionary = Dictionary()
+    for i in range(spec["vocab"]):
+        dictionary.add_symbol(f"w{i}")
+    task = TranslationTask(TranslationConfig(), dictionary, dictionary)
+    args = ap.Namespace(arch="mixed_supertransformer", search_space=spec["space"], share_all_embeddings=True, dropout=0.1,
+                        max_source_positions=spec["length"] + 2, max_target_positions=spec["length"] + 2, seed=1)
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    ARCH_CONFIG_REGISTRY["mixed_supertransformer"](args)
+    torch.manual_seed(0)
+    supernet = MixedSuperTransformerModel.build_model(args, task)
+    space = SearchSpace.from_file(spec["space"])
+    architecture = space.extreme(largest=spec["size"] == "largest")
+    if spec["model"] == "supernet":
+        supernet.set_active(architecture)
+        model = supernet
+    else:
+        model = supernet.subnetwork(architecture)
+        del supernet
+    return model.to(spec["device"]).train(), dictionary
+
+
+def batch(spec: Dict, dictionary):
+    gen = torch.Generator().manual_seed(1)
+    sentences = max(1, spec["tokens"] // spec["length"])
+    src = torch.randint(dictionary.nspecial, len(dictionary), (sentences, spec["length"]), generator=gen)
+    tgt = torch.randint(dictionary.nspecial, len(dictionary), (sentences, spec["length"]), generator=gen)
+    prev = torch.cat([torch.full((sentences, 1), dictionary.eos()), tgt[:, :-1]], 1)
+    lengths = torch.full((sentences,), spec["length"])
+    return [t.to(spec["device"]) for t in (src, lengths, prev, tgt)]
+
+
+def step(model, optimizer, data):
+    src, lengths, prev, tgt = data
+    logits, _ = model(src, lengths, prev)
+    loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1))
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def synchronize(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def worker(spec: Dict) -> Dict:
+    torch.set_num_threads(spec["threads"])
+    model, dictionary = build(spec)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    data = batch(spec, dictionary)
+    for _ in range(spec["warmup"]):  # (also creates Adam's state: memory the steps keep, not their peak)
+        step(model, optimizer, data)
+    synchronize(spec["device"])
+    gc.collect()
+    if spec["measure"] == "time":
+        times = []
+        for _ in range(spec["steps"]):
+            start = time.perf_counter()
+            step(model, optimizer, data)
+            synchronize(spec["device"])
+            times.append(time.perf_counter() - start)
+        return {"median_s": statistics.median(times), "times_s": times,
+                "parameters": sum(p.numel() for p in model.parameters())}
+    if torch.device(spec["device"]).type == "cuda":
+        torch.cuda.reset_peak_memory_stats(spec["device"])
+        baseline = torch.cuda.memory_allocated(spec["device"])
+        step(model, optimizer, data)
+        synchronize(spec["device"])
+        return {"peak_bytes": torch.cuda.max_memory_allocated(spec["device"]) - baseline}
+    reset = _reset_peak_rss()
+    baseline = _peak_rss_bytes() if reset else _rss_bytes()
+    step(model, optimizer, data)
+    return {"peak_bytes": _peak_rss_bytes() - baseline, "peak_reset": reset}
+
+
+def run_cell(spec: Dict) -> Dict:
+    """``worker(spec)`` in a fresh interpreter (memory: with the fixed mmap threshold)."""
+    import subprocess
+
+    env = dict(os.environ, **(FIXED_MALLOC_ENV if spec["measure"] == "memory" else {}))
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)], capture_output=True,
+                         text=True, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"cell {spec['size']}/{spec['model']} ({spec['measure']}) failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--space", default="search_spaces/multi30k_cpu.yaml", help="search space (default: %(default)s)")
+    parser.add_argument("--tokens", type=int, default=4096, help="target tokens per batch (default: %(default)s)")
+    parser.add_argument("--length", type=int, default=32, help="source and target length (default: %(default)s)")
+    parser.add_argument("--vocab", type=int, default=10000, help="joined dictionary size (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per cell (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=available_cores(), help="torch threads (default: the cores)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: %(default)s)")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return 0
+    if not os.path.isfile(args.space):
+        parser.error(f"--space {args.space}: no such file")
+    for name in ("tokens", "length", "vocab", "steps", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: expected at least 1")
+    results = {}
+    for size, model in CELLS:
+        spec = dict(space=os.path.abspath(args.space), tokens=args.tokens, length=args.length, vocab=args.vocab,
+                    steps=args.steps, warmup=args.warmup, threads=args.threads, device=args.device, size=size, model=model)
+        results[f"{size}/{model}"] = {**run_cell(dict(spec, measure="time")), **run_cell(dict(spec, measure="memory"))}
+        print(f"[supernet-step] {size} {model}: {results[f'{size}/{model}']['median_s'] * 1000:.1f} ms, "
+              f"peak {results[f'{size}/{model}']['peak_bytes'] / 2**20:.1f} MiB", file=sys.stderr, flush=True)
+    lines = [f"| sub-network | standalone step | supernet step | time ratio | standalone peak | supernet peak | memory ratio |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for size in ("smallest", "largest"):
+        alone, inside = results[f"{size}/standalone"], results[f"{size}/supernet"]
+        lines.append(f"| {size} ({alone['parameters'] / 1e6:.2f}M of {inside['parameters'] / 1e6:.2f}M parameters) | "
+                     f"{alone['median_s'] * 1000:.1f} ms | {inside['median_s'] * 1000:.1f} ms | "
+                     f"{inside['median_s'] / alone['median_s']:.2f} | {alone['peak_bytes'] / 2**20:.1f} MiB | "
+                     f"{inside['peak_bytes'] / 2**20:.1f} MiB | {inside['peak_bytes'] / max(alone['peak_bytes'], 1):.2f} |")
+    print("\n".join(lines))
+    if args.json:
+        from fairseq_plugins.files import write_json
+
+        write_json(args.json, {"settings": vars(args), "results": results, "table": lines})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
