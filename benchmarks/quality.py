@@ -682,7 +682,14 @@ def provenance() -> dict:
     import fairseq
     import torch
     return {"git": git_revision(), "torch": torch.__version__, "fairseq": fairseq.__version__,
-            "cores": available_cores(), "cpu": cpu_model(), "load_average": load_average()}
+            "cores": available_cores(), "cpu": cpu_model(), "load_average": load_average(), "threads": training_threads()}
+
+
+def training_threads() -> str:
+    """The intra-op threads the rows' fairseq processes use: OMP_NUM_THREADS, which they inherit, else torch's
+    default (one per core). Trained results depend on it (sums are split differently)."""
+    value = os.environ.get("OMP_NUM_THREADS")
+    return f"OMP_NUM_THREADS={value}" if value else f"torch's default ({available_cores()} cores)"
 
 
 def metric_value(suite: Suite, result: dict) -> Optional[float]:
@@ -974,11 +981,13 @@ VERDICT_RULES = (
 def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], command: str) -> str:
     meta = provenance()
     revisions = sorted({r.get("git", "?") for suite in suites for r in load_results(ctx, suite).values()})
+    threads = sorted({r.get("threads", "not recorded") for suite in suites for r in load_results(ctx, suite).values()})
     lines = [REPORT_BEGIN, "", "## Benchmark: quality of every kind (`make bench-quality`)", "",
              f"Rendered by `{command}` on {datetime.date.today().isoformat()} (git {meta['git']}); the rows were "
              f"trained at git {', '.join(revisions) or '-'} (column *git*; a row is retrained only when its settings "
              "change, so after a change to the model code or a recipe's defaults use `--force`), torch "
-             f"{meta['torch']}, fairseq {meta['fairseq']}, {meta['cores']} cores ({meta['cpu']}). "
+             f"{meta['torch']}, fairseq {meta['fairseq']}, {meta['cores']} cores ({meta['cpu']}); threads per training "
+             f"process: {', '.join(threads) or '-'}. "
              "Every row is trained through its dataset's recipe with seed 1 and the budget stated; the rows of one "
              "suite differ only in `--arch` and the flags shown. Training time is fairseq's own (`done training "
              "in`), which moves with the machine's load; each row's JSON (git revision, machine, load, exact "
