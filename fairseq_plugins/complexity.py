@@ -255,7 +255,7 @@ def main(argv=None):
     parser.add_argument("--d", type=int, default=128, help="model dimension (default 128, the paper's)")
     parser.add_argument("--l", type=int, default=128, help="lags = context window = training sequence length (default 128)")
     parser.add_argument("--t", type=int, default=None, help="sequence length at which one token is decoded (default: l)")
-    parser.add_argument("--heads", default="1,32", help="softmax head counts, comma-separated (default 1,32)")
+    parser.add_argument("--heads", default="1,32", help="head counts of the kinds whose rows depend on heads (a row per count), comma-separated (default 1,32: the paper's)")
     parser.add_argument("--no-output-projection", action="store_true", help="Extractors without W_out (eq. 25)")
     args = parser.parse_args(argv)
     heads = [int(h) for h in args.heads.split(",")]

@@ -19,6 +19,7 @@ from fairseq import checkpoint_utils, utils
 from fairseq.data import BaseWrapperDataset
 from fairseq.modules import MultiheadAttention
 
+from ..modules import default_kind
 from ..modules.recording import AttentionRecorder, AttentionRecordingError, decoder_self_attentions, records_weights
 from .stats import AttentionStatistics, LayerStatistics
 
@@ -51,7 +52,7 @@ class Loaded:
 def kind_name(module) -> str:
     name = getattr(module, "kind_name", None)
     if name is None and isinstance(module, MultiheadAttention):
-        return "softmax (fairseq MultiheadAttention)"
+        return f"{default_kind()} (fairseq MultiheadAttention)"  # (a stock fairseq model's attention)
     return name or type(module).__name__
 
 

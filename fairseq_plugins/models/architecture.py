@@ -44,6 +44,7 @@ from ..modules import (
     AttentionConfigError,
     check_key_copies,
     check_kind,
+    default_kind,
     valid_kinds,
 )
 
@@ -191,20 +192,20 @@ class Architecture:
         encoder: Tuple[EncoderLayer, ...] = ()
         if not decoder_only:
             n = std.encoder.layers
-            kinds = parse_per_layer(_option(args, "encoder_attention_kinds", "softmax"), n, "encoder_attention_kinds", str)
+            kinds = parse_per_layer(_option(args, "encoder_attention_kinds", default_kind()), n, "encoder_attention_kinds", str)
             heads = parse_per_layer(_option(args, "encoder_layer_attention_heads"), n, "encoder_layer_attention_heads", _positive_int, std.encoder.attention_heads)
             ffn = parse_per_layer(_option(args, "encoder_layer_ffn_embed_dims"), n, "encoder_layer_ffn_embed_dims", _positive_int, std.encoder.ffn_embed_dim)
             encoder = tuple(EncoderLayer(k, h, f) for k, h, f in zip(kinds, heads, ffn))
             _check_encoder_layers(encoder, std.encoder.embed_dim)  # (before the decoder's options are read)
         n = std.decoder.layers
-        kinds = parse_per_layer(_option(args, "decoder_attention_kinds", "softmax"), n, "decoder_attention_kinds", str)
+        kinds = parse_per_layer(_option(args, "decoder_attention_kinds", default_kind()), n, "decoder_attention_kinds", str)
         heads = parse_per_layer(_option(args, "decoder_layer_attention_heads"), n, "decoder_layer_attention_heads", _positive_int, std.decoder.attention_heads)
         ffn = parse_per_layer(_option(args, "decoder_layer_ffn_embed_dims"), n, "decoder_layer_ffn_embed_dims", _positive_int, std.decoder.ffn_embed_dim)
         cross_kinds: List[Optional[str]] = [None] * n
         cross_heads: List[Optional[int]] = [None] * n
         connect: List[int] = [1] * n
         if not decoder_only and not getattr(args, "no_cross_attention", False):
-            cross_kinds = parse_per_layer(_option(args, "cross_attention_kinds", "softmax"), n, "cross_attention_kinds", str)
+            cross_kinds = parse_per_layer(_option(args, "cross_attention_kinds", default_kind()), n, "cross_attention_kinds", str)
             cross_heads_value = _option(args, "cross_attention_heads")
             cross_heads = (parse_per_layer(cross_heads_value, n, "cross_attention_heads", _positive_int)
                            if cross_heads_value is not None else heads)

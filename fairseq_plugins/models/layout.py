@@ -16,7 +16,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models.transformer import TransformerConfig
 
-from ..modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, ENCODER_SELF
+from ..modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, default_kind
 from ..modules.registry import PLACEMENT_NAMES
 from ..modules.options import ModelKindOptions, compose_option_classes, option_fields, registered_option_classes
 from .architecture import Architecture
@@ -43,7 +43,7 @@ class DecoderLayoutConfig(FairseqDataclass):
         },
     )
     decoder_attention_kinds: str = field(
-        default="softmax",
+        default=default_kind(),  # (the kind registered as the default: fairseq's own attention)
         metadata={"help": "attention kind of each decoder layer's self-attention (comma-separated, one value broadcasts)"},
     )
     decoder_layer_attention_heads: Optional[str] = field(
@@ -59,7 +59,7 @@ class DecoderLayoutConfig(FairseqDataclass):
 @dataclass
 class EncoderDecoderLayoutConfig(DecoderLayoutConfig):
     encoder_attention_kinds: str = field(
-        default="softmax",
+        default=default_kind(),  # (the kind registered as the default: fairseq's own attention)
         metadata={"help": "attention kind of each encoder layer's self-attention (comma-separated, one value broadcasts)"},
     )
     encoder_layer_attention_heads: Optional[str] = field(
@@ -71,7 +71,7 @@ class EncoderDecoderLayoutConfig(DecoderLayoutConfig):
         metadata={"help": "FFN width of each encoder layer (comma-separated; default: --encoder-ffn-embed-dim)"},
     )
     cross_attention_kinds: str = field(
-        default="softmax",
+        default=default_kind(),  # (the kind registered as the default: fairseq's own attention)
         metadata={"help": "attention kind of each decoder layer's encoder-decoder attention (comma-separated)"},
     )
     cross_attention_heads: Optional[str] = field(

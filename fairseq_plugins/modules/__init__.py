@@ -11,6 +11,7 @@ from .registry import (  # noqa: F401
     build_attention,
     check_key_copies,
     check_kind,
+    default_kind,
     register_attention,
     valid_kinds,
 )

@@ -76,6 +76,9 @@ class AttentionSpec:
     # option name -> the placements where the kind reads it (the fields' ``placements`` metadata,
     # default every placement of the kind); used to warn about options no layer reads.
     options: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
+    # The kind a layer gets when the model options name none (``--*-attention-kinds`` unset): one kind,
+    # valid in every placement, declares it (fairseq's own attention).
+    default: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ def register_attention(
     costs=None,
     attention_distribution: bool = False,
     options: Optional[type] = None,
+    default: bool = False,
 ):
     """Class decorator: register an attention kind under ``name``.
 
@@ -115,6 +119,9 @@ def register_attention(
     (a dict, run in every placement of the kind) or to a ``ConformanceVariant``
     (options and the placements where they act); the conformance suite runs
     every variant through every check, like the default configuration.
+
+    ``default``: the kind is the model's default, taken by every layer whose kind the options do
+    not name (``default_kind``); one kind declares it, and it must support every placement.
     """
     placements = tuple(placements)
     unknown = [p for p in placements if p not in PLACEMENTS]
@@ -149,6 +156,12 @@ def register_attention(
     def decorator(cls):
         if name in ATTENTION_REGISTRY:
             raise ValueError(f"attention kind {name!r} is already registered")
+        if default:
+            if set(placements) != set(PLACEMENTS):
+                raise ValueError(f"the default attention kind {name!r} must support every placement ({', '.join(PLACEMENTS)})")
+            other = [spec.name for spec in ATTENTION_REGISTRY.values() if spec.default]
+            if other:
+                raise ValueError(f"attention kind {name!r} declares itself the default kind, which {other[0]!r} is")
         # Kinds either subclass BaseAttention or (softmax) fairseq's own
         # MultiheadAttention; both must provide these class-level hooks.
         missing = [a for a in ("from_config", "uses_future_mask", "reorder_incremental_state") if not hasattr(cls, a)]
@@ -157,11 +170,20 @@ def register_attention(
         cls.kind_name = name
         ATTENTION_REGISTRY[name] = AttentionSpec(
             name, cls, placements, naive_reference, description, variants, costs, bool(attention_distribution),
-            options_class, read_options
+            options_class, read_options, bool(default)
         )
         return cls
 
     return decorator
+
+
+def default_kind() -> str:
+    """The kind of a layer whose kind the model options do not name (the one registered with
+    ``default=True``)."""
+    for spec in ATTENTION_REGISTRY.values():
+        if spec.default:
+            return spec.name
+    raise AttentionConfigError("no attention kind is registered as the default (register_attention(..., default=True))")
 
 
 def unregister_attention(name: str) -> None:

@@ -174,3 +174,27 @@ def test_a_kind_registered_later_joins_the_command_line():
             assert ModelKindOptions.from_args(args).of(LateOptions).late_kind_width == 7
     finally:
         unregister_attention("late_kind")
+
+
+def test_layers_whose_kind_is_not_named_take_the_kind_registered_as_the_default():
+    from fairseq_plugins.models.architecture import Architecture
+    from fairseq_plugins.modules import PLACEMENTS, default_kind
+
+    defaults = [spec.name for spec in ATTENTION_REGISTRY.values() if spec.default]
+    assert defaults == [default_kind()] and set(ATTENTION_REGISTRY[default_kind()].placements) == set(PLACEMENTS)
+    args = fairseq_options.parse_args_and_arch(fairseq_options.get_training_parser(), input_args=[
+        "data", "--task", "translation", "--arch", "transformer_iwslt_de_en", "--user-dir", "fairseq_plugins"])
+    args.arch = "mixed_transformer"
+    architecture = Architecture.from_args(args)
+    kinds = {layer.attention_kind for layer in architecture.encoder_layers + architecture.decoder_layers}
+    kinds |= {layer.cross_attention_kind for layer in architecture.decoder_layers}
+    assert kinds == {default_kind()}
+    # one default, valid everywhere
+    with pytest.raises(ValueError, match=f"declares itself the default kind, which '{default_kind()}' is"):
+        register_attention("second_default", PLACEMENTS, naive_reference=None, description="", default=True)(
+            type("SecondDefault", (BaseAttention,), {}))
+    assert "second_default" not in ATTENTION_REGISTRY
+    with pytest.raises(ValueError, match="the default attention kind 'partial_default' must support every placement"):
+        register_attention("partial_default", [DECODER_SELF], naive_reference=None, description="", default=True)(
+            type("PartialDefault", (BaseAttention,), {}))
+    assert "partial_default" not in ATTENTION_REGISTRY

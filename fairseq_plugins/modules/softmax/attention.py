@@ -69,6 +69,7 @@ def naive_softmax_attention(module, query, key, value, key_padding_mask=None):
     costs=SOFTMAX_COSTS,
     attention_distribution=True,
     options=SoftmaxOptions,
+    default=True,  # fairseq's own attention: what a layer gets when the options name no kind
 )
 class SoftmaxAttention(MultiheadAttention):
     """fairseq's MultiheadAttention, causal by construction in ``decoder_self``.
