@@ -39,12 +39,16 @@ demo: setup
 
 # Test files run side by side, one per worker (pytest-xdist; a file's tests share
 # their module fixtures, so a file stays on one worker), each on one thread
-# (tests/conftest.py). TEST_WORKERS=0 runs them one after another in pytest's own process.
+# (tests/conftest.py), the longest files first (tests/durations.json, written by
+# tools/record_test_durations.py; --no-loadscope-reorder keeps that order).
+# TEST_WORKERS=0 runs them one after another in pytest's own process; TEST_ARGS
+# adds pytest options (e.g. --junitxml=FILE for the durations tool).
 TEST_WORKERS ?= auto
+TEST_ARGS ?=
 
 test: setup
 	# --durations: the slowest tests, to keep the suite within its time budget
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(TEST_ARGS) tests
 
 # Benchmarks (never part of `make test`). BENCH_ARGS=--quick for a smoke run of minutes.
 # bench-speed: one attention layer of every kind, time and memory vs T -> docs/benchmarks.md (+ PNG plot)

@@ -29,3 +29,22 @@ def data_dir(tmp_path_factory):
     for name in ("dict.src.txt", "dict.tgt.txt", "dict.txt"):
         (path / name).write_text("".join(f"w{i} 10\n" for i in range(12)))
     return str(path)
+
+
+# Longest files first (tools/record_test_durations.py writes the table): `make test` hands files to its
+# workers in collection order (--no-loadscope-reorder), so the long trainings start at once and the short
+# files fill in around them, instead of one worker training alone at the end.
+DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    import json
+
+    try:
+        with open(DURATIONS, encoding="utf-8") as f:
+            seconds = json.load(f)
+    except FileNotFoundError:
+        return
+    root = str(config.rootpath)
+    # (a stable sort: a file's tests keep their order; files missing from the table keep theirs, after the rest)
+    items.sort(key=lambda item: -seconds.get(os.path.relpath(str(item.path), root).replace(os.sep, "/"), 0.0))

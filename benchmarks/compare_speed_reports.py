@@ -1,0 +1,108 @@
+#!/usr/bin/env python
+"""Did a change make any kind slower? Compares reports of ``benchmarks/attention_speed.py`` taken before and
+after it, on the same machine, back to back.
+
+For every kind and every T of the forward+backward table (and every prefix of the decoding table) it takes
+the kind's time relative to the reference kind's in the same report (the load and the machine's speed cancel
+out, as the issue's "ratio to softmax" asks), the median over the reports given for each side, and prints
+the change of that ratio from BEFORE to AFTER: positive = the kind got slower relative to the reference.
+A change beyond ``--tolerance`` (default 5 %) is marked, and the exit status is 1 when any is.
+
+    git worktree add /tmp/before REV
+    (cd /tmp/before && python benchmarks/attention_speed.py --lengths 4096,8192 ... --output /tmp/before1.md)
+    python benchmarks/attention_speed.py --lengths 4096,8192 ... --output /tmp/after1.md
+    python benchmarks/compare_speed_reports.py --before /tmp/before1.md --after /tmp/after1.md
+"""
+import argparse
+import re
+import statistics
+import sys
+from typing import Dict, List, Optional, Tuple
+
+TIME_SECTION = "## Forward + backward time (median)"
+DECODE_SECTION = "## Incremental decoding: cost per new token (median)"
+UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def seconds(cell: str) -> Optional[float]:
+    """ "795.3 ms" -> 0.7953; anything that is not a time (skipped, -) -> None."""
+    match = re.fullmatch(r"\s*([0-9.]+)\s*(s|ms|us|ns)\s*", cell)
+    return float(match.group(1)) * UNITS[match.group(2)] if match else None
+
+
+def table(text: str, heading: str, source: str) -> Dict[Tuple[int, str], float]:
+    """(T or prefix, kind) -> seconds, from the markdown table under ``heading`` (columns whose header has no
+    "/" are kinds; ratio columns are left out)."""
+    lines = text.splitlines()
+    try:
+        start = lines.index(heading)
+    except ValueError:
+        raise SystemExit(f"error: {source}: no section {heading!r} (not a report of benchmarks/attention_speed.py?)")
+    rows: List[str] = []
+    in_table = False
+    for line in lines[start + 1:]:
+        if line.startswith("|"):
+            rows.append(line)
+            in_table = True
+        elif in_table:
+            break
+    if len(rows) < 3:
+        raise SystemExit(f"error: {source}: the section {heading!r} has no table rows")
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    values = {}
+    for row in rows[2:]:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        for name, cell in zip(header[1:], cells[1:]):
+            if "/" not in name and seconds(cell) is not None:
+                values[(int(cells[0]), name)] = seconds(cell)
+    return values
+
+
+def relative_times(reports: List[str], heading: str, reference: str) -> Dict[Tuple[int, str], float]:
+    """(T, kind) -> the median over ``reports`` of the kind's time / the reference's time at that T."""
+    collected: Dict[Tuple[int, str], List[float]] = {}
+    for path in reports:
+        with open(path, encoding="utf-8") as f:
+            values = table(f.read(), heading, path)
+        for (length, kind), value in values.items():
+            base = values.get((length, reference))
+            if kind != reference and base:
+                collected.setdefault((length, kind), []).append(value / base)
+    return {key: statistics.median(ratios) for key, ratios in collected.items()}
+
+
+def compare(before: List[str], after: List[str], reference: str, tolerance: float, lengths: Optional[List[int]]):
+    """The rows of the comparison (section, T, kind, before, after, change, beyond tolerance)."""
+    rows = []
+    for label, heading in (("forward+backward", TIME_SECTION), ("decoding per token", DECODE_SECTION)):
+        old, new = relative_times(before, heading, reference), relative_times(after, heading, reference)
+        for key in sorted(set(old) & set(new)):
+            if label == "forward+backward" and lengths and key[0] not in lengths:
+                continue
+            change = new[key] / old[key] - 1
+            rows.append((label, key[0], key[1], old[key], new[key], change, change > tolerance))
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", action="append", required=True, help="report of the revision before (repeatable)")
+    parser.add_argument("--after", action="append", required=True, help="report of the revision after (repeatable)")
+    parser.add_argument("--reference", default="softmax", help="the kind the times are relative to (default: %(default)s)")
+    parser.add_argument("--tolerance", type=float, default=0.05, help="allowed slow-down of a ratio (default: %(default)s)")
+    parser.add_argument("--lengths", help="forward+backward lengths to compare (comma-separated; default: all common ones)")
+    args = parser.parse_args(argv)
+    lengths = [int(t) for t in args.lengths.split(",")] if args.lengths else None
+    rows = compare(args.before, args.after, args.reference, args.tolerance, lengths)
+    if not rows:
+        raise SystemExit("error: the reports have no (T, kind) cell in common")
+    print(f"| measured | T / prefix | kind | time / {args.reference} before | after | change |")
+    print("| --- | ---: | --- | ---: | ---: | ---: |")
+    for label, length, kind, old, new, change, beyond in rows:
+        mark = f" **slower by more than {args.tolerance:.0%}**" if beyond else ""
+        print(f"| {label} | {length} | {kind} | {old:.3f} | {new:.3f} | {change:+.1%}{mark} |")
+    return 1 if any(row[-1] for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

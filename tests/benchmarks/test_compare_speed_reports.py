@@ -1,0 +1,54 @@
+"""benchmarks/compare_speed_reports.py: the change of each kind's time relative to the reference kind between
+reports taken before and after a change, on known tables."""
+import pytest
+
+from benchmarks import compare_speed_reports as compare
+
+
+def report(softmax_ms, other_ms, decode_us=(600, 300)):
+    return f"""# Attention speed
+
+## Forward + backward time (median)
+
+| T | softmax | other | softmax / other |
+| ---: | ---: | ---: | ---: |
+| 4096 | {softmax_ms} ms | {other_ms} ms | 1.0x |
+| 8192 | 2.0 s | skipped | - |
+
+Ratios are speed-ups.
+
+## Incremental decoding: cost per new token (median)
+
+| prefix P | softmax | other | other / softmax |
+| ---: | ---: | ---: | ---: |
+| 128 | {decode_us[0]} us | {decode_us[1]} us | 0.5 |
+"""
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_ratios_to_the_reference_are_compared_and_a_slow_down_beyond_the_tolerance_fails(tmp_path, capsys):
+    # twice as slow a machine after: the ratios are unchanged
+    before = write(tmp_path, "before.md", report(100, 50))
+    after = write(tmp_path, "after.md", report(200, 100, (1200, 600)))
+    rows = compare.compare([before], [after], "softmax", 0.05, None)
+    assert [(r[0], r[1], r[2]) for r in rows] == [("forward+backward", 4096, "other"), ("decoding per token", 128, "other")]
+    assert all(r[5] == pytest.approx(0.0) and not r[6] for r in rows)
+    assert compare.main(["--before", before, "--after", after]) == 0
+    # 10 % slower relative to softmax: marked, exit status 1
+    slower = write(tmp_path, "slower.md", report(100, 55))
+    assert compare.main(["--before", before, "--after", slower]) == 1
+    assert "+10.0% **slower by more than 5%**" in capsys.readouterr().out
+    # the median over repeated reports of a side
+    rows = compare.compare([before], [slower, after, write(tmp_path, "again.md", report(100, 51))], "softmax", 0.05, [4096])
+    assert rows[0][4] == pytest.approx(0.51) and rows[0][5] == pytest.approx(0.02)
+
+
+def test_a_file_that_is_not_a_report_is_named(tmp_path):
+    path = write(tmp_path, "notes.md", "# something else\n")
+    with pytest.raises(SystemExit, match="notes.md: no section '## Forward \\+ backward time \\(median\\)'"):
+        compare.compare([path], [path], "softmax", 0.05, None)
