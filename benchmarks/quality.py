@@ -1014,15 +1014,15 @@ def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], comm
     return "\n".join(lines) + "\n"
 
 
-def write_report(path: str, section: str):
-    """Replace the section between the markers in ``path`` (append it when absent)."""
+def write_report(path: str, section: str, begin: str = REPORT_BEGIN, end: str = REPORT_END):
+    """Replace the section between the markers ``begin`` and ``end`` in ``path`` (append it when absent)."""
     text = ""
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             text = f.read()
-    if REPORT_BEGIN in text and REPORT_END in text:
-        head, rest = text.split(REPORT_BEGIN, 1)
-        tail = rest.split(REPORT_END, 1)[1]
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1]
         text = head + section.rstrip("\n") + tail
     else:
         text = text.rstrip("\n") + ("\n\n" if text else "") + section

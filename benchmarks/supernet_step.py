@@ -16,6 +16,7 @@ outside the sub-network's slices) and Adam updates every container it has state 
 the sub-network's is what this measures.
 
     python benchmarks/supernet_step.py                                  # multi30k_cpu space, prints a table
+    python benchmarks/supernet_step.py --output docs/search.md          # ... and writes its section there
     python benchmarks/supernet_step.py --space search_spaces/wmt14_en_de.yaml --device cuda --json out.json
 """
 import argparse
@@ -33,7 +34,10 @@ if __package__ in (None, ""):  # run by path: make the checkout importable
 import torch  # noqa: E402
 
 from benchmarks.attention_speed import FIXED_MALLOC_ENV, _peak_rss_bytes, _reset_peak_rss, _rss_bytes  # noqa: E402
-from benchmarks.provenance import available_cores  # noqa: E402
+from benchmarks.provenance import REPO, available_cores, cpu_model, load_average, require_committed  # noqa: E402
+
+REPORT_BEGIN = "<!-- supernet-step:begin (written by benchmarks/supernet_step.py; edit the script, not this section) -->"
+REPORT_END = "<!-- supernet-step:end -->"
 
 CELLS = [(size, model) for size in ("smallest", "largest") for model in ("standalone", "supernet")]
 
@@ -148,6 +152,9 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=available_cores(), help="torch threads (default: the cores)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: %(default)s)")
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--output", help="also write the table, command, revision and machine as a section of this "
+                        "markdown file (e.g. docs/search.md; the section between its markers is replaced)")
+    parser.add_argument("--allow-dirty", action="store_true", help="--output: measure even with uncommitted changes (recorded)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -158,6 +165,8 @@ def main(argv=None) -> int:
     for name in ("tokens", "length", "vocab", "steps", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: expected at least 1")
+    revision = require_committed(args.allow_dirty, "benchmarks/supernet_step.py") if args.output else None
+    load_before = load_average()
     results = {}
     for size, model in CELLS:
         spec = dict(space=os.path.abspath(args.space), tokens=args.tokens, length=args.length, vocab=args.vocab,
@@ -174,6 +183,23 @@ def main(argv=None) -> int:
                      f"{inside['median_s'] / alone['median_s']:.2f} | {alone['peak_bytes'] / 2**20:.1f} MiB | "
                      f"{inside['peak_bytes'] / 2**20:.1f} MiB | {inside['peak_bytes'] / max(alone['peak_bytes'], 1):.2f} |")
     print("\n".join(lines))
+    if args.output:
+        from benchmarks.quality import write_report
+
+        command = "python benchmarks/supernet_step.py" + "".join(" " + a for a in (argv if argv is not None else sys.argv[1:]))
+        space = os.path.relpath(os.path.abspath(args.space), REPO)
+        section = [REPORT_BEGIN, "", "## Measured: a supernet training step against the standalone sub-network", "",
+                   f"`{command}` at git {revision}, {available_cores()} cores ({cpu_model()}), {args.threads} threads, "
+                   f"device {args.device}, load average {load_before} at the start and {load_average()} at the end. "
+                   f"Space `{space}`; one training step (forward, backward, Adam) on a batch of {args.tokens // args.length} "
+                   f"sentence pairs of {args.length} tokens (dictionary of {args.vocab}), the median of {args.steps} timed "
+                   f"steps after {args.warmup}; peak memory: the kernel's peak-RSS mark above the memory after building "
+                   "the model, optimizer and batch (glibc's mmap threshold fixed). Every cell runs in a fresh process. "
+                   "The supernet's step runs the sub-network on slices of its containers, so its gradients are "
+                   "container-sized (zero outside the slices) and Adam updates every container the step touched: that, "
+                   "and building the sub-network's module (cached), is its cost beyond the standalone model's.", "",
+                   *lines, "", REPORT_END, ""]
+        write_report(args.output, "\n".join(section), REPORT_BEGIN, REPORT_END)
     if args.json:
         from fairseq_plugins.files import write_json
 

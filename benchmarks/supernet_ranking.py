@@ -1,0 +1,353 @@
+#!/usr/bin/env python
+"""Can the supernet rank architectures? The measured run of docs/search.md on Multi30k de-en.
+
+Stages, each resumable (a finished stage is read back, not run again) and each writing small files
+under ``--results`` (default ``benchmarks/results/supernet_multi30k/``, committed, so that a later
+session on another machine continues where this one stopped; checkpoints stay in ``--work-dir``):
+
+1. ``supernet``: Multi30k prepared as ``make bench-quality`` prepares it, then
+   ``recipes/multi30k/supernet.sh`` (the ``multi30k_cpu`` space, the sandwich rule) for ``--supernet-updates``
+   updates with bench-quality's Multi30k settings (lr, warm-up, dropout, batch); records the wall time and the
+   validation loss of the largest and of the smallest sub-network at every validation (``supernet.json``).
+2. ``architectures``: ``--architectures`` architectures spread over the space: ``--pool`` samples of the space
+   (seeded), ordered by forward FLOPs without the output projection (the registry's counts), one taken at each of evenly spaced quantiles
+   (``architectures.jsonl``).
+3. ``inherited``: the validation loss of each inside the supernet, ``python -m fairseq_plugins.search evaluate``
+   (``inherited.jsonl``).
+4. ``scratch``: each trained from scratch with ``recipes/multi30k/train.sh ... --architecture-file`` for
+   ``--scratch-updates`` updates, bench-quality's settings; its validation loss at the end (``scratch.jsonl``).
+5. the report: both losses per architecture and Kendall's tau between the two orders (scipy), the number that
+   says whether inherited losses can rank architectures (Hardware-Aware Transformers and RankNAS rely on it).
+
+    python benchmarks/supernet_ranking.py                      # every stage (hours on 2 CPU cores)
+    python benchmarks/supernet_ranking.py --stages supernet    # one stage
+    python benchmarks/supernet_ranking.py --report-only        # re-render docs/search.md from the results
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import shlex
+import sys
+import shutil
+import time
+from typing import Dict, List, Optional, Sequence
+
+if __package__ in (None, ""):  # run by path: make the checkout importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.provenance import REPO, available_cores, cpu_model, git_revision, load_average, require_committed  # noqa: E402
+from benchmarks.quality import (SUITES, Context, _pipe_fields, parse_train_log, prepare, recipe_env,  # noqa: E402
+                                relative, shell_line, write_report)
+from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
+
+STAGES = ("supernet", "architectures", "inherited", "scratch")
+SUITE = SUITES["multi30k"]
+SPACE = os.path.join(REPO, "search_spaces", "multi30k_cpu.yaml")
+# bench-quality's Multi30k settings (its suite env) for every training here; the supernet trains longer
+# (it trains many sub-networks; four per update under the sandwich rule)
+TRAIN_ENV = {key: value for key, value in SUITE.env.items() if key not in ("GEN_EXTRA_ARGS", "SUBSETS")}
+SUPERNET_UPDATES = 2000
+SCRATCH_UPDATES = 500
+ARCHITECTURES = 12
+POOL = 1000
+SEED = 1
+SCRATCH_PRESET = "mixed_transformer_iwslt_de_en"  # positions and defaults of the from-scratch models
+REPORT_BEGIN = "<!-- supernet-ranking:begin (written by benchmarks/supernet_ranking.py; edit the script, not this section) -->"
+REPORT_END = "<!-- supernet-ranking:end -->"
+
+
+def log(message: str):
+    print(f"[supernet-ranking] {message}", file=sys.stderr, flush=True)
+
+
+def provenance() -> Dict[str, str]:
+    return {"git": git_revision(), "cores": available_cores(), "cpu": cpu_model(), "load_average": load_average(),
+            "threads": os.environ.get("OMP_NUM_THREADS") or f"torch's default ({available_cores()} cores)",
+            "finished": datetime.datetime.now().isoformat(timespec="seconds")}
+
+
+def read_jsonl(path: str) -> List[dict]:
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def append_jsonl(path: str, record: dict):
+    """One more line (the file is rewritten whole and atomically, so that an interrupted run loses nothing)."""
+    records = read_jsonl(path) + [record]
+    with atomic_output(path) as f:
+        f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
+
+
+def architecture_key(architecture: dict) -> str:
+    return json.dumps(architecture, sort_keys=True)
+
+
+# ------------------------------------------------------------------- stages ---
+def train_supernet(ctx: Context, results: str, updates: int) -> dict:
+    path = os.path.join(results, "supernet.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            done = json.load(f)
+        if done["updates"] == updates:
+            log(f"supernet: done before ({relative(path)})")
+            return done
+        raise SystemExit(f"error: {relative(path)} holds a supernet of {done['updates']} updates, not --supernet-updates "
+                         f"{updates}: remove it (and {relative(supernet_dir(ctx))}) to train again")
+    save_dir = supernet_dir(ctx)
+    env = recipe_env(ctx, SUITE, {**TRAIN_ENV, "MAX_UPDATE": str(updates), "SAVE_DIR": save_dir})
+    command = ["recipes/multi30k/supernet.sh"]
+    log(f"supernet: training ({updates} updates; a rerun resumes from {relative(save_dir)}/checkpoint_last.pt)")
+    started = time.time()
+    ctx.run(SUITE.name, env, command, record=False)
+    elapsed = time.time() - started
+    with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
+        text = f.read()
+    training = parse_train_log(text)
+    result = {"command": shell_line(env, command), "updates": training["updates"], "params": training["params"],
+              "train_seconds": sum(float(s) for s in re.findall(r"done training in ([0-9.]+) seconds", text)),
+              "process_seconds": round(elapsed, 1), "validations": supernet_validations(text),
+              "space": relative(SPACE), **provenance()}
+    if result["updates"] != updates:
+        raise SystemExit(f"error: the supernet stopped at {result['updates']} updates, not {updates} (see its train.log)")
+    write_json(path, result, sort_keys=True)
+    return result
+
+
+def supernet_dir(ctx: Context) -> str:
+    return os.path.join(ctx.work_dir, "checkpoints", "supernet")
+
+
+def supernet_validations(text: str) -> List[dict]:
+    """Every validation of the train log (all runs, a resumed one appends): update, the largest sub-network's
+    loss (``loss``) and the smallest's (``smallest_loss``), in bits."""
+    rows = {}
+    for line in text.splitlines():
+        if "| valid on 'valid' subset |" in line:
+            values = _pipe_fields(line)
+            if "num_updates" in values and "smallest_loss" in values:
+                rows[int(values["num_updates"])] = {"update": int(values["num_updates"]), "largest_loss": values["loss"],
+                                                    "smallest_loss": values["smallest_loss"]}
+    return [rows[u] for u in sorted(rows)]
+
+
+def spread_architectures(space_path: str, count: int, pool: int, seed: int) -> List[dict]:
+    """``count`` architectures of ``pool`` seeded samples, at evenly spaced quantiles of their forward FLOPs
+    (one sentence pair of 30 tokens; the registry's counts), each once."""
+    import fairseq_plugins  # noqa: F401  (kinds)
+    from fairseq_plugins.complexity import architecture_cost
+    from fairseq_plugins.search.space import SearchSpace
+
+    space = SearchSpace.from_file(space_path)
+    unique = {}
+    for architecture in space.samples(pool, seed):
+        unique.setdefault(architecture, None)
+    if len(unique) < count:
+        raise SystemExit(f"error: {space_path}: {len(unique)} distinct architectures in {pool} samples, fewer than {count}")
+    # (the FLOPs without the output projection, whose size depends on the dictionary)
+    costed = sorted(unique, key=lambda a: (architecture_cost(a, 30, 30).flops, a.to_json()))
+    picks = [costed[min(len(costed) - 1, int((i + 0.5) * len(costed) / count))] for i in range(count)]
+    return [a.to_dict() for a in picks]
+
+
+def choose_architectures(results: str, count: int, pool: int, seed: int) -> List[dict]:
+    path = os.path.join(results, "architectures.jsonl")
+    chosen = read_jsonl(path)
+    if chosen:
+        log(f"architectures: chosen before ({relative(path)})")
+        return [entry["architecture"] for entry in chosen]
+    picks = spread_architectures(SPACE, count, pool, seed)
+    with atomic_output(path) as f:
+        for index, architecture in enumerate(picks):
+            f.write(json.dumps({"index": index, "architecture": architecture, "pool": pool, "seed": seed}, sort_keys=True) + "\n")
+    return picks
+
+
+def architecture_file(ctx: Context, index: int, architecture: dict) -> str:
+    path = os.path.join(ctx.work_dir, "architectures", f"a{index:02d}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with atomic_output(path) as f:
+        json.dump(architecture, f)
+    return path
+
+
+def inherited_losses(ctx: Context, results: str, architectures: List[dict]) -> List[dict]:
+    path = os.path.join(results, "inherited.jsonl")
+    done = {architecture_key(r["architecture"]): r for r in read_jsonl(path)}
+    checkpoint = os.path.join(supernet_dir(ctx), "checkpoint_last.pt")
+    for index, architecture in enumerate(architectures):
+        if architecture_key(architecture) in done:
+            continue
+        if not os.path.isfile(checkpoint):
+            raise SystemExit(f"error: {relative(checkpoint)} is missing: the inherited losses need the supernet (run the "
+                             "supernet stage again; its results say with which command)")
+        command = [ctx.python, "-m", "fairseq_plugins.search", "evaluate", "--checkpoint", checkpoint,
+                   "--architecture", architecture_file(ctx, index, architecture)]
+        log(f"inherited: architecture {index}")
+        output = ctx.run(SUITE.name, {}, command, record=False)
+        evaluated = json.loads(output.strip().splitlines()[-1])
+        record = {"index": index, "architecture": architecture, "loss": evaluated["loss"], "nll_loss": evaluated["nll_loss"],
+                  "tokens": evaluated["tokens"], "command": shell_line({}, command), **provenance()}
+        append_jsonl(path, record)
+        done[architecture_key(architecture)] = record
+    return [done[architecture_key(a)] for a in architectures]
+
+
+def scratch_losses(ctx: Context, results: str, architectures: List[dict], updates: int) -> List[dict]:
+    path = os.path.join(results, "scratch.jsonl")
+    done = {architecture_key(r["architecture"]): r for r in read_jsonl(path) if r["updates"] == updates}
+    for index, architecture in enumerate(architectures):
+        if architecture_key(architecture) in done:
+            continue
+        save_dir = os.path.join(ctx.work_dir, "checkpoints", "scratch", f"a{index:02d}")
+        # an unfinished training starts again (its time is one uninterrupted run)
+        if os.path.isdir(save_dir):
+            shutil.rmtree(save_dir)
+        env = recipe_env(ctx, SUITE, {**TRAIN_ENV, "MAX_UPDATE": str(updates), "SAVE_DIR": save_dir})
+        command = ["recipes/multi30k/train.sh", SCRATCH_PRESET, "--architecture-file", architecture_file(ctx, index, architecture)]
+        log(f"scratch: architecture {index} ({updates} updates)")
+        started = time.time()
+        ctx.run(SUITE.name, env, command, record=False)
+        elapsed = time.time() - started
+        with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
+            training = parse_train_log(f.read())
+        if "valid" not in training:
+            raise SystemExit(f"error: {relative(save_dir)}/train.log has no validation")
+        record = {"index": index, "architecture": architecture, "updates": training["updates"], "params": training["params"],
+                  "loss": training["valid"]["loss"], "nll_loss": training["valid"]["nll_loss"],
+                  "train_seconds": training["train_seconds"], "process_seconds": round(elapsed, 1),
+                  "command": shell_line(env, command), **provenance()}
+        append_jsonl(path, record)
+        done[architecture_key(architecture)] = record
+    return [done[architecture_key(a)] for a in architectures]
+
+
+# ------------------------------------------------------------------- report ---
+def kendall_tau(first: Sequence[float], second: Sequence[float]):
+    """Kendall's tau-b between two orders and its two-sided p-value (scipy)."""
+    from scipy.stats import kendalltau
+
+    result = kendalltau(first, second)
+    return float(result.statistic), float(result.pvalue)
+
+
+def describe(architecture: dict) -> str:
+    """A compact line: widths, depths and the kinds of every sub-layer (s = softmax, c = cosformer ...)."""
+    def letters(layers, field):
+        return "".join(layer[field][0] for layer in layers)
+
+    encoder, decoder = architecture.get("encoder_layers", []), architecture["decoder_layers"]
+    parts = [f"d {architecture.get('encoder_embed_dim')}/{architecture['decoder_embed_dim']}",
+             f"{len(encoder)}+{len(decoder)} layers",
+             f"enc {letters(encoder, 'attention_kind')}", f"dec {letters(decoder, 'attention_kind')}"]
+    if decoder and "cross_attention_kind" in decoder[0]:
+        parts.append(f"cross {letters(decoder, 'cross_attention_kind')}")
+        parts.append("connect " + "".join(str(layer["encoder_decoder_connect"]) for layer in decoder))
+    parts.append("FFN " + "/".join(str(layer["ffn_embed_dim"]) for layer in encoder + decoder))
+    parts.append("heads " + "/".join(str(layer["attention_heads"]) for layer in encoder + decoder))
+    return ", ".join(parts)
+
+
+def render(results: str, command: str) -> str:
+    lines = [REPORT_BEGIN, "", "## Measured: can the supernet rank architectures? (Multi30k de-en)", ""]
+    supernet_path = os.path.join(results, "supernet.json")
+    if not os.path.isfile(supernet_path):
+        return "\n".join(lines + ["No results yet: run `python benchmarks/supernet_ranking.py`.", "", REPORT_END, ""])
+    with open(supernet_path, encoding="utf-8") as f:
+        supernet = json.load(f)
+    architectures = [entry["architecture"] for entry in read_jsonl(os.path.join(results, "architectures.jsonl"))]
+    inherited = {architecture_key(r["architecture"]): r for r in read_jsonl(os.path.join(results, "inherited.jsonl"))}
+    scratch = {architecture_key(r["architecture"]): r for r in read_jsonl(os.path.join(results, "scratch.jsonl"))}
+    revisions = sorted({r["git"] for r in [supernet, *inherited.values(), *scratch.values()]})
+    machines = sorted({f"{r['cores']} cores ({r['cpu']}), threads {r['threads']}" for r in [supernet, *scratch.values()]})
+    lines += [
+        f"Rendered by `{command}` from `{relative(results)}/` (the stages' results, committed). Measured at git "
+        f"{', '.join(revisions)} on {'; '.join(machines)}; each result records its revision, machine, load and exact "
+        "command. `$DATA_ROOT` in the commands is the shared data folder (`multi30k/`).", "",
+        "### The supernet", "",
+        f"`{supernet['command']}` (space `{supernet['space']}`, the sandwich rule: the largest, the smallest and two "
+        f"sampled sub-networks per update): {supernet['updates']} updates in {supernet['train_seconds'] / 60:.1f} min "
+        f"(fairseq's `done training`), {supernet['params']:,} parameters in the supernet's containers.", "",
+        "| update | valid loss, largest (bits) | valid loss, smallest (bits) |", "| ---: | ---: | ---: |"]
+    lines += [f"| {v['update']} | {v['largest_loss']:.3f} | {v['smallest_loss']:.3f} |" for v in supernet["validations"]]
+    lines += ["", "### Inherited against trained-from-scratch validation loss", ""]
+    rows = [(a, inherited.get(architecture_key(a)), scratch.get(architecture_key(a))) for a in architectures]
+    complete = [(a, i, s) for a, i, s in rows if i and s]
+    if architectures:
+        first = next((s for _, _, s in complete), None)
+        lines += [f"{len(architectures)} architectures spread over the space (evenly spaced quantiles of the forward FLOPs "
+                  "of 1,000 seeded samples). *Inherited*: `python -m fairseq_plugins.search evaluate` inside the "
+                  "supernet, nothing trained. *Scratch*: the same architecture trained alone"
+                  + (f" for {first['updates']} updates, bench-quality's Multi30k settings (`{first['command']}`)" if first else "")
+                  + ". Label-smoothed loss and NLL on the validation set, bits per token.", "",
+                  "| # | architecture | params (scratch) | inherited loss | scratch loss | inherited NLL | scratch NLL | scratch time |",
+                  "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        def cell(record, key, form):
+            return format(record[key], form) if record else "-"
+
+        for index, (a, i, s) in enumerate(rows):
+            lines.append(f"| {index} | {describe(a)} | {cell(s, 'params', ',')} | {cell(i, 'loss', '.3f')} | "
+                         f"{cell(s, 'loss', '.3f')} | {cell(i, 'nll_loss', '.3f')} | {cell(s, 'nll_loss', '.3f')} | "
+                         f"{cell(s, 'train_seconds', '.0f') + ' s' if s else '-'} |")
+        lines.append("")
+    if len(complete) >= 3:
+        tau, p = kendall_tau([i["loss"] for _, i, _ in complete], [s["loss"] for _, _, s in complete])
+        tau_nll, p_nll = kendall_tau([i["nll_loss"] for _, i, _ in complete], [s["nll_loss"] for _, _, s in complete])
+        lines += [f"**Kendall's tau** between the inherited and the from-scratch order over {len(complete)} architectures: "
+                  f"**{tau:.3f}** (p = {p:.3g}) on the loss, {tau_nll:.3f} (p = {p_nll:.3g}) on the NLL "
+                  "(`scipy.stats.kendalltau`, tau-b; 1: the same order, 0: unrelated).", ""]
+    else:
+        lines += [f"Kendall's tau: not yet ({len(complete)} of {len(architectures)} architectures have both losses).", ""]
+    return "\n".join(lines + [REPORT_END, ""])
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated stages to run (default: %(default)s)")
+    parser.add_argument("--data-root", default=os.path.join(os.path.dirname(REPO), "shared", "data"),
+                        help="the shared data folder (multi30k/)")
+    parser.add_argument("--work-dir", default=os.path.join(REPO, "work_dirs", "supernet_ranking"),
+                        help="data and checkpoints (default: %(default)s)")
+    parser.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "supernet_multi30k"),
+                        help="the stages' small results, committed (default: %(default)s)")
+    parser.add_argument("--output", default=os.path.join(REPO, "docs", "search.md"), help="the report (default: %(default)s)")
+    parser.add_argument("--supernet-updates", type=int, default=SUPERNET_UPDATES, help="(default: %(default)s)")
+    parser.add_argument("--scratch-updates", type=int, default=SCRATCH_UPDATES, help="(default: %(default)s)")
+    parser.add_argument("--architectures", type=int, default=ARCHITECTURES, help="(default: %(default)s)")
+    parser.add_argument("--pool", type=int, default=POOL, help="samples the architectures are chosen from (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=SEED, help="seed of the samples (default: %(default)s)")
+    parser.add_argument("--report-only", action="store_true", help="only re-render the report from --results")
+    parser.add_argument("--allow-dirty", action="store_true", help="measure even with uncommitted changes (recorded)")
+    args = parser.parse_args(argv)
+    stages = [s for s in args.stages.split(",") if s]
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        parser.error(f"--stages: unknown {', '.join(unknown)} (stages: {', '.join(STAGES)})")
+    for name in ("supernet_updates", "scratch_updates", "architectures", "pool"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: expected at least 1")
+    os.makedirs(args.results, exist_ok=True)
+    command = "python benchmarks/supernet_ranking.py" + "".join(" " + shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    if not args.report_only:
+        require_committed(args.allow_dirty, "benchmarks/supernet_ranking.py")
+        ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=os.path.abspath(args.work_dir), quick=False)
+        prepare(ctx, SUITE)
+        if "supernet" in stages:
+            train_supernet(ctx, args.results, args.supernet_updates)
+        architectures = choose_architectures(args.results, args.architectures, args.pool, args.seed) \
+            if {"architectures", "inherited", "scratch"} & set(stages) else []
+        if "inherited" in stages:
+            inherited_losses(ctx, args.results, architectures)
+        if "scratch" in stages:
+            scratch_losses(ctx, args.results, architectures, args.scratch_updates)
+    write_report(args.output, render(args.results, command), REPORT_BEGIN, REPORT_END)
+    log(f"report: {relative(args.output)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""benchmarks/supernet_ranking.py (docs/search.md's measured run): the architectures spread over the space's
+FLOPs, Kendall's tau on known orders, the supernet's validations read from a train log, and the report
+rendered from stage results (the stages themselves run recipes and CLIs tested elsewhere)."""
+import json
+
+import pytest
+
+from benchmarks import supernet_ranking as ranking
+
+
+def test_the_architectures_are_distinct_in_the_space_and_spread_over_its_flops():
+    import fairseq_plugins  # noqa: F401
+    from fairseq_plugins.complexity import architecture_cost
+    from fairseq_plugins.models.architecture import Architecture
+    from fairseq_plugins.search.space import SearchSpace
+
+    space = SearchSpace.from_file(ranking.SPACE)
+    picks = ranking.spread_architectures(ranking.SPACE, 6, 200, 1)
+    assert picks == ranking.spread_architectures(ranking.SPACE, 6, 200, 1)  # seeded
+    architectures = [Architecture.from_dict(a) for a in picks]
+    assert len(set(architectures)) == 6
+    for architecture in architectures:
+        space.check_contains(architecture)
+    flops = [architecture_cost(a, 30, 30).flops for a in architectures]
+    pool = sorted(architecture_cost(a, 30, 30).flops for a in set(space.samples(200, 1)))
+    assert flops == sorted(flops) and flops[0] <= pool[len(pool) // 6] and flops[-1] >= pool[-len(pool) // 6 - 1]
+    with pytest.raises(SystemExit, match="fewer than 5000"):
+        ranking.spread_architectures(ranking.SPACE, 5000, 10, 1)
+
+
+def test_kendall_tau_on_known_orders():
+    assert ranking.kendall_tau([1, 2, 3, 4], [10, 20, 30, 40])[0] == pytest.approx(1.0)
+    assert ranking.kendall_tau([1, 2, 3, 4], [40, 30, 20, 10])[0] == pytest.approx(-1.0)
+    # one swapped pair of six: (5 - 1) / 6
+    assert ranking.kendall_tau([1, 2, 3, 4], [1, 2, 4, 3])[0] == pytest.approx(4 / 6)
+
+
+LOG = """2026-11-26 | INFO | fairseq_cli.train | {'_name': None}
+2026-11-26 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 9.1 | nll_loss 8.9 | ppl 478 | wps 1 | wpb 2 | bsz 3 | num_updates 121 | smallest_loss 9.5 | smallest_nll_loss 9.3
+2026-11-26 | INFO | fairseq_cli.train | {'_name': None}
+2026-11-26 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 7.25 | nll_loss 7.0 | ppl 128 | wps 1 | wpb 2 | bsz 3 | num_updates 242 | smallest_loss 8.125 | smallest_nll_loss 8.0
+"""
+
+
+def test_the_supernet_validations_of_every_run_of_the_log():
+    assert ranking.supernet_validations(LOG) == [
+        {"update": 121, "largest_loss": 9.1, "smallest_loss": 9.5},
+        {"update": 242, "largest_loss": 7.25, "smallest_loss": 8.125}]
+
+
+def write_results(results, architectures, inherited, scratch):
+    machine = {"git": "abc123", "cores": 2, "cpu": "cpu", "threads": "OMP_NUM_THREADS=1", "load_average": "0"}
+    (results / "supernet.json").write_text(json.dumps({
+        "command": "recipes/multi30k/supernet.sh", "updates": 242, "params": 1234567, "train_seconds": 600.0,
+        "space": "search_spaces/multi30k_cpu.yaml",
+        "validations": ranking.supernet_validations(LOG), **machine}))
+    lines = [json.dumps({"index": i, "architecture": a}) for i, a in enumerate(architectures)]
+    (results / "architectures.jsonl").write_text("\n".join(lines) + "\n")
+    (results / "inherited.jsonl").write_text("".join(json.dumps({"architecture": a, "loss": l, "nll_loss": l - 0.5, **machine}) + "\n"
+                                                     for a, l in zip(architectures, inherited)))
+    (results / "scratch.jsonl").write_text("".join(json.dumps({"architecture": a, "loss": l, "nll_loss": l - 0.5, "updates": 500,
+                                                               "params": 1000 + i, "train_seconds": 60.0,
+                                                               "command": "recipes/multi30k/train.sh x", **machine}) + "\n"
+                                                   for i, (a, l) in enumerate(zip(architectures, scratch))))
+
+
+def test_the_report_shows_both_losses_and_the_rank_correlation(tmp_path):
+    architectures = ranking.spread_architectures(ranking.SPACE, 4, 100, 1)
+    write_results(tmp_path, architectures, [5.0, 4.0, 3.0, 2.0], [6.0, 5.5, 4.5, 4.0])
+    report = ranking.render(str(tmp_path), "python benchmarks/supernet_ranking.py")
+    assert report.startswith(ranking.REPORT_BEGIN) and report.rstrip().endswith(ranking.REPORT_END)
+    assert "| 242 | 7.250 | 8.125 |" in report and "242 updates in 10.0 min" in report
+    assert "**Kendall's tau** between the inherited and the from-scratch order over 4 architectures: **1.000**" in report
+    assert "| 0 | " + ranking.describe(architectures[0]) + " | 1,000 | 5.000 | 6.000 | 4.500 | 5.500 | 60 s |" in report
+    # a stage not finished for every architecture: no tau yet, the missing cells say so
+    write_results(tmp_path, architectures, [5.0, 4.0], [6.0])
+    report = ranking.render(str(tmp_path), "python benchmarks/supernet_ranking.py")
+    assert "Kendall's tau: not yet (1 of 4 architectures have both losses)" in report
+    assert "| 3 | " + ranking.describe(architectures[3]) + " | - | - | - | - | - | - |" in report
+
+
+def test_a_finished_supernet_of_another_length_is_not_silently_reused(tmp_path):
+    (tmp_path / "supernet.json").write_text(json.dumps({"updates": 100}))
+    with pytest.raises(SystemExit, match="holds a supernet of 100 updates, not --supernet-updates 2000"):
+        ranking.train_supernet(ranking.Context(str(tmp_path), str(tmp_path / "work"), quick=False), str(tmp_path), 2000)
