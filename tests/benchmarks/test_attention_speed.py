@@ -133,6 +133,23 @@ def test_layer_flops_match_the_executed_products(kind, length, lags, impl, dim, 
     assert expected_bwd == pytest.approx(bwd, rel=1e-3)
 
 
+# (kind, forced path, T, lags) where the cost rule (auto) would choose the other path, at d = 64
+FORCED = [("extractor_she", "direct", 512, 256), ("extractor_she", "fft", 64, 16),
+          ("extractor_we", "direct", 256, 128), ("extractor_we", "fft", 64, 16)]
+
+
+@pytest.mark.parametrize("kind,impl,length,lags", FORCED)
+def test_a_forced_convolution_path_is_the_one_the_costs_count(kind, impl, length, lags):
+    # --kind-option extractor_conv_impl=...: what runs (the module's path) is what the costs assume
+    costs = ATTENTION_REGISTRY[kind].costs
+    assert costs.implementation_path(length, 64, 4, bench.cost_options({"extractor_lags": lags})) != impl
+    options = {"extractor_lags": lags, "extractor_conv_impl": impl}
+    module = bench.build(kind, model_options=options, embed_dim=64, heads=4)
+    assert module.conv_impl_for(1, length) == costs.implementation_path(length, 64, 4, bench.cost_options(options)) == impl
+    assert bench.layer_flops(kind, length, options, embed_dim=64, heads=4) == bench.layer_flops(
+        kind, length, {"extractor_lags": lags}, conv_impl=impl, embed_dim=64, heads=4)
+
+
 def test_flop_formulas_in_words_for_every_kind():
     assert set(bench.LAYER_FLOP_FORMULAS) == set(bench.KINDS)
     # the leading terms stated in words

@@ -80,8 +80,10 @@ def fft_flops(n, complex_input=False):
 
 
 def conv_path(cls, length, embed_dim, options):
-    """The convolution path ("direct" or "fft") that an Extractor class's cost rule takes for a full pass
-    over T tokens of one sequence (``--extractor-conv-impl auto``)."""
+    """The convolution path ("direct" or "fft") an Extractor class takes for a full pass over T tokens of one
+    sequence: ``--extractor-conv-impl`` (cost option ``conv_impl``), and for ``auto`` its cost rule's choice."""
+    if options.conv_impl != "auto":
+        return options.conv_impl
     return choose_conv_impl(cls.lag_shape, 1, length, min(options.lags, length), embed_dim)
 
 
@@ -139,8 +141,11 @@ def time_growth(cls, t1, t2, embed_dim, heads, options):
 
 # The speed benchmark's report: the Extractors' words, alike for every one of them (quoted once).
 def setup_note(kind, run):
-    return (f"extractors: l = {run.options.lags} lags, convolution path chosen by their cost rule "
-            "(`--extractor-conv-impl auto`); extractors have no heads")
+    if run.options.conv_impl != "auto":
+        path = f"convolution path `--extractor-conv-impl {run.options.conv_impl}`"
+    else:
+        path = "convolution path chosen by their cost rule (`--extractor-conv-impl auto`)"
+    return f"extractors: l = {run.options.lags} lags, {path}; extractors have no heads"
 
 
 def memory_note(kind, run):
@@ -227,9 +232,10 @@ def extractor_costs(kind: str, cls) -> AttentionCosts:
         # (ME has no output projection: its options do not hold the option)
         options_from=lambda options, context: {
             "lags": resolve_lags(options, context),
+            "conv_impl": options.extractor_conv_impl,  # (what runs: the implementation's FLOPs, memory and growth)
             **({"output_projection": not options.extractor_no_output_projection} if cls.has_adjustment else {}),
         },
-        option_defaults={"lags": PAPER_LAGS, "output_projection": True},
+        option_defaults={"lags": PAPER_LAGS, "output_projection": True, "conv_impl": "auto"},
         implementation_flops=lambda *args, **settings: implementation_layer_flops(cls, *args, **settings),
         implementation_flops_text=IMPLEMENTATION_FLOPS_TEXT[kind],
         implementation_peak_bytes=(lambda *args: matrix_lags_peak_bytes(cls, *args)) if cls.lag_shape == "matrix" else None,
