@@ -5,6 +5,13 @@
     python -m fairseq_plugins.search evaluate --checkpoint SUPER.pt --architecture A.json [--bleu]
     python -m fairseq_plugins.search export --checkpoint SUPER.pt --architecture A.json --output SUB.pt
     python -m fairseq_plugins.search cost --checkpoint SUPER.pt --architecture A.json [--latency]
+    python -m fairseq_plugins.search collect --what loss|latency --checkpoint SUPER.pt --space S.yaml -n 300 --output D.jsonl
+    python -m fairseq_plugins.search rank --data D.jsonl --target loss|latency [--output DIR]
+    python -m fairseq_plugins.search prune --space S.yaml --importance DIR/importance.json --keep K --output P.yaml
+    python -m fairseq_plugins.search evolve --space S.yaml --fitness ranker --ranker DIR/ranker.txt \
+        --latency-ms X --latency-predictor LAT/regressor.txt --checkpoint SUPER.pt --output OUT
+    python -m fairseq_plugins.search pareto --space S.yaml --fitness ranker --ranker DIR/ranker.txt \
+        --objective latency --latency-predictor LAT/regressor.txt --output front.jsonl
 
 Each subcommand has ``--help``. Errors (a bad space file, an architecture outside a space) are one
 line naming the file and the field, and exit with status 2.
@@ -78,6 +85,91 @@ def count(args) -> None:
     print(json.dumps(cost(args.checkpoint, args.architecture, args.source_length, args.target_length, latency)))
 
 
+def collect(args) -> None:
+    """For N architectures sampled from --space (seeded; each in the supernet's space), the inherited validation
+    loss inside the supernet (--what loss) or the measured latency of the exported sub-network (--what latency:
+    as `cost --latency` measures it, on --device), appended to --output (JSON lines: a header with the settings,
+    the space and the machine, then one record per architecture with the revision, threads and load). A rerun
+    continues the file (the same seeded sequence, measured architectures skipped); other settings are refused.
+    A latency whose spread (stdev / mean of the timed runs) exceeds --max-spread is measured again up to
+    --remeasure times, then written as dropped (left out by rank, counted here)."""
+    from .collect import collect as run_collect
+    from .latency import LatencySettings
+
+    latency = LatencySettings(source_length=args.source_length, decoder_steps=args.target_length, beam=args.beam,
+                              threads=args.threads, warmup=args.warmup, repeats=args.repeats, trim=args.trim)
+    progress = (lambda count, record: print(f"[collect] {count}: {json.dumps({k: v for k, v in record.items() if k != 'architecture'})}",
+                                            file=sys.stderr, flush=True)) if args.verbose else None
+    print(json.dumps(run_collect(args.what, args.checkpoint, args.space, args.n, args.output, seed=args.seed,
+                                 subset=args.subset, max_tokens=args.max_tokens, latency=latency, max_spread=args.max_spread,
+                                 remeasure=args.remeasure, device=args.device, progress=progress)))
+
+
+def rank(args) -> None:
+    """Fit a pairwise ranker (LightGBM LGBMRanker, LambdaRank over groups of architectures ranked by the target)
+    and the pointwise baseline (LGBMRegressor) on the features of the collected architectures; report both on
+    held-out architectures (Kendall's tau, share of correctly ordered pairs); write both models (refitted on
+    every architecture), report.json and importance.json (feature importances and their sums per space field,
+    which prune reads) to --output (default: ranker_<target>/ beside --data)."""
+    from .ranking import rank_command
+
+    print(json.dumps(rank_command(args.data, args.target, args.output, args.test_fraction, args.seed)))
+
+
+def prune(args) -> None:
+    """Write a smaller space: the --keep most important fields of the space (importance.json of rank, summed per
+    field) stay free, every other field is fixed at its value in the best architecture of the ranker's data.
+    Prints what was kept and fixed and the space's size before and after."""
+    from .commands import prune_command
+
+    print(json.dumps(prune_command(args)))
+
+
+def evolve(args) -> None:
+    """Hardware-Aware Transformers' evolutionary search over --space under the given budgets (--latency-ms with
+    a latency predictor, confirmed by measuring the --confirm fittest final candidates on this machine;
+    --flops in GFLOPs, --params in millions, counted as `cost` counts them), fitness: the loss ranker's score
+    (--fitness ranker) or the inherited loss (--fitness supernet). Writes --output/best.json (for
+    --architecture-file), result.json (costs, history, confirmation) and train_command.sh (the exact
+    fairseq-train command with the supernet's training options)."""
+    from .commands import evolve_command
+
+    print(json.dumps(evolve_command(args)))
+
+
+def pareto_search(args) -> None:
+    """The whole trade-off instead of one budget: Optuna's NSGA-II over --space minimising the fitness and
+    --objective (predicted latency, FLOPs or parameters), under the optional budgets; writes the Pareto set of
+    the feasible architectures to --output (JSON lines, by increasing --objective)."""
+    from .commands import pareto_command
+
+    print(json.dumps(pareto_command(args)))
+
+
+def add_latency_options(parser):
+    parser.add_argument("--source-length", type=int, default=30, help="source tokens (default: %(default)s)")
+    parser.add_argument("--target-length", type=int, default=30, help="target tokens / decoder steps (default: %(default)s)")
+    parser.add_argument("--beam", type=int, default=5, help="latency: beam size (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1, help="latency: torch threads (default: %(default)s)")
+    parser.add_argument("--device", default="cpu", help="latency: cpu or cuda[:N] (default: %(default)s)")
+
+
+def add_budget_options(parser):
+    parser.add_argument("--space", required=True, help="search space YAML file")
+    parser.add_argument("--fitness", choices=("ranker", "supernet"), default="ranker",
+                        help="ranker: the --ranker's score; supernet: the inherited loss in --checkpoint (default: %(default)s)")
+    parser.add_argument("--ranker", help="the ranker.txt of `rank --target loss`")
+    parser.add_argument("--checkpoint", help="the supernet: --fitness supernet, latency confirmation, costs at its "
+                        "dictionary sizes and the training command")
+    parser.add_argument("--subset", default="valid", help="--fitness supernet: data subset (default: %(default)s)")
+    parser.add_argument("--latency-ms", type=float, help="budget: predicted latency in milliseconds")
+    parser.add_argument("--latency-predictor", help="the regressor.txt of `rank --target latency`")
+    parser.add_argument("--flops", type=float, help="budget: forward GFLOPs of one sentence pair of the stated lengths")
+    parser.add_argument("--params", type=float, help="budget: millions of parameters")
+    parser.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
+    add_latency_options(parser)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fairseq_plugins.search", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
@@ -131,6 +223,67 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     coster.add_argument("--trim", type=float, default=0.1,
                         help="--latency: fraction of the fastest and of the slowest runs left out of the mean (default: %(default)s)")
     coster.set_defaults(run=count)
+
+    collector = commands.add_parser("collect", help="inherited losses or measured latencies of sampled architectures",
+                                    description=collect.__doc__)
+    collector.add_argument("--what", required=True, choices=("loss", "latency"), help="what to collect")
+    collector.add_argument("--checkpoint", required=True, help="a supernet checkpoint")
+    collector.add_argument("--space", required=True, help="the space to sample (the supernet's, or a pruned one)")
+    collector.add_argument("-n", type=int, default=300, help="architectures (default: %(default)s)")
+    collector.add_argument("--output", required=True, help="the JSON-lines file to write or continue")
+    collector.add_argument("--seed", type=int, default=1, help="sampling seed (default: %(default)s)")
+    collector.add_argument("--subset", default="valid", help="loss: data subset (default: %(default)s)")
+    collector.add_argument("--max-tokens", type=int, default=4096, help="loss: tokens per batch (default: %(default)s)")
+    add_latency_options(collector)
+    collector.add_argument("--warmup", type=int, default=3, help="latency: untimed runs first (default: %(default)s)")
+    collector.add_argument("--repeats", type=int, default=10, help="latency: timed runs (default: %(default)s)")
+    collector.add_argument("--trim", type=float, default=0.1, help="latency: trimmed fraction at each end (default: %(default)s)")
+    collector.add_argument("--max-spread", type=float, default=0.1,
+                           help="latency: largest stdev / mean accepted (default: %(default)s)")
+    collector.add_argument("--remeasure", type=int, default=2, help="latency: measurements again before dropping (default: %(default)s)")
+    collector.add_argument("--verbose", action="store_true", help="print every record as it is written")
+    collector.set_defaults(run=collect)
+
+    ranker = commands.add_parser("rank", help="fit and test a pairwise ranker (and a pointwise baseline)", description=rank.__doc__)
+    ranker.add_argument("--data", required=True, help="a collect file")
+    ranker.add_argument("--target", required=True, choices=("loss", "latency"), help="what the file collected")
+    ranker.add_argument("--output", help="folder of the models and reports (default: ranker_<target>/ beside --data)")
+    ranker.add_argument("--test-fraction", type=float, default=0.2, help="held-out share (default: %(default)s)")
+    ranker.add_argument("--seed", type=int, default=1, help="split and model seed (default: %(default)s)")
+    ranker.set_defaults(run=rank)
+
+    pruner = commands.add_parser("prune", help="a smaller space by feature importance", description=prune.__doc__)
+    pruner.add_argument("--space", required=True, help="the space to prune")
+    pruner.add_argument("--importance", required=True, help="the importance.json of `rank`")
+    pruner.add_argument("--keep", type=int, required=True, help="fields left free")
+    pruner.add_argument("--output", required=True, help="the pruned space (YAML)")
+    pruner.set_defaults(run=prune)
+
+    evolver = commands.add_parser("evolve", help="evolutionary search under a budget", description=evolve.__doc__)
+    add_budget_options(evolver)
+    evolver.add_argument("--output", required=True, help="folder of best.json, result.json and train_command.sh")
+    evolver.add_argument("--population", type=int, default=125, help="(default: %(default)s)")
+    evolver.add_argument("--parents", type=int, default=25, help="(default: %(default)s)")
+    evolver.add_argument("--mutations", type=int, default=50, help="(default: %(default)s)")
+    evolver.add_argument("--crossovers", type=int, default=50, help="(default: %(default)s)")
+    evolver.add_argument("--mutation-probability", type=float, default=0.3, help="per gene (default: %(default)s)")
+    evolver.add_argument("--iterations", type=int, default=30, help="(default: %(default)s)")
+    evolver.add_argument("--patience", type=int, default=5,
+                         help="stop when the best fitness has not improved for this many iterations (default: %(default)s)")
+    evolver.add_argument("--confirm", type=int, default=5,
+                         help="--latency-ms: final candidates whose latency is measured (default: %(default)s)")
+    evolver.add_argument("--verbose", action="store_true", help="print every iteration's best fitness")
+    evolver.set_defaults(run=evolve)
+
+    paretoer = commands.add_parser("pareto", help="the Pareto set of quality against a cost (Optuna NSGA-II)",
+                                   description=pareto_search.__doc__)
+    add_budget_options(paretoer)
+    paretoer.add_argument("--objective", choices=("latency", "flops", "params"), default="latency",
+                          help="the cost traded against the fitness (default: %(default)s)")
+    paretoer.add_argument("--trials", type=int, default=500, help="architectures evaluated (default: %(default)s)")
+    paretoer.add_argument("--population", type=int, default=50, help="NSGA-II population (default: %(default)s)")
+    paretoer.add_argument("--output", required=True, help="the Pareto set (JSON lines)")
+    paretoer.set_defaults(run=pareto_search)
     args = parser.parse_args(argv)
     if getattr(args, "n", 1) < 1:
         parser.error("-n: expected at least 1")

@@ -45,9 +45,10 @@ def trimmed(times: List[float], trim: float) -> List[float]:
     return ordered[cut:len(ordered) - cut]
 
 
-def measure_latency(model, dictionary, settings: LatencySettings, seed: int = 1) -> Dict:
+def measure_latency(model, dictionary, settings: LatencySettings, seed: int = 1, device: str = "cpu") -> Dict:
     """Seconds per sentence of one source sentence of ``settings.source_length`` random tokens translated
-    with beam ``settings.beam`` for exactly ``settings.decoder_steps`` tokens (+ the end of sentence)."""
+    with beam ``settings.beam`` for exactly ``settings.decoder_steps`` tokens (+ the end of sentence), on
+    ``device`` (cuda: the model is moved there and every run ends with a synchronisation)."""
     from fairseq.sequence_generator import SequenceGenerator
 
     settings.check()
@@ -57,13 +58,16 @@ def measure_latency(model, dictionary, settings: LatencySettings, seed: int = 1)
     if settings.source_length > model.max_positions()[0]:
         raise AttentionConfigError(f"--source-length: {settings.source_length} is more than the model's {model.max_positions()[0]} "
                          "source positions")
-    model = model.eval()
+    on_cuda = torch.device(device).type == "cuda"
+    if on_cuda and not torch.cuda.is_available():
+        raise AttentionConfigError(f"--device {device}: no CUDA device is available")
+    model = model.eval().to(device)
     generator = SequenceGenerator([model], dictionary, beam_size=settings.beam, min_len=settings.decoder_steps,
                                   max_len_a=0, max_len_b=settings.decoder_steps)
     rng = torch.Generator().manual_seed(seed)
     source = torch.randint(dictionary.nspecial, len(dictionary), (1, settings.source_length), generator=rng)
     source[0, -1] = dictionary.eos()
-    sample = {"net_input": {"src_tokens": source, "src_lengths": torch.tensor([settings.source_length])}}
+    sample = {"net_input": {"src_tokens": source.to(device), "src_lengths": torch.tensor([settings.source_length], device=device)}}
 
     calls = []
     # (fairseq calls decoder.forward directly, which runs no hooks: count the first layer's calls)
@@ -77,6 +81,8 @@ def measure_latency(model, dictionary, settings: LatencySettings, seed: int = 1)
                 calls.clear()
                 start = time.perf_counter()
                 generator.forward(sample)
+                if on_cuda:
+                    torch.cuda.synchronize(device)
                 elapsed = time.perf_counter() - start
                 if run >= settings.warmup:
                     times.append(elapsed)
@@ -84,6 +90,6 @@ def measure_latency(model, dictionary, settings: LatencySettings, seed: int = 1)
         torch.set_num_threads(threads)
         hook.remove()
     kept = trimmed(times, settings.trim)
-    return {**asdict(settings), "decoder_calls": len(calls), "latency_ms": 1000 * statistics.fmean(kept),
+    return {**asdict(settings), "device": device, "decoder_calls": len(calls), "latency_ms": 1000 * statistics.fmean(kept),
             "stdev_ms": 1000 * (statistics.stdev(kept) if len(kept) > 1 else 0.0),
             "min_ms": 1000 * min(times), "max_ms": 1000 * max(times)}

@@ -116,34 +116,45 @@ def standalone_task_config(task_cfg):
     return values
 
 
+class InheritedLoss:
+    """The loss of sub-networks inside a loaded supernet on ``subset`` (fairseq's criterion of the checkpoint,
+    in bits per token as fairseq logs it; nothing extracted): the data and the criterion are read once, then
+    ``evaluate`` runs one architecture (``collect`` runs hundreds)."""
+
+    def __init__(self, model, task, state, subset: str = "valid", max_tokens: int = 4096):
+        from fairseq import utils
+
+        self.model, self.subset = model.eval(), subset
+        self.criterion = task.build_criterion(state["cfg"]["criterion"])
+        self.criterion.eval()
+        task.load_dataset(subset)
+        iterator = task.get_batch_iterator(dataset=task.dataset(subset), max_tokens=max_tokens,
+                                           max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+                                           ignore_invalid_inputs=False, seed=1).next_epoch_itr(shuffle=False)
+        self.batches = list(iterator)
+
+    def evaluate(self, architecture: Architecture) -> Dict[str, float]:
+        self.model.set_active(architecture)
+        loss = nll = tokens = 0.0
+        with torch.no_grad():
+            for sample in self.batches:
+                _, _, logging = self.criterion(self.model, sample)
+                loss += float(logging["loss"])
+                nll += float(logging.get("nll_loss", logging["loss"]))
+                tokens += float(logging["ntokens"])
+        if tokens == 0:
+            raise SupernetError(f"--subset {self.subset}: no tokens to evaluate")
+        return {"architecture": architecture.to_dict(), "subset": self.subset, "tokens": int(tokens),
+                "loss": loss / tokens / math.log(2), "nll_loss": nll / tokens / math.log(2)}
+
+
 def validation_loss(checkpoint: str, architecture_path: Optional[str], subset: str = "valid",
                     max_tokens: int = 4096) -> Dict[str, float]:
-    """The inherited sub-network's loss on ``subset`` (fairseq's criterion of the checkpoint, in bits per
-    token as fairseq logs it), computed inside the supernet (nothing extracted)."""
-    from fairseq import utils
-
+    """The inherited sub-network's loss on ``subset`` (``InheritedLoss``; default architecture: the space's
+    largest)."""
     model, task, state = load_supernet(checkpoint)
-    model.eval()
-    if architecture_path:
-        model.set_active(read_architecture(architecture_path, model))
-    cfg = state["cfg"]
-    criterion = task.build_criterion(cfg["criterion"])
-    criterion.eval()
-    task.load_dataset(subset)
-    iterator = task.get_batch_iterator(dataset=task.dataset(subset), max_tokens=max_tokens,
-                                       max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
-                                       ignore_invalid_inputs=False, seed=1).next_epoch_itr(shuffle=False)
-    loss = nll = tokens = 0.0
-    with torch.no_grad():
-        for sample in iterator:
-            _, _, logging = criterion(model, sample)
-            loss += float(logging["loss"])
-            nll += float(logging.get("nll_loss", logging["loss"]))
-            tokens += float(logging["ntokens"])
-    if tokens == 0:
-        raise SupernetError(f"--subset {subset}: no tokens to evaluate")
-    return {"architecture": model.active.to_dict(), "subset": subset, "tokens": int(tokens),
-            "loss": loss / tokens / math.log(2), "nll_loss": nll / tokens / math.log(2)}
+    architecture = read_architecture(architecture_path, model) if architecture_path else model.space.extreme(largest=True)
+    return InheritedLoss(model, task, state, subset, max_tokens).evaluate(architecture)
 
 
 def validation_bleu(checkpoint: str, architecture_path: Optional[str], subset: str = "valid", beam: int = 5,

@@ -355,3 +355,86 @@ def test_two_data_parallel_ranks_train_the_same_sub_networks(trained, space_file
     assert first["model"].keys() == second["model"].keys()
     for name in first["model"]:
         assert torch.equal(first["model"][name], second["model"][name]), name
+
+
+def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_file, tmp_path):
+    """Issue 15's subcommands on a tiny trained supernet, as the recipes chain them: collect (resumable) the
+    inherited losses and the measured latencies, rank both, prune, evolve under a latency budget (predicted,
+    then confirmed by measurement), pareto; each run as the command line runs it."""
+    import contextlib
+    import io
+
+    from fairseq_plugins.search.__main__ import main
+    from fairseq_plugins.search.collect import read_collection
+    from fairseq_plugins.search.space import SearchSpace
+
+    root, data, checkpoint, _ = trained
+
+    def run(*argv, status=0):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            assert main(list(argv)) == status, err.getvalue()[-2000:]
+        return json.loads(out.getvalue().strip().splitlines()[-1]) if status == 0 else err.getvalue()
+
+    losses, latencies = str(tmp_path / "loss.jsonl"), str(tmp_path / "latency.jsonl")
+    common = ["--checkpoint", checkpoint, "--space", space_file]
+    assert run("collect", "--what", "loss", *common, "-n", "6", "--output", losses)["added"] == 6
+    first = read_collection(losses)[1]
+    again = run("collect", "--what", "loss", *common, "-n", "14", "--output", losses)
+    assert again["added"] == 8 and again["records"] == 14
+    header, records = read_collection(losses)
+    assert records[:6] == first and header["what"] == "loss" and header["machine"]["cores"] >= 1
+    assert all(r["loss"] > 0 and r["revision"] and r["threads"] >= 1 for r in records)
+    assert len({json.dumps(r["architecture"], sort_keys=True) for r in records}) == 14
+    # the loss is the one `evaluate` reports for the same architecture
+    (tmp_path / "a.json").write_text(json.dumps(records[3]["architecture"]))
+    evaluated = run("evaluate", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"))
+    assert evaluated["loss"] == pytest.approx(records[3]["loss"], rel=1e-9)
+    with pytest.raises(Exception, match="collected with seed = 1, not 2"):
+        from fairseq_plugins.search.collect import collect
+        collect("loss", checkpoint, space_file, 14, losses, seed=2)
+
+    latency = ["--source-length", "5", "--target-length", "4", "--beam", "2", "--warmup", "1", "--repeats", "3"]
+    summary = run("collect", "--what", "latency", *common, "-n", "12", "--output", latencies, "--max-spread", "10", *latency)
+    assert summary["records"] == 12 and summary["dropped"] == 0
+    assert all(r["latency_ms"] > 0 and r["decoder_calls"] == 5 for r in read_collection(latencies)[1])
+    # a spread bound nothing meets: measured again, then dropped and counted
+    dropped = run("collect", "--what", "latency", *common, "-n", "2", "--output", str(tmp_path / "tight.jsonl"),
+                  "--max-spread", "1e-12", "--remeasure", "1", *latency)
+    assert dropped["dropped"] == 2 and dropped["remeasured"] == 2
+
+    loss_ranker = run("rank", "--data", losses, "--target", "loss")
+    latency_ranker = run("rank", "--data", latencies, "--target", "latency")
+    for result in (loss_ranker, latency_ranker):
+        assert set(result["pairwise"]) == set(result["pointwise"]) == {"kendall_tau", "pair_accuracy", "objective"}
+    ranker, predictor = loss_ranker["files"]["ranker"], latency_ranker["files"]["regressor"]
+
+    pruned = run("prune", "--space", space_file, "--importance", loss_ranker["files"]["importance"], "--keep", "3",
+                 "--output", str(tmp_path / "pruned.yaml"))
+    # three choices stay free (shared widths are one choice of two fields)
+    assert len(pruned["kept"]) in (3, 4) and pruned["size_after"] < pruned["size_before"]
+    SearchSpace.from_file(str(tmp_path / "pruned.yaml"))
+
+    evolved = run("evolve", "--space", space_file, "--fitness", "ranker", "--ranker", ranker, "--checkpoint", checkpoint,
+                  "--latency-ms", "1e6", "--latency-predictor", predictor, "--population", "8", "--parents", "3",
+                  "--mutations", "3", "--crossovers", "3", "--iterations", "3", "--confirm", "2", "--output",
+                  str(tmp_path / "evolved"), *[a for a in latency if a not in ("--warmup", "1", "--repeats", "3")])
+    result = json.loads((tmp_path / "evolved" / "result.json").read_text())
+    assert [c["within_budget"] for c in result["confirmed_latency"]] == [True, True]
+    assert result["best"]["latency_ms"] > 0 and result["best"]["mparams"] > 0 and result["best"]["gflops"] > 0
+    best = Architecture.from_json((tmp_path / "evolved" / "best.json").read_text())
+    assert best.to_dict() == result["best"]["architecture"] == evolved["best"]["architecture"]
+    command = (tmp_path / "evolved" / "train_command.sh").read_text()
+    assert f"--architecture-file {tmp_path / 'evolved' / 'best.json'}" in command and "--task translation" in command
+    assert "--arch mixed_transformer " in command and "--share-all-embeddings" in command
+
+    front = run("pareto", "--space", space_file, "--fitness", "ranker", "--ranker", ranker, "--objective", "latency",
+                "--latency-predictor", predictor, "--trials", "24", "--population", "6", "--output", str(tmp_path / "front.jsonl"))
+    points = [json.loads(line) for line in (tmp_path / "front.jsonl").read_text().splitlines()]
+    assert len(points) == front["pareto_set"] >= 1 and all("latency_ms" in p for p in points)
+
+    # budgets without what they need are one-line errors
+    bad = run("evolve", "--space", space_file, "--ranker", ranker, "--latency-ms", "5", "--output", str(tmp_path / "x"), status=2)
+    assert "--latency-ms needs --latency-predictor" in bad
+    bad = run("evolve", "--space", space_file, "--ranker", predictor, "--output", str(tmp_path / "x"), status=2)
+    assert "expected the ranker.txt of `rank --target loss`" in bad

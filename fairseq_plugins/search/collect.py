@@ -1,0 +1,174 @@
+"""Data for the rankers (``python -m fairseq_plugins.search collect``): for N architectures sampled from a
+space, the inherited validation loss inside the supernet, or the measured latency of the exported
+sub-network (``latency.measure_latency``: what Hardware-Aware Transformers measures).
+
+The output is a JSON-lines file: a header line (what is collected, the space, the sampling seed, the
+checkpoint, the latency settings, the machine) and one record per architecture with its value, the
+revision, the machine's load and the thread count. A rerun with the same settings continues it: the
+architectures are the same seeded sequence, those already in the file are skipped, and every new record is
+written at once (atomically, the whole file), so an interrupted run loses at most the architecture it was
+measuring. A run whose settings differ from the header's is refused, naming the setting.
+
+Latency: a measurement whose spread (standard deviation over the trimmed mean of its timed runs) exceeds
+``--max-spread`` is measured again, up to ``--remeasure`` times; one that never settles is written as
+dropped (with its spreads), left out by ``rank`` and counted in the summary.
+"""
+import datetime
+import json
+import os
+import platform
+from dataclasses import asdict
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import torch
+
+from ..files import atomic_output
+from ..provenance import available_cores, cpu_model, git_revision, load_average
+from ..models.architecture import Architecture
+from ..modules import AttentionConfigError
+from .latency import LatencySettings, measure_latency
+from .space import SearchSpace
+
+WHAT = ("loss", "latency")
+HEADER = "collection"  # the header line's "record" field
+
+
+class CollectError(AttentionConfigError):
+    """A collection file or setting that cannot be used; the message names it."""
+
+
+def provenance(threads: int) -> Dict[str, object]:
+    return {"revision": git_revision(), "threads": threads, "load_average": load_average(),
+            "time": datetime.datetime.now().isoformat(timespec="seconds")}
+
+
+def machine() -> Dict[str, object]:
+    return {"cpu": cpu_model(), "cores": available_cores(), "torch": torch.__version__, "python": platform.python_version()}
+
+
+def read_collection(path: str) -> Tuple[dict, List[dict]]:
+    """(header, records) of a collection file; errors name the file and line."""
+    if not os.path.isfile(path):
+        raise CollectError(f"{path}: no such collection file (python -m fairseq_plugins.search collect writes one)")
+    header, records = None, []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise CollectError(f"{path}:{number}: not JSON ({error.msg})") from None
+            if number == 1:
+                if entry.get("record") != HEADER:
+                    raise CollectError(f"{path}:1: not a collection header (a file written by `collect`)")
+                header = entry
+            else:
+                records.append(entry)
+    if header is None:
+        raise CollectError(f"{path}: empty")
+    return header, records
+
+
+def write_collection(path: str, header: dict, records: List[dict]):
+    with atomic_output(path) as f:
+        for entry in [header] + records:
+            f.write(json.dumps(entry, sort_keys=True) + "\n")
+
+
+def distinct_samples(space: SearchSpace, n: int, seed: int) -> Iterator[Architecture]:
+    """The first ``n`` distinct architectures of the space's seeded sample sequence (fewer when the space
+    holds fewer)."""
+    import random
+
+    rng, seen = random.Random(seed), set()
+    limit = min(n, space.size())
+    attempts = 0
+    while len(seen) < limit:
+        architecture = space.sample(rng)
+        attempts += 1
+        if architecture not in seen:
+            seen.add(architecture)
+            yield architecture
+        elif attempts > 100 * limit:
+            return
+
+
+def collect(what: str, checkpoint: str, space_path: str, n: int, output: str, seed: int = 1, subset: str = "valid",
+            max_tokens: int = 4096, latency: Optional[LatencySettings] = None, max_spread: float = 0.1,
+            remeasure: int = 2, device: str = "cpu", progress=None) -> dict:
+    """Collect (module docstring); returns the summary (counts)."""
+    from .subnetworks import InheritedLoss, load_supernet
+
+    if what not in WHAT:
+        raise CollectError(f"--what: expected one of {', '.join(WHAT)}, got {what!r}")
+    if n < 1:
+        raise CollectError(f"-n: expected at least 1, got {n}")
+    if max_spread <= 0 or remeasure < 0:
+        raise CollectError("--max-spread must be > 0 and --remeasure >= 0")
+    space = SearchSpace.from_file(space_path)
+    latency = latency or LatencySettings()
+    latency.check()
+    settings = {"what": what, "space": space.to_dict(), "seed": seed, "checkpoint": os.path.abspath(checkpoint)}
+    if what == "loss":
+        settings.update(subset=subset, max_tokens=max_tokens)
+    else:
+        settings.update(latency=asdict(latency), max_spread=max_spread, remeasure=remeasure, device=device)
+    records: List[dict] = []
+    if os.path.isfile(output):
+        header, records = read_collection(output)
+        for key, value in settings.items():
+            if header.get(key) != value:
+                raise CollectError(f"{output}: collected with {key} = {json.dumps(header.get(key))}, not "
+                                   f"{json.dumps(value)}: continue it with its own settings, or write another file")
+    header = {"record": HEADER, **settings, "machine": machine()}
+    done = {json.dumps(r["architecture"], sort_keys=True) for r in records}
+    model, task, state = load_supernet(checkpoint)
+    if model.LANGUAGE_MODEL and what == "latency":
+        raise CollectError(f"--what latency: {checkpoint} is a language-model supernet (the latency measured is a "
+                           "translation's: an encoder and beam search)")
+    evaluator = InheritedLoss(model, task, state, subset, max_tokens) if what == "loss" else None
+    threads = latency.threads if what == "latency" else torch.get_num_threads()
+    added = 0
+    for architecture in distinct_samples(space, n, seed):
+        key = json.dumps(architecture.to_dict(), sort_keys=True)
+        if key in done:
+            continue
+        model.space.check_contains(architecture, f"--space {space_path}: a sampled architecture, in the supernet's space")
+        if what == "loss":
+            result = evaluator.evaluate(architecture)
+            record = {"architecture": architecture.to_dict(), "loss": result["loss"], "nll_loss": result["nll_loss"],
+                      "tokens": result["tokens"]}
+        else:
+            record = measure_settled(model.subnetwork(architecture), task.target_dictionary, latency, max_spread,
+                                     remeasure, device)
+            record["architecture"] = architecture.to_dict()
+        record.update(provenance(threads))
+        records.append(record)
+        done.add(key)
+        write_collection(output, header, records)
+        added += 1
+        if progress:
+            progress(len(records), record)
+    if not records:
+        write_collection(output, header, records)
+    dropped = sum(1 for r in records if r.get("dropped"))
+    return {"output": output, "what": what, "records": len(records), "added": added, "dropped": dropped,
+            "remeasured": sum(len(r.get("spreads", [])) - 1 for r in records if what == "latency")}
+
+
+def measure_settled(model, dictionary, settings: LatencySettings, max_spread: float, remeasure: int, device: str) -> dict:
+    """``measure_latency`` until the spread (stdev / trimmed mean) is at most ``max_spread``, at most
+    ``1 + remeasure`` times; the record of the last measurement, with every spread, ``dropped`` when none
+    settled."""
+    spreads = []
+    for _ in range(1 + remeasure):
+        measured = measure_latency(model, dictionary, settings, device=device)
+        spreads.append(measured["stdev_ms"] / measured["latency_ms"])
+        if spreads[-1] <= max_spread:
+            break
+    record = {key: measured[key] for key in ("latency_ms", "stdev_ms", "min_ms", "max_ms", "decoder_calls")}
+    record["spreads"] = spreads
+    if spreads[-1] > max_spread:
+        record["dropped"] = True
+    return record

@@ -1,0 +1,198 @@
+"""The search's algorithms on synthetic data with known answers (issue 15): the rankers recover a known order
+(Kendall's tau near 1 for the pairwise model), prune keeps the important fields and fixes the rest at the
+best architecture's values, the evolution finds the optimum of a synthetic fitness under a constraint and
+never returns an architecture that violates it, the Pareto set is feasible and non-dominated. Every
+subcommand runs through ``python -m fairseq_plugins.search``'s ``main`` (what the command line runs)."""
+import contextlib
+import functools
+import io
+import itertools
+import json
+
+import pytest
+
+import fairseq_plugins  # noqa: F401
+from fairseq_plugins.complexity import architecture_cost
+from fairseq_plugins.search.__main__ import main
+from fairseq_plugins.search.collect import HEADER, read_collection, write_collection
+from fairseq_plugins.search.evolution import Constraint, EvolutionSettings, SearchError, evolve, pareto
+from fairseq_plugins.search.features import FeatureEncoder
+from fairseq_plugins.search.genome import GenomeCodec
+from fairseq_plugins.search.ranking import kendall_tau, pair_accuracy, ranking_groups
+from fairseq_plugins.search.space import SearchSpace
+
+SPACE = """
+shared_embed_dim: true
+encoder:
+  embed_dim: [8, 16]
+  layers: [1, 2]
+  ffn_embed_dim: [8, 16]
+  attention_heads: [2, 4]
+  attention_kinds: [softmax, cosformer]
+decoder:
+  embed_dim: [8, 16]
+  layers: [1, 2]
+  ffn_embed_dim: [8, 16]
+  attention_heads: [2, 4]
+  attention_kinds: [softmax, cosformer]
+  cross_attention_heads: [2]
+  cross_attention_kinds: [softmax, cosformer]
+  encoder_decoder_connect: [1, 2]
+"""
+
+
+@pytest.fixture(scope="module")
+def space_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("space") / "space.yaml"
+    path.write_text(SPACE)
+    return str(path)
+
+
+def run(*argv):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(list(argv))
+    return status, out.getvalue()
+
+
+def synthetic_loss(architecture):
+    """A known order: cosFormer in decoder self-attention costs 1 per layer, width 16 gains 0.5, each FFN of
+    16 gains 0.1 (lower is better)."""
+    cosformer = sum(layer.attention_kind == "cosformer" for layer in architecture.decoder_layers)
+    wide = architecture.decoder_embed_dim == 16
+    ffn = sum(layer.ffn_embed_dim == 16 for layer in architecture.encoder_layers + architecture.decoder_layers)
+    return 5.0 + cosformer - 0.5 * wide - 0.1 * ffn
+
+
+def write_synthetic_collection(path, space, n, seed=3):
+    from fairseq_plugins.search.collect import distinct_samples
+
+    header = {"record": HEADER, "what": "loss", "space": space.to_dict(), "seed": seed, "checkpoint": "synthetic"}
+    records = [{"architecture": a.to_dict(), "loss": synthetic_loss(a)} for a in distinct_samples(space, n, seed)]
+    write_collection(str(path), header, records)
+    return records
+
+
+def test_metrics_and_groups_on_known_orders():
+    assert kendall_tau([1, 2, 3], [1, 2, 3]) == pytest.approx(1) and kendall_tau([3, 2, 1], [1, 2, 3]) == pytest.approx(-1)
+    assert pair_accuracy([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(5 / 6)
+    assert pair_accuracy([1, 1, 3], [1, 2, 3]) == pytest.approx(2.5 / 3)  # a predicted tie counts half
+    rows, labels, sizes = ranking_groups([3.0, 1.0, 2.0, 1.0, 5.0], seed=1)
+    assert sum(sizes) == len(rows) == len(labels)
+    start = 0
+    for size in sizes:  # inside a group, the lowest target has the highest label; equal targets, equal labels
+        group = rows[start:start + size]
+        for i, j in itertools.combinations(range(size), 2):
+            a, b = [3.0, 1.0, 2.0, 1.0, 5.0][group[i]], [3.0, 1.0, 2.0, 1.0, 5.0][group[j]]
+            assert (labels[start + i] > labels[start + j]) == (a < b) and (labels[start + i] == labels[start + j]) == (a == b)
+        start += size
+
+
+def test_features_have_a_fixed_length_and_name_their_space_fields(space_path):
+    space = SearchSpace.from_file(space_path)
+    encoder = FeatureEncoder(space)
+    vectors = encoder.matrix(space.samples(20, 1))
+    assert {len(v) for v in vectors} == {len(encoder.names)}
+    fields = dict(encoder.field_importance({name: 1.0 for name in encoder.names}))
+    assert fields["decoder.attention_kinds"] == 2 + 2  # two layer slots and two per-kind counts
+    assert set(fields) == {f"{side}.{name}" for side, names in space.to_dict().items() if isinstance(names, dict)
+                           for name in names}
+
+
+def test_the_pairwise_ranker_recovers_a_known_order(space_path, tmp_path):
+    space = SearchSpace.from_file(space_path)
+    write_synthetic_collection(tmp_path / "loss.jsonl", space, 160)
+    status, out = run("rank", "--data", str(tmp_path / "loss.jsonl"), "--target", "loss", "--output", str(tmp_path / "r"))
+    assert status == 0
+    result = json.loads(out)
+    assert result["held_out"] == 32 and result["pairwise"]["kendall_tau"] > 0.85 and result["pairwise"]["pair_accuracy"] > 0.9
+    assert result["pointwise"]["kendall_tau"] > 0.5  # the baseline is reported beside it
+    importance = json.loads((tmp_path / "r" / "importance.json").read_text())
+    # the fields the synthetic loss depends on are the most important
+    top = sorted(importance["fields"], key=lambda f: -importance["fields"][f])[:2]
+    assert "decoder.attention_kinds" in top
+    best = min(read_collection(str(tmp_path / "loss.jsonl"))[1], key=lambda r: r["loss"])
+    assert importance["best_target"] == best["loss"]
+    for name in ("ranker.txt", "regressor.txt", "report.json"):
+        assert (tmp_path / "r" / name).stat().st_size > 0
+    # too little data, and a file of the other target, are refused naming the file
+    write_synthetic_collection(tmp_path / "few.jsonl", space, 5)
+    status, _ = run("rank", "--data", str(tmp_path / "few.jsonl"), "--target", "loss")
+    assert status == 2
+    with pytest.raises(Exception, match="collected loss, not latency"):
+        from fairseq_plugins.search.ranking import read_collected
+        read_collected(str(tmp_path / "loss.jsonl"), "latency")
+
+
+def test_prune_keeps_the_important_fields_and_fixes_the_rest_at_the_best_values(space_path, tmp_path):
+    space = SearchSpace.from_file(space_path)
+    best = space.samples(1, 7)[0]
+    fields = {f: 0.0 for f, _ in FeatureEncoder(space).field_importance({})}
+    fields.update({"decoder.attention_kinds": 10.0, "encoder.layers": 5.0, "decoder.ffn_embed_dim": 1.0})
+    (tmp_path / "importance.json").write_text(json.dumps({"fields": fields, "best_architecture": best.to_dict()}))
+    status, out = run("prune", "--space", space_path, "--importance", str(tmp_path / "importance.json"), "--keep", "2",
+                      "--output", str(tmp_path / "pruned.yaml"))
+    assert status == 0
+    summary = json.loads(out)
+    assert summary["kept"] == ["decoder.attention_kinds", "encoder.layers"]
+    pruned = SearchSpace.from_file(str(tmp_path / "pruned.yaml"))
+    assert pruned.decoder.attention_kinds == ("softmax", "cosformer") and pruned.encoder.layers == (1, 2)
+    assert pruned.encoder.embed_dim == pruned.decoder.embed_dim == (best.encoder_embed_dim,)  # shared: fixed together
+    assert pruned.decoder.layers == (len(best.decoder_layers),)
+    assert summary["size_before"] == space.size() > summary["size_after"] == pruned.size()
+    pruned.check_contains(best)
+    assert "architectures before" in (tmp_path / "pruned.yaml").read_text()
+    (tmp_path / "bad.json").write_text(json.dumps({"fields": {"decoder.wings": 1.0}, "best_architecture": best.to_dict()}))
+    status, _ = run("prune", "--space", space_path, "--importance", str(tmp_path / "bad.json"), "--keep", "1",
+                    "--output", str(tmp_path / "x.yaml"))
+    assert status == 2
+
+
+def all_architectures(space):
+    codec = GenomeCodec(space)
+    return {codec.decode(genome) for genome in itertools.product(*(gene.choices for gene in codec.genes))}
+
+
+@functools.lru_cache(maxsize=None)
+def gflops_of(architecture):
+    return architecture_cost(architecture, 30, 30).flops / 1e9
+
+
+def gflops(architectures):
+    return [gflops_of(a) for a in architectures]
+
+
+# A space small enough to enumerate (2,880 architectures) for the known optimum.
+EVOLUTION_SPACE = SPACE.replace("attention_heads: [2, 4]", "attention_heads: [2]").replace(
+    "encoder_decoder_connect: [1, 2]", "encoder_decoder_connect: [1]")
+
+
+def test_evolution_finds_the_optimum_under_the_constraint_and_never_returns_a_violation(tmp_path):
+    space = SearchSpace.from_yaml(EVOLUTION_SPACE)
+    every = all_architectures(space)
+    assert len(every) == space.size()  # the genomes decode to exactly the space
+    limit = sorted(gflops(every))[len(every) // 3]  # a third of the space fits
+    feasible = [a for a in every if gflops([a])[0] <= limit]
+    optimum = min(synthetic_loss(a) for a in feasible)
+    constraint = Constraint("gflops", "--flops", limit, gflops)
+    settings = EvolutionSettings(population=40, parents=10, mutations=20, crossovers=20, iterations=15, patience=6, seed=2)
+    found = evolve(space, lambda archs: [synthetic_loss(a) for a in archs], [constraint], settings)
+    assert found["best"].fitness == pytest.approx(optimum)
+    assert found["best"].costs["gflops"] <= limit and all(c.costs["gflops"] <= limit for c in found["population"])
+    assert [h["best_fitness"] for h in found["history"]] == sorted((h["best_fitness"] for h in found["history"]), reverse=True)
+    # a budget nothing meets is an error naming it
+    with pytest.raises(SearchError, match="--flops 1e-09: only 0 of .* random architectures satisfy the constraints"):
+        evolve(space, lambda archs: [0.0] * len(archs), [Constraint("gflops", "--flops", 1e-9, gflops)],
+               EvolutionSettings(population=5, parents=2, mutations=1, crossovers=1, iterations=2, seed=1))
+
+
+def test_the_pareto_set_is_feasible_and_not_dominated(space_path):
+    space = SearchSpace.from_file(space_path)
+    objective = Constraint("gflops", "--objective flops", float("inf"), gflops)
+    params = Constraint("mparams", "--params", 0.003, lambda archs: [architecture_cost(a, 30, 30).parameters / 1e6 for a in archs])
+    front = pareto(space, lambda archs: [synthetic_loss(a) for a in archs], objective, [params], trials=120, population=20, seed=1)
+    assert front and all(c.costs["mparams"] <= 0.003 for c in front)
+    for a, b in itertools.permutations(front, 2):
+        assert not (b.fitness <= a.fitness and b.costs["gflops"] <= a.costs["gflops"]
+                    and (b.fitness, b.costs["gflops"]) != (a.fitness, a.costs["gflops"]))
+    assert [c.costs["gflops"] for c in front] == sorted(c.costs["gflops"] for c in front)
