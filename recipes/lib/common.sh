@@ -51,6 +51,15 @@
 #   SEARCH_SPACE        supernet.sh: the search space file (default: the data set's, search_spaces/)
 #   SUPERNET_SAMPLING   supernet.sh: random (one sampled sub-network per update) or sandwich (the
 #                       largest, the smallest and SANDWICH_RANDOM sampled ones, default 2)
+#   SEARCH_DIR STAGES   search.sh: its folder (default checkpoints/<dataset>/search) and stages (default
+#                       supernet,collect,rank,prune,evolve,train,generate); recipes/lib/search.sh says more
+#   LOSS_SAMPLES LATENCY_SAMPLES SEARCH_SEED   search.sh collect: architectures (300 each), seed
+#   LATENCY_BEAM LATENCY_SOURCE_LENGTH LATENCY_TARGET_LENGTH LATENCY_THREADS LATENCY_DEVICE
+#   LATENCY_WARMUP LATENCY_REPEATS LATENCY_MAX_SPREAD   search.sh latency measurement
+#   PRUNE_KEEP          search.sh: fields the pruned space leaves free (0: no pruning)
+#   LATENCY_BUDGETS FLOPS_BUDGETS FITNESS EVOLVE_ARGS   search.sh evolve: budgets (ms, GFLOPs; comma-
+#                       separated), ranker or supernet fitness, more `search evolve` flags
+#   TRAIN_PRESET        search.sh: the preset the found architectures are trained with
 #   PYTHON              interpreter with fairseq (default: python on PATH)
 #   DRY_RUN             1 = print the fairseq-train command instead of running it
 set -euo pipefail

@@ -309,24 +309,68 @@ decoder: {embed_dim: [16, 32], layers: [1, 2], ffn_embed_dim: [32, 64], attentio
 """
 
 
-def test_supernet_recipe_trains_a_supernet_whose_exported_sub_network_generate_sh_scores(prepare_sample, tmp_path):
-    prepared = prepare_sample("multi30k")
+def test_search_recipe_runs_every_stage_on_wmt_raw_data_and_resumes(prepare_sample, tmp_path):
+    """recipes/wmt14_en_de/search.sh on the WMT sample with a tiny space: supernet.sh's supernet, collect,
+    rank, prune, evolve under a latency budget (predicted, confirmed by measurement), train.sh on the found
+    architecture and generate.sh on it; then the stages that resume find their work done. (FLOPs and
+    parameter budgets: tests/search.)"""
+    prepared = prepare_sample("wmt14_en_de")
     (tmp_path / "space.yaml").write_text(TINY_SPACE)
-    env = environment(prepared, tmp_path, SEARCH_SPACE=str(tmp_path / "space.yaml"), SANDWICH_RANDOM="1", SUBSETS="test",
+    search_dir = tmp_path / "search"
+    env = environment(prepared, tmp_path, SEARCH_SPACE=str(tmp_path / "space.yaml"), SEARCH_DIR=str(search_dir),
+                      MAX_UPDATE="4", TOKENS_PER_UPDATE="1500", SUPERNET_SAMPLING="sandwich", SANDWICH_RANDOM="1",
+                      LOSS_SAMPLES="12", LATENCY_SAMPLES="12", LATENCY_SOURCE_LENGTH="5", LATENCY_TARGET_LENGTH="4",
+                      LATENCY_BEAM="2", LATENCY_THREADS="1", LATENCY_DEVICE="cpu", PRUNE_KEEP="3",
+                      LATENCY_WARMUP="1", LATENCY_REPEATS="3", LATENCY_MAX_SPREAD="10",
+                      LATENCY_BUDGETS="1000", SUBSETS="test", AVERAGE_LAST="0",
+                      EVOLVE_ARGS="--population 6 --parents 2 --mutations 2 --crossovers 2 --iterations 2 --confirm 1",
                       GEN_EXTRA_ARGS="--max-len-a 0 --max-len-b 8")
-    recipe("multi30k", "supernet.sh", "--dropout", "0.0", env=env)
-    log = (tmp_path / "checkpoints" / "train.log").read_text()
-    assert "--task', 'supernet_translation'" in log or "'_name': 'supernet_translation'" in log, log[:3000]
+    recipe("wmt14_en_de", "search.sh", "--dropout", "0.0", env=env)
+    log = (search_dir / "supernet" / "train.log").read_text()
     assert re.search(r"valid on 'valid' subset .*\| smallest_loss [0-9.]+", log), log[-3000:]
-    search = [sys.executable, "-m", "fairseq_plugins.search"]
-    run = dict(capture_output=True, text=True, env=env, cwd=ROOT_DIR, check=True)
-    (tmp_path / "a.json").write_text(subprocess.run(search + ["sample", "--space", str(tmp_path / "space.yaml"), "--seed", "4"],
-                                                    **run).stdout)
-    subprocess.run(search + ["export", "--checkpoint", str(tmp_path / "checkpoints" / "checkpoint_last.pt"),
-                             "--architecture", str(tmp_path / "a.json"), "--output", str(tmp_path / "sub.pt")], **run)
-    recipe("multi30k", "generate.sh", env=dict(env, CHECKPOINT=str(tmp_path / "sub.pt"), OUT_DIR=str(tmp_path / "gen")))
-    score = json.load(open(tmp_path / "gen" / "score-test.json"))
-    assert score["sentences"] == len(open(os.path.join(prepared.dest, "refs", "test.en")).read().splitlines())
+    for name in ("loss.jsonl", "latency.jsonl", "ranker_loss/ranker.txt", "ranker_latency/regressor.txt", "pruned.yaml"):
+        assert (search_dir / name).stat().st_size > 0, name
+    assert len((search_dir / "loss.jsonl").read_text().splitlines()) == 13  # the header and 12 architectures
+    result = json.load(open(search_dir / "evolve_latency_1000ms" / "result.json"))
+    assert result["confirmed_latency"][0]["within_budget"]
+    best = json.load(open(search_dir / "evolve_latency_1000ms" / "best.json"))
+    trained = (search_dir / "train_latency_1000ms" / "train.log").read_text()
+    assert "architecture from --architecture-file" in trained and json.dumps(best)[:40] in trained.replace("'", '"')
+    score = json.load(open(search_dir / "train_latency_1000ms" / "generate" / "score-test.json"))
+    assert score["sentences"] == len(open(os.path.join(prepared.dest, "refs", "test.de")).read().splitlines())
+    # again: collect has its data and the evolution its best.json (the supernet and the training resume
+    # from their checkpoint_last.pt, at their last update)
+    out = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "search.sh"), "--dropout", "0.0"],
+                         capture_output=True, text=True, env=dict(env, STAGES="supernet,collect,evolve,train"),
+                         cwd=env["TEST_CWD"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr.count("best.json exists (done before)") == 1
+    assert [json.loads(line)["added"] for line in out.stdout.splitlines() if '"added"' in line] == [0, 0]
+
+
+def test_search_recipe_settings_and_errors(tmp_path):
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, DATA_BIN=str(tmp_path), NUM_GPUS="0", LATENCY_BUDGETS="40",
+               SEARCH_DIR=str(tmp_path / "s"))
+    out = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    assert "/search_spaces/multi30k_cpu.yaml" in out and "-n 300" in out and "--threads 2 --device cpu" in out
+    assert "--beam 5 --source-length 30 --target-length 30" in out and " prune " not in out  # no pruning at CPU size
+    assert f"train.sh mixed_transformer_iwslt_de_en --architecture-file {tmp_path / 's'}/evolve_latency_40ms/best.json" in out
+    out = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "search.sh")], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    assert "/search_spaces/wmt14_en_de.yaml" in out and "--device cuda:0" in out and "--keep 8" in out
+    assert f"--space {tmp_path / 's'}/pruned.yaml" in out and "train.sh mformer_wmt_en_de --architecture-file" in out
+    out = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
+                         env=dict(env, STAGES="rank,evolve"), check=True).stdout
+    assert " collect " not in out and " rank " in out and " evolve " in out and "train.sh" not in out
+    for overrides, message in (({"STAGES": "collect,fly"}, "error: STAGES=collect,fly: unknown stage 'fly'"),
+                               ({"LATENCY_BUDGETS": ""}, "error: the evolve stage needs a budget: LATENCY_BUDGETS=")):
+        result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
+                                env=dict(env, **overrides))
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+    result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
+                            env=dict(env, DRY_RUN="0", STAGES="collect"))
+    assert result.returncode == 2 and f"{tmp_path / 's'}/supernet/checkpoint_last.pt: no supernet" in result.stderr
 
 
 def test_supernet_recipes_settings_and_errors(tmp_path):

@@ -416,12 +416,14 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     SearchSpace.from_file(str(tmp_path / "pruned.yaml"))
 
     evolved = run("evolve", "--space", space_file, "--fitness", "ranker", "--ranker", ranker, "--checkpoint", checkpoint,
-                  "--latency-ms", "1e6", "--latency-predictor", predictor, "--population", "8", "--parents", "3",
+                  "--latency-ms", "1e6", "--latency-predictor", predictor, "--flops", "1", "--params", "1",
+                  "--population", "8", "--parents", "3",
                   "--mutations", "3", "--crossovers", "3", "--iterations", "3", "--confirm", "2", "--output",
                   str(tmp_path / "evolved"), *[a for a in latency if a not in ("--warmup", "1", "--repeats", "3")])
     result = json.loads((tmp_path / "evolved" / "result.json").read_text())
     assert [c["within_budget"] for c in result["confirmed_latency"]] == [True, True]
-    assert result["best"]["latency_ms"] > 0 and result["best"]["mparams"] > 0 and result["best"]["gflops"] > 0
+    assert result["best"]["latency_ms"] > 0 and 0 < result["best"]["mparams"] <= 1 and 0 < result["best"]["gflops"] <= 1
+    assert result["constraints"] == {"--latency-ms": 1e6, "--flops": 1.0, "--params": 1.0}
     best = Architecture.from_json((tmp_path / "evolved" / "best.json").read_text())
     assert best.to_dict() == result["best"]["architecture"] == evolved["best"]["architecture"]
     command = (tmp_path / "evolved" / "train_command.sh").read_text()

@@ -1,0 +1,151 @@
+# search.sh: the architecture search of the mixed-attention paper, stage by stage (sourced by
+# recipes/<dataset>/search.sh after the data set's config.sh and translation.sh). Every stage reads
+# the outputs of the ones before from SEARCH_DIR and is resumable: the supernet and the from-scratch
+# trainings resume from their checkpoint_last.pt, collect continues its file, a finished evolution
+# (best.json) is not run again; rank and prune are rerun (seconds, deterministic).
+#
+#   supernet  supernet.sh (the data set's space and settings) into SEARCH_DIR/supernet
+#   collect   inherited valid losses of LOSS_SAMPLES sampled architectures (loss.jsonl) and measured
+#             latencies of LATENCY_SAMPLES (latency.jsonl; LATENCY_BEAM, LATENCY_SOURCE_LENGTH,
+#             LATENCY_TARGET_LENGTH, LATENCY_THREADS, LATENCY_DEVICE; LATENCY_WARMUP, LATENCY_REPEATS timed runs,
+#             measured again when their spread exceeds LATENCY_MAX_SPREAD), sampled with SEARCH_SEED
+#   rank      the pairwise rankers and pointwise baselines (ranker_loss/, ranker_latency/)
+#   prune     with PRUNE_KEEP > 0: the space with the PRUNE_KEEP most important fields free (pruned.yaml),
+#             which evolve then searches
+#   evolve    one evolution per budget: LATENCY_BUDGETS (milliseconds, comma-separated, predicted by
+#             the latency regressor and confirmed by measurement) and FLOPS_BUDGETS (GFLOPs), fitness
+#             FITNESS (ranker or supernet); EVOLVE_ARGS: more `search evolve` flags (word-split)
+#             -> evolve_latency_<X>ms/ and evolve_flops_<X>g/ (best.json, result.json, train_command.sh)
+#   train     every found architecture trained from scratch: train.sh TRAIN_PRESET --architecture-file
+#             best.json (the data set's training settings) into train_<budget>/
+#   generate  generate.sh on each of those
+#
+#   SEARCH_DIR  default checkpoints/<dataset>/search; STAGES  comma-separated subset of the above (default
+#   all, in this order); the flags after search.sh go to the supernet's fairseq-train.
+SEARCH_STAGES=(supernet collect rank prune evolve train generate)
+
+search_step() {  # run a command, or with DRY_RUN=1 print it
+    if [ "${DRY_RUN:-0}" = 1 ]; then
+        printf '%q ' "$@"
+        echo
+    else
+        "$@"
+    fi
+}
+
+search_wants() {  # is stage $1 in STAGES?
+    [[ ",$STAGES," == *",$1,"* ]]
+}
+
+search_budget_dirs() {  # the evolution folders of the budgets, one per line
+    local budget latency=${LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-}
+    for budget in ${latency//,/ }; do echo "$SEARCH_DIR/evolve_latency_${budget}ms"; done
+    for budget in ${flops//,/ }; do echo "$SEARCH_DIR/evolve_flops_${budget}g"; done
+}
+
+run_search() {  # [supernet fairseq-train flags...]
+    if wants_help "$@"; then
+        recipe_help
+        sed -n '3,/^SEARCH_STAGES/{/^#/s/^# \{0,1\}//p}' "$RECIPES_DIR/lib/search.sh"
+        exit 0
+    fi
+    : "${SEARCH_DIR:=$REPO_ROOT/checkpoints/${SAVE_NAME:-$DATASET}/search}"
+    : "${STAGES:=$(IFS=,; echo "${SEARCH_STAGES[*]}")}"
+    : "${SEARCH_SPACE:=$REPO_ROOT/search_spaces/$SUPERNET_SPACE.yaml}"
+    : "${TRAIN_PRESET:=$DEFAULT_PRESET}" "${FITNESS:=ranker}" "${SEARCH_SEED:=1}"
+    : "${LOSS_SAMPLES:=300}" "${LATENCY_SAMPLES:=300}" "${LATENCY_BEAM:=5}" "${LATENCY_SOURCE_LENGTH:=30}"
+    : "${LATENCY_TARGET_LENGTH:=30}" "${LATENCY_THREADS:=2}" "${LATENCY_DEVICE:=cpu}" "${PRUNE_KEEP:=0}"
+    : "${LATENCY_WARMUP:=3}" "${LATENCY_REPEATS:=10}" "${LATENCY_MAX_SPREAD:=0.1}"
+    local stage known
+    for stage in ${STAGES//,/ }; do
+        known=0
+        for known_stage in "${SEARCH_STAGES[@]}"; do [ "$stage" = "$known_stage" ] && known=1; done
+        if [ "$known" = 0 ]; then
+            echo "[recipe] error: STAGES=$STAGES: unknown stage '$stage' (stages: $(IFS=,; echo "${SEARCH_STAGES[*]}"))" >&2
+            return 2
+        fi
+    done
+    if search_wants evolve && [ -z "${LATENCY_BUDGETS:-}${FLOPS_BUDGETS:-}" ]; then
+        echo "[recipe] error: the evolve stage needs a budget: LATENCY_BUDGETS=<ms,...> (measure a preset first:" \
+            "python -m fairseq_plugins.search cost --latency) or FLOPS_BUDGETS=<GFLOPs,...>" >&2
+        return 2
+    fi
+    local here search checkpoint space
+    here=$(cd "$(dirname "$0")" && pwd)
+    search=("$PYTHON" -m fairseq_plugins.search)
+    checkpoint="$SEARCH_DIR/supernet/checkpoint_last.pt"
+    [ "${DRY_RUN:-0}" = 1 ] || mkdir -p "$SEARCH_DIR"
+    if search_wants supernet; then
+        echo "[recipe] search: supernet -> $SEARCH_DIR/supernet" >&2
+        search_step env SAVE_DIR="$SEARCH_DIR/supernet" SEARCH_SPACE="$SEARCH_SPACE" bash "$here/supernet.sh" "$@" || return
+    fi
+    if [ "${DRY_RUN:-0}" != 1 ] && ! search_wants supernet && [ ! -f "$checkpoint" ]; then
+        echo "[recipe] error: $checkpoint: no supernet (run the supernet stage: STAGES=supernet,...)" >&2
+        return 2
+    fi
+    if search_wants collect; then
+        echo "[recipe] search: collect -> $SEARCH_DIR/loss.jsonl, $SEARCH_DIR/latency.jsonl" >&2
+        search_step "${search[@]}" collect --what loss --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
+            -n "$LOSS_SAMPLES" --seed "$SEARCH_SEED" --output "$SEARCH_DIR/loss.jsonl" || return
+        search_step "${search[@]}" collect --what latency --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
+            -n "$LATENCY_SAMPLES" --seed "$SEARCH_SEED" --output "$SEARCH_DIR/latency.jsonl" --beam "$LATENCY_BEAM" \
+            --source-length "$LATENCY_SOURCE_LENGTH" --target-length "$LATENCY_TARGET_LENGTH" \
+            --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE" --warmup "$LATENCY_WARMUP" \
+            --repeats "$LATENCY_REPEATS" --max-spread "$LATENCY_MAX_SPREAD" || return
+    fi
+    if search_wants rank; then
+        local target
+        for target in loss latency; do
+            search_step "${search[@]}" rank --data "$SEARCH_DIR/$target.jsonl" --target "$target" \
+                --output "$SEARCH_DIR/ranker_$target" --seed "$SEARCH_SEED" || return
+        done
+    fi
+    space=$SEARCH_SPACE
+    if [ "$PRUNE_KEEP" -gt 0 ]; then
+        if search_wants prune; then
+            search_step "${search[@]}" prune --space "$SEARCH_SPACE" --importance "$SEARCH_DIR/ranker_loss/importance.json" \
+                --keep "$PRUNE_KEEP" --output "$SEARCH_DIR/pruned.yaml" || return
+        fi
+        space="$SEARCH_DIR/pruned.yaml"
+    fi
+    if search_wants evolve; then
+        local budget output common latency=${LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-}
+        # shellcheck disable=SC2206
+        common=(--space "$space" --fitness "$FITNESS" --ranker "$SEARCH_DIR/ranker_loss/ranker.txt" --checkpoint "$checkpoint"
+                --latency-predictor "$SEARCH_DIR/ranker_latency/regressor.txt" --beam "$LATENCY_BEAM"
+                --source-length "$LATENCY_SOURCE_LENGTH" --target-length "$LATENCY_TARGET_LENGTH"
+                --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE" --seed "$SEARCH_SEED" ${EVOLVE_ARGS:-})
+        for budget in ${latency//,/ }; do
+            output="$SEARCH_DIR/evolve_latency_${budget}ms"
+            if [ -f "$output/best.json" ]; then
+                echo "[recipe] search: $output/best.json exists (done before)" >&2
+                continue
+            fi
+            search_step "${search[@]}" evolve "${common[@]}" --latency-ms "$budget" --output "$output" || return
+        done
+        for budget in ${flops//,/ }; do
+            output="$SEARCH_DIR/evolve_flops_${budget}g"
+            if [ -f "$output/best.json" ]; then
+                echo "[recipe] search: $output/best.json exists (done before)" >&2
+                continue
+            fi
+            search_step "${search[@]}" evolve "${common[@]}" --flops "$budget" --output "$output" || return
+        done
+    fi
+    local found name
+    while read -r found; do
+        [ -n "$found" ] || continue
+        name=train_$(basename "$found" | sed 's/^evolve_//')
+        if search_wants train; then
+            if [ "${DRY_RUN:-0}" != 1 ] && [ ! -f "$found/best.json" ]; then
+                echo "[recipe] error: $found/best.json: no architecture (run the evolve stage)" >&2
+                return 2
+            fi
+            search_step env SAVE_DIR="$SEARCH_DIR/$name" bash "$here/train.sh" "$TRAIN_PRESET" \
+                --architecture-file "$found/best.json" || return
+        fi
+        if search_wants generate; then
+            search_step env SAVE_DIR="$SEARCH_DIR/$name" bash "$here/generate.sh" "$TRAIN_PRESET" || return
+        fi
+    done < <(search_budget_dirs)
+}
