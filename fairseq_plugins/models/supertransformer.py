@@ -63,7 +63,9 @@ class SupernetBase(BaseFairseqModel):
     LANGUAGE_MODEL = False
 
     @classmethod
-    def add_supernet_args(cls, parser):
+    def add_args(cls, parser):
+        """The standalone model's options (a sub-network's: dropout, embeddings, ...) and the supernet's."""
+        cls.STANDALONE.add_args(parser)
         parser.add_argument("--search-space", metavar="FILE",
                             help="the search space (YAML, see search_spaces/ and fairseq_plugins/search/space.py) whose "
                             "architectures the supernet holds")
@@ -270,11 +272,6 @@ class MixedSuperTransformerModel(SupernetBase):
     STANDALONE_ARCH = "mixed_transformer"
 
     @classmethod
-    def add_args(cls, parser):
-        MixedTransformerModel.add_args(parser)
-        cls.add_supernet_args(parser)
-
-    @classmethod
     def build_model(cls, args, task):
         space = cls.read_space(args)
         if getattr(args, "share_all_embeddings", False) and not space.shared_embed_dim:
@@ -301,11 +298,6 @@ class MixedSuperTransformerLanguageModel(SupernetBase):
     STANDALONE = MixedTransformerLanguageModel
     STANDALONE_ARCH = "mixed_transformer_lm"
     LANGUAGE_MODEL = True
-
-    @classmethod
-    def add_args(cls, parser):
-        MixedTransformerLanguageModel.add_args(parser)
-        cls.add_supernet_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
