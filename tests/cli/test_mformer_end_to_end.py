@@ -1,7 +1,7 @@
 """End to end through fairseq's real CLIs: the mFormer translation presets
 (softmax and cosFormer layers mixed, shrunk) learn the synthetic task and
-beam-decode it (mformer_wmt_en_de: test_mformer_wmt_end_to_end.py, so that two
-test workers train them side by side; the other presets: test_end_to_end.py)."""
+beam-decode it (mformer_wmt_en_de, shrunk, is the same model: test_mformer_wmt_end_to_end.py checks
+that; the other presets: test_end_to_end.py)."""
 import pytest
 
 from fairseq_plugins.cli.pipeline import generate
