@@ -430,6 +430,13 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     assert f"--architecture-file {tmp_path / 'evolved' / 'best.json'}" in command and "--task translation" in command
     assert "--arch mixed_transformer " in command and "--share-all-embeddings" in command
 
+    # the inherited loss as the fitness: the best's fitness is its loss inside the supernet
+    by_loss = run("evolve", "--space", space_file, "--fitness", "supernet", "--checkpoint", checkpoint, "--population", "6",
+                  "--parents", "2", "--mutations", "2", "--crossovers", "2", "--iterations", "2", "--output", str(tmp_path / "by_loss"))
+    (tmp_path / "b.json").write_text(json.dumps(by_loss["best"]["architecture"]))
+    evaluated = run("evaluate", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "b.json"))
+    assert by_loss["best"]["fitness"] == pytest.approx(evaluated["loss"], rel=1e-9)
+
     front = run("pareto", "--space", space_file, "--fitness", "ranker", "--ranker", ranker, "--objective", "latency",
                 "--latency-predictor", predictor, "--trials", "24", "--population", "6", "--output", str(tmp_path / "front.jsonl"))
     points = [json.loads(line) for line in (tmp_path / "front.jsonl").read_text().splitlines()]
