@@ -253,7 +253,23 @@ def test_evaluate_and_export_a_trained_supernet(trained, tmp_path):
     assert hypotheses[0] == hypotheses[1]
 
     # fairseq-generate reads it like any checkpoint
-    assert len(generate(data, str(tmp_path / "sub.pt"), beam=3).hypotheses) == 20
+    decoded = generate(data, str(tmp_path / "sub.pt"), beam=3)
+    assert len(decoded.hypotheses) == 20
+    # the hub loads it and translates as fairseq-generate does (the same beam, the same words)
+    from fairseq_plugins.models.mixed_transformer import MixedTransformerModel
+
+    hub = MixedTransformerModel.from_pretrained(str(tmp_path), checkpoint_file="sub.pt", data_name_or_path=data,
+                                                user_dir=PLUGIN_DIR, beam=3)
+    source_line = dict(re.findall(r"^S-(\d+)\t(.*)$", decoded.log, flags=re.M))["0"]
+    hypothesis = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", decoded.log, flags=re.M))["0"]
+    assert hub.translate(source_line) == hypothesis
+    # fairseq-train --finetune-from-model starts from its weights (the architecture file builds the same model)
+    finetune = run(fairseq_command("train") + [
+        data, "--user-dir", PLUGIN_DIR, "--arch", "mixed_transformer", "--architecture-file", str(tmp_path / "a.json"),
+        "--share-all-embeddings", "--finetune-from-model", str(tmp_path / "sub.pt"), "--optimizer", "adam", "--lr", "1e-3",
+        "--max-tokens", "1000", "--max-update", "1", "--cpu", "--save-dir", str(tmp_path / "ft"), "--no-epoch-checkpoints",
+        "--num-workers", "0", "--max-source-positions", "32", "--max-target-positions", "32", "--disable-validation"])
+    assert "loading pretrained model from" in finetune and "num_updates 1" in finetune.replace("=", " "), finetune[-2000:]
 
 
 def test_evaluate_bleu_scores_the_inherited_sub_network_as_fairseq_generate_scores_its_export(trained, tmp_path):
