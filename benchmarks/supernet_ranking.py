@@ -107,7 +107,10 @@ def train_supernet(ctx: Context, results: str, updates: int) -> dict:
     with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
         text = f.read()
     training = parse_train_log(text)
+    from fairseq_plugins.search.collect import file_sha256
+
     result = {"command": shell_line(env, command), "updates": training["updates"], "params": training["params"],
+              "checkpoint_sha256": file_sha256(os.path.join(save_dir, "checkpoint_last.pt")),
               "train_seconds": sum(float(s) for s in re.findall(r"done training in ([0-9.]+) seconds", text)),
               "process_seconds": round(elapsed, 1), "validations": supernet_validations(text),
               "space": relative(SPACE), **provenance()}
@@ -157,6 +160,11 @@ def choose_architectures(results: str, count: int, pool: int, seed: int) -> List
     path = os.path.join(results, "architectures.jsonl")
     chosen = read_jsonl(path)
     if chosen:
+        settings = (len(chosen), chosen[0].get("pool"), chosen[0].get("seed"))
+        if settings != (count, pool, seed):
+            raise SystemExit(f"error: {relative(path)} holds {settings[0]} architectures of pool {settings[1]}, seed "
+                             f"{settings[2]}, not --architectures {count} --pool {pool} --seed {seed}: remove it (and the "
+                             "losses measured on them) to choose again")
         log(f"architectures: chosen before ({relative(path)})")
         return [entry["architecture"] for entry in chosen]
     picks = spread_architectures(SPACE, count, pool, seed)
@@ -176,7 +184,14 @@ def architecture_file(ctx: Context, index: int, architecture: dict) -> str:
 
 def inherited_losses(ctx: Context, results: str, architectures: List[dict]) -> List[dict]:
     path = os.path.join(results, "inherited.jsonl")
-    done = {architecture_key(r["architecture"]): r for r in read_jsonl(path)}
+    with open(os.path.join(results, "supernet.json"), encoding="utf-8") as f:
+        supernet = json.load(f)["checkpoint_sha256"]
+    records = read_jsonl(path)
+    stale = [r for r in records if r.get("supernet_sha256") != supernet]
+    if stale:
+        raise SystemExit(f"error: {relative(path)}: {len(stale)} losses were measured in another supernet than supernet.json's: "
+                         "remove the file to measure them again")
+    done = {architecture_key(r["architecture"]): r for r in records}
     checkpoint = os.path.join(supernet_dir(ctx), "checkpoint_last.pt")
     for index, architecture in enumerate(architectures):
         if architecture_key(architecture) in done:
@@ -187,9 +202,15 @@ def inherited_losses(ctx: Context, results: str, architectures: List[dict]) -> L
         command = [ctx.python, "-m", "fairseq_plugins.search", "evaluate", "--checkpoint", checkpoint,
                    "--architecture", architecture_file(ctx, index, architecture)]
         log(f"inherited: architecture {index}")
+        from fairseq_plugins.search.collect import file_sha256
+
+        if file_sha256(checkpoint) != supernet:
+            raise SystemExit(f"error: {relative(checkpoint)} is not the supernet supernet.json records (it trained on?): "
+                             "run the supernet stage again")
         output = ctx.run(SUITE.name, {}, command, record=False)
         evaluated = json.loads(output.strip().splitlines()[-1])
-        record = {"index": index, "architecture": architecture, "loss": evaluated["loss"], "nll_loss": evaluated["nll_loss"],
+        record = {"index": index, "architecture": architecture, "supernet_sha256": supernet,
+                  "loss": evaluated["loss"], "nll_loss": evaluated["nll_loss"],
                   "tokens": evaluated["tokens"], "command": shell_line({}, command), **provenance()}
         append_jsonl(path, record)
         done[architecture_key(architecture)] = record
@@ -227,11 +248,10 @@ def scratch_losses(ctx: Context, results: str, architectures: List[dict], update
 
 # ------------------------------------------------------------------- report ---
 def kendall_tau(first: Sequence[float], second: Sequence[float]):
-    """Kendall's tau-b between two orders and its two-sided p-value (scipy)."""
-    from scipy.stats import kendalltau
+    """Kendall's tau-b between two orders and its two-sided p-value (``search.ranking.kendall``: scipy)."""
+    from fairseq_plugins.search.ranking import kendall
 
-    result = kendalltau(first, second)
-    return float(result.statistic), float(result.pvalue)
+    return kendall(first, second)
 
 
 def describe(architecture: dict) -> str:
@@ -251,7 +271,7 @@ def describe(architecture: dict) -> str:
     return ", ".join(parts)
 
 
-def render(results: str, command: str) -> str:
+def render(results: str, command: str, scratch_updates: Optional[int] = None) -> str:
     lines = [REPORT_BEGIN, "", "## Measured: can the supernet rank architectures? (Multi30k de-en)", ""]
     supernet_path = os.path.join(results, "supernet.json")
     if not os.path.isfile(supernet_path):
@@ -260,7 +280,10 @@ def render(results: str, command: str) -> str:
         supernet = json.load(f)
     architectures = [entry["architecture"] for entry in read_jsonl(os.path.join(results, "architectures.jsonl"))]
     inherited = {architecture_key(r["architecture"]): r for r in read_jsonl(os.path.join(results, "inherited.jsonl"))}
-    scratch = {architecture_key(r["architecture"]): r for r in read_jsonl(os.path.join(results, "scratch.jsonl"))}
+    # (one budget of updates: the one asked for, else the latest run's)
+    scratch_records = read_jsonl(os.path.join(results, "scratch.jsonl"))
+    budget = scratch_updates or (scratch_records[-1]["updates"] if scratch_records else None)
+    scratch = {architecture_key(r["architecture"]): r for r in scratch_records if r["updates"] == budget}
     revisions = sorted({r["git"] for r in [supernet, *inherited.values(), *scratch.values()]})
     machines = sorted({f"{r['cores']} cores ({r['cpu']}), threads {r['threads']}" for r in [supernet, *scratch.values()]})
     lines += [
@@ -344,7 +367,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             inherited_losses(ctx, args.results, architectures)
         if "scratch" in stages:
             scratch_losses(ctx, args.results, architectures, args.scratch_updates)
-    write_report(args.output, render(args.results, command), REPORT_BEGIN, REPORT_END)
+    write_report(args.output, render(args.results, command, args.scratch_updates), REPORT_BEGIN, REPORT_END)
     log(f"report: {relative(args.output)}")
     return 0
 

@@ -162,6 +162,17 @@ def main(argv=None) -> int:
         return 0
     if not os.path.isfile(args.space):
         parser.error(f"--space {args.space}: no such file")
+    import fairseq_plugins  # noqa: F401  (the kinds a space names)
+    from fairseq_plugins.modules import AttentionConfigError
+    from fairseq_plugins.search.space import SearchSpace
+
+    try:
+        space = SearchSpace.from_file(args.space)
+    except AttentionConfigError as error:
+        parser.error(str(error))
+    if space.language_model or not space.shared_embed_dim:
+        parser.error(f"--space {args.space}: expected a translation space with shared_embed_dim: true (the benchmark "
+                     "builds the translation supernet with --share-all-embeddings)")
     for name in ("tokens", "length", "vocab", "steps", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: expected at least 1")
@@ -186,7 +197,9 @@ def main(argv=None) -> int:
     if args.output:
         from benchmarks.quality import write_report
 
-        command = "python benchmarks/supernet_step.py" + "".join(" " + a for a in (argv if argv is not None else sys.argv[1:]))
+        import shlex
+
+        command = "python benchmarks/supernet_step.py" + "".join(" " + shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
         space = os.path.relpath(os.path.abspath(args.space), REPO)
         section = [REPORT_BEGIN, "", "## Measured: a supernet training step against the standalone sub-network", "",
                    f"`{command}` at git {revision}, {available_cores()} cores ({cpu_model()}), {args.threads} threads, "

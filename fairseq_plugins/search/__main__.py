@@ -79,8 +79,7 @@ def count(args) -> None:
 
     latency = None
     if args.latency:
-        latency = LatencySettings(source_length=args.source_length, decoder_steps=args.target_length, beam=args.beam,
-                                  threads=args.threads, warmup=args.warmup, repeats=args.repeats, trim=args.trim)
+        latency = LatencySettings.from_args(args)
         latency.check()
     print(json.dumps(cost(args.checkpoint, args.architecture, args.source_length, args.target_length, latency)))
 
@@ -96,8 +95,7 @@ def collect(args) -> None:
     from .collect import collect as run_collect
     from .latency import LatencySettings
 
-    latency = LatencySettings(source_length=args.source_length, decoder_steps=args.target_length, beam=args.beam,
-                              threads=args.threads, warmup=args.warmup, repeats=args.repeats, trim=args.trim)
+    latency = LatencySettings.from_args(args)
     progress = (lambda count, record: print(f"[collect] {count}: {json.dumps({k: v for k, v in record.items() if k != 'architecture'})}",
                                             file=sys.stderr, flush=True)) if args.verbose else None
     print(json.dumps(run_collect(args.what, args.checkpoint, args.space, args.n, args.output, seed=args.seed,
@@ -146,12 +144,18 @@ def pareto_search(args) -> None:
     print(json.dumps(pareto_command(args)))
 
 
-def add_latency_options(parser):
+def add_latency_options(parser, device: bool = True):
+    """The lengths and the latency measurement's settings (``latency.LatencySettings.from_args``)."""
     parser.add_argument("--source-length", type=int, default=30, help="source tokens (default: %(default)s)")
     parser.add_argument("--target-length", type=int, default=30, help="target tokens / decoder steps (default: %(default)s)")
     parser.add_argument("--beam", type=int, default=5, help="latency: beam size (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="latency: torch threads (default: %(default)s)")
-    parser.add_argument("--device", default="cpu", help="latency: cpu or cuda[:N] (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=3, help="latency: untimed runs first (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=10, help="latency: timed runs (default: %(default)s)")
+    parser.add_argument("--trim", type=float, default=0.1,
+                        help="latency: fraction of the fastest and of the slowest runs left out of the mean (default: %(default)s)")
+    if device:
+        parser.add_argument("--device", default="cpu", help="latency: cpu or cuda[:N] (default: %(default)s)")
 
 
 def add_budget_options(parser):
@@ -213,15 +217,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     coster = commands.add_parser("cost", help="parameters and FLOPs of a sub-network", description=count.__doc__)
     coster.add_argument("--checkpoint", required=True, help="a mixed_supertransformer checkpoint (its dictionaries and options)")
     coster.add_argument("--architecture", required=True, help="architecture JSON (as sample prints)")
-    coster.add_argument("--source-length", type=int, default=30, help="source tokens (default: %(default)s)")
-    coster.add_argument("--target-length", type=int, default=30, help="target tokens (default: %(default)s)")
     coster.add_argument("--latency", action="store_true", help="also measure the exported sub-network's latency (see above)")
-    coster.add_argument("--beam", type=int, default=5, help="--latency: beam size (default: %(default)s)")
-    coster.add_argument("--threads", type=int, default=1, help="--latency: torch threads (default: %(default)s)")
-    coster.add_argument("--warmup", type=int, default=3, help="--latency: untimed runs first (default: %(default)s)")
-    coster.add_argument("--repeats", type=int, default=10, help="--latency: timed runs (default: %(default)s)")
-    coster.add_argument("--trim", type=float, default=0.1,
-                        help="--latency: fraction of the fastest and of the slowest runs left out of the mean (default: %(default)s)")
+    add_latency_options(coster, device=False)
     coster.set_defaults(run=count)
 
     collector = commands.add_parser("collect", help="inherited losses or measured latencies of sampled architectures",
@@ -235,9 +232,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     collector.add_argument("--subset", default="valid", help="loss: data subset (default: %(default)s)")
     collector.add_argument("--max-tokens", type=int, default=4096, help="loss: tokens per batch (default: %(default)s)")
     add_latency_options(collector)
-    collector.add_argument("--warmup", type=int, default=3, help="latency: untimed runs first (default: %(default)s)")
-    collector.add_argument("--repeats", type=int, default=10, help="latency: timed runs (default: %(default)s)")
-    collector.add_argument("--trim", type=float, default=0.1, help="latency: trimmed fraction at each end (default: %(default)s)")
     collector.add_argument("--max-spread", type=float, default=0.1,
                            help="latency: largest stdev / mean accepted (default: %(default)s)")
     collector.add_argument("--remeasure", type=int, default=2, help="latency: measurements again before dropping (default: %(default)s)")

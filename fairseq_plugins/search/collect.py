@@ -46,6 +46,16 @@ def machine() -> Dict[str, object]:
     return {"cpu": cpu_model(), "cores": available_cores(), "torch": torch.__version__, "python": platform.python_version()}
 
 
+def file_sha256(path: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def read_collection(path: str) -> Tuple[dict, List[dict]]:
     """(header, records) of a collection file; errors name the file and line."""
     if not os.path.isfile(path):
@@ -98,7 +108,7 @@ def collect(what: str, checkpoint: str, space_path: str, n: int, output: str, se
             max_tokens: int = 4096, latency: Optional[LatencySettings] = None, max_spread: float = 0.1,
             remeasure: int = 2, device: str = "cpu", progress=None) -> dict:
     """Collect (module docstring); returns the summary (counts)."""
-    from .subnetworks import InheritedLoss, load_supernet
+    from .subnetworks import InheritedLoss, load_supernet, refuse_language_model_latency
 
     if what not in WHAT:
         raise CollectError(f"--what: expected one of {', '.join(WHAT)}, got {what!r}")
@@ -109,11 +119,17 @@ def collect(what: str, checkpoint: str, space_path: str, n: int, output: str, se
     space = SearchSpace.from_file(space_path)
     latency = latency or LatencySettings()
     latency.check()
-    settings = {"what": what, "space": space.to_dict(), "seed": seed, "checkpoint": os.path.abspath(checkpoint)}
+    model, task, state = load_supernet(checkpoint)
+    space.check_within(model.space, f"--space {space_path}", f"the supernet {checkpoint}")
+    if what == "latency":
+        refuse_language_model_latency(model, checkpoint, "--what latency")
+    # what the records depend on: a file continues only with the same (the same supernet: its content, wherever
+    # it lies; latencies: the same machine)
+    settings = {"what": what, "space": space.to_dict(), "seed": seed, "checkpoint_sha256": file_sha256(checkpoint)}
     if what == "loss":
         settings.update(subset=subset, max_tokens=max_tokens)
     else:
-        settings.update(latency=asdict(latency), max_spread=max_spread, remeasure=remeasure, device=device)
+        settings.update(latency=asdict(latency), max_spread=max_spread, remeasure=remeasure, device=device, machine=machine())
     records: List[dict] = []
     if os.path.isfile(output):
         header, records = read_collection(output)
@@ -121,12 +137,8 @@ def collect(what: str, checkpoint: str, space_path: str, n: int, output: str, se
             if header.get(key) != value:
                 raise CollectError(f"{output}: collected with {key} = {json.dumps(header.get(key))}, not "
                                    f"{json.dumps(value)}: continue it with its own settings, or write another file")
-    header = {"record": HEADER, **settings, "machine": machine()}
+    header = {"record": HEADER, **settings, "checkpoint": os.path.abspath(checkpoint), "machine": machine()}
     done = {json.dumps(r["architecture"], sort_keys=True) for r in records}
-    model, task, state = load_supernet(checkpoint)
-    if model.LANGUAGE_MODEL and what == "latency":
-        raise CollectError(f"--what latency: {checkpoint} is a language-model supernet (the latency measured is a "
-                           "translation's: an encoder and beam search)")
     evaluator = InheritedLoss(model, task, state, subset, max_tokens) if what == "loss" else None
     threads = latency.threads if what == "latency" else torch.get_num_threads()
     added = 0
@@ -134,7 +146,6 @@ def collect(what: str, checkpoint: str, space_path: str, n: int, output: str, se
         key = json.dumps(architecture.to_dict(), sort_keys=True)
         if key in done:
             continue
-        model.space.check_contains(architecture, f"--space {space_path}: a sampled architecture, in the supernet's space")
         if what == "loss":
             result = evaluator.evaluate(architecture)
             record = {"architecture": architecture.to_dict(), "loss": result["loss"], "nll_loss": result["nll_loss"],

@@ -14,102 +14,113 @@ from .latency import LatencySettings
 from .space import SearchSpace
 
 
-class Costs:
-    """FLOPs and parameters as ``search cost`` counts them (``complexity.architecture_cost``; with a supernet
-    checkpoint, the dictionary-sized embeddings and output projection at its dictionaries' sizes, else
-    without them), and the latency a ``rank --target latency`` regressor predicts."""
+class Supernet:
+    """A supernet checkpoint, loaded once for everything a search asks of it (costs at its dictionary sizes,
+    the inherited loss, latency measurements), or none."""
 
-    def __init__(self, checkpoint: Optional[str], source_length: int, target_length: int):
-        self.source_length, self.target_length = source_length, target_length
-        self.model = self.task = None
+    def __init__(self, checkpoint: Optional[str]):
+        self.checkpoint = checkpoint
+        self.model = self.task = self.state = None
         if checkpoint:
             from .subnetworks import load_supernet
 
-            self.model, self.task, _ = load_supernet(checkpoint)
+            self.model, self.task, self.state = load_supernet(checkpoint)
+
+    def require(self, option: str):
+        if self.model is None:
+            raise SearchError(f"{option} needs --checkpoint (the supernet)")
+        return self
+
+
+class Costs:
+    """FLOPs and parameters as ``search cost`` counts them (with a supernet: ``subnetworks.counted_cost``, the
+    dictionary-sized embeddings and output projection at its dictionaries' sizes; without one, without them)."""
+
+    def __init__(self, supernet: Supernet, source_length: int, target_length: int):
+        self.supernet, self.source_length, self.target_length = supernet, source_length, target_length
 
     def counted(self, architecture: Architecture) -> Dict[str, float]:
         from ..complexity import architecture_cost
+        from .subnetworks import counted_cost
 
-        cost = architecture_cost(architecture, self.source_length, self.target_length)
-        if self.model is None:
+        if self.supernet.model is None:
+            cost = architecture_cost(architecture, self.source_length, self.target_length)
             return {"gflops": cost.flops / 1e9, "mparams": cost.parameters / 1e6}
-        from ..cli.model_costs import model_cost
+        cost = counted_cost(self.supernet.model, self.supernet.task, architecture, self.source_length, self.target_length)
+        return {"gflops": cost["forward_flops"] / 1e9, "mparams": cost["parameters"] / 1e6}
 
-        counted = model_cost(self.model.subnetwork_args(architecture), self.source_length, self.target_length)
-        vocab = len(self.task.target_dictionary)
-        extra = 0
-        if not self.model.LANGUAGE_MODEL and not getattr(self.model.args, "share_all_embeddings", False):
-            extra = (len(self.task.source_dictionary) - vocab) * architecture.encoder_embed_dim
-        return {"gflops": counted.total_flops(vocab) / 1e9, "mparams": (counted.total_parameters(vocab) + extra) / 1e6}
+    def constraint(self, name: str, option: str, limit: float) -> Constraint:
+        """A bound on the counted ``gflops`` or ``mparams``."""
+        return Constraint(name, option, limit, lambda architectures: [self.counted(a)[name] for a in architectures])
 
     @property
     def what(self) -> str:
-        return ("with the embeddings and output projection at the supernet's dictionary sizes" if self.model is not None
+        return ("with the embeddings and output projection at the supernet's dictionary sizes" if self.supernet.model is not None
                 else "without the dictionary-sized embeddings and output projection (no --checkpoint)")
 
 
-def build_constraints(costs: Costs, latency_ms: Optional[float], gflops: Optional[float], mparams: Optional[float],
-                      latency_predictor: Optional[str]) -> List[Constraint]:
+def latency_model(path: str, space: SearchSpace, space_option: str):
+    """The latency regressor of ``rank --target latency``, checked to have seen every choice of ``space``."""
+    from .ranking import Predictor, RankingError
+
+    predictor = Predictor(path, "--latency-predictor")
+    if predictor.target != "latency" or predictor.is_ranker:
+        raise RankingError(f"--latency-predictor {path}: expected the regressor.txt of `rank --target latency` (milliseconds), "
+                           f"got a {'ranker' if predictor.is_ranker else 'regressor'} of {predictor.target}")
+    predictor.check_space(space, space_option)
+    return predictor
+
+
+def build_constraints(costs: Costs, args, space: SearchSpace) -> List[Constraint]:
     constraints = []
-    if latency_ms is not None:
-        if not latency_predictor:
+    if args.latency_ms is not None:
+        if not args.latency_predictor:
             raise SearchError("--latency-ms needs --latency-predictor (the regressor.txt of `rank --target latency`)")
-        predictor = latency_model(latency_predictor)
-        constraints.append(Constraint("latency_ms", "--latency-ms", latency_ms, predictor.predict))
-    if gflops is not None:
-        constraints.append(Constraint("gflops", "--flops", gflops, lambda archs: [costs.counted(a)["gflops"] for a in archs]))
-    if mparams is not None:
-        constraints.append(Constraint("mparams", "--params", mparams, lambda archs: [costs.counted(a)["mparams"] for a in archs]))
+        predictor = latency_model(args.latency_predictor, space, f"--space {args.space}")
+        constraints.append(Constraint("latency_ms", "--latency-ms", args.latency_ms, predictor.predict))
+    if args.flops is not None:
+        constraints.append(costs.constraint("gflops", "--flops", args.flops))
+    if args.params is not None:
+        constraints.append(costs.constraint("mparams", "--params", args.params))
     for constraint in constraints:
         if constraint.limit <= 0:
             raise SearchError(f"{constraint.option}: expected a positive bound, got {constraint.limit}")
     return constraints
 
 
-def latency_model(path: str):
-    from .ranking import Predictor, RankingError
-
-    predictor = Predictor(path)
-    if predictor.target != "latency" or predictor.is_ranker:
-        raise RankingError(f"--latency-predictor {path}: expected the regressor.txt of `rank --target latency` (milliseconds), "
-                           f"got a {'ranker' if predictor.is_ranker else 'regressor'} of {predictor.target}")
-    return predictor
-
-
-def build_fitness(kind: str, ranker: Optional[str], checkpoint: Optional[str], subset: str, space: SearchSpace):
+def build_fitness(args, supernet: Supernet, space: SearchSpace):
     """Lower is better: the loss ranker's negated score, or the inherited loss inside the supernet."""
-    if kind == "ranker":
+    if args.fitness == "ranker":
         from .ranking import Predictor, RankingError
 
-        if not ranker:
+        if not args.ranker:
             raise SearchError("--fitness ranker needs --ranker (the ranker.txt of `rank --target loss`)")
-        predictor = Predictor(ranker)
+        predictor = Predictor(args.ranker, "--ranker")
         if predictor.target != "loss" or not predictor.is_ranker:
-            raise RankingError(f"--ranker {ranker}: expected the ranker.txt of `rank --target loss`")
+            raise RankingError(f"--ranker {args.ranker}: expected the ranker.txt of `rank --target loss`")
+        predictor.check_space(space, f"--space {args.space}")
         return lambda architectures: [-s for s in predictor.predict(architectures)]
-    if kind == "supernet":
-        if not checkpoint:
-            raise SearchError("--fitness supernet needs --checkpoint (the supernet whose inherited loss is the fitness)")
-        from .subnetworks import InheritedLoss, load_supernet
+    from .subnetworks import InheritedLoss
 
-        model, task, state = load_supernet(checkpoint)
-        evaluator = InheritedLoss(model, task, state, subset)
-        return lambda architectures: [evaluator.evaluate(a)["loss"] for a in architectures]
-    raise SearchError(f"--fitness: expected ranker or supernet, got {kind!r}")
+    supernet.require("--fitness supernet")
+    evaluator = InheritedLoss(supernet.model, supernet.task, supernet.state, args.subset)
+    return lambda architectures: [evaluator.evaluate(a)["loss"] for a in architectures]
 
 
-def confirm_latency(candidates: Sequence[Candidate], checkpoint: Optional[str], limit: Optional[float],
-                    settings: LatencySettings, count: int, device: str) -> Optional[List[dict]]:
+def checked_space(args, supernet: Supernet) -> SearchSpace:
+    space = SearchSpace.from_file(args.space)
+    if supernet.model is not None:
+        space.check_within(supernet.model.space, f"--space {args.space}", f"the supernet {supernet.checkpoint}")
+    return space
+
+
+def confirm_latency(candidates: Sequence[Candidate], supernet: Supernet, limit: float, settings: LatencySettings,
+                    count: int, device: str) -> List[dict]:
     """Measure the latency of the ``count`` fittest candidates (exported from the supernet, as ``collect``
     measures): what the predicted constraint said, confirmed or not."""
-    if limit is None:
-        return None
-    if not checkpoint:
-        raise SearchError("--latency-ms: the final candidates are confirmed by measurement: give --checkpoint (the supernet)")
     from .latency import measure_latency
-    from .subnetworks import load_supernet
 
-    model, task, _ = load_supernet(checkpoint)
+    model, task = supernet.model, supernet.task
     confirmed = []
     for candidate in list(candidates)[:count]:
         measured = measure_latency(model.subnetwork(candidate.architecture), task.target_dictionary, settings, device=device)
@@ -119,17 +130,15 @@ def confirm_latency(candidates: Sequence[Candidate], checkpoint: Optional[str], 
     return confirmed
 
 
-def training_command(checkpoint: Optional[str], architecture_path: str) -> str:
+def training_command(supernet: Supernet, architecture_path: str) -> str:
     """The fairseq-train command that trains ``architecture_path`` from scratch with the supernet's data, task,
     criterion and optimisation options (those the supernet was trained with), or a template without one."""
-    if not checkpoint:
+    if supernet.model is None:
         return (f"fairseq-train DATA_BIN --user-dir fairseq_plugins --arch mixed_transformer --architecture-file "
                 f"{architecture_path} ...   # with your data set's training options (recipes/<dataset>/train.sh)")
-    from fairseq import checkpoint_utils
-
     from .subnetworks import standalone_task_config
 
-    cfg = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)["cfg"]
+    cfg = supernet.state["cfg"]
     task = standalone_task_config(cfg["task"])
     model = cfg["model"]
     language_model = task["_name"] == "language_modeling"
@@ -147,7 +156,7 @@ def training_command(checkpoint: Optional[str], architecture_path: str) -> str:
     args += ["--criterion", criterion["_name"]]
     if "label_smoothing" in criterion:
         args += ["--label-smoothing", str(criterion["label_smoothing"])]
-    optimizer, scheduler, optimization = cfg["optimizer"], cfg["lr_scheduler"], cfg["optimization"]
+    optimizer, scheduler, optimization, dataset = cfg["optimizer"], cfg["lr_scheduler"], cfg["optimization"], cfg["dataset"]
     args += ["--optimizer", optimizer["_name"]]
     if "adam_betas" in optimizer:
         args += ["--adam-betas", str(optimizer["adam_betas"])]
@@ -158,82 +167,116 @@ def training_command(checkpoint: Optional[str], architecture_path: str) -> str:
         args += ["--warmup-updates", str(scheduler["warmup_updates"])]
     if optimization.get("clip_norm"):
         args += ["--clip-norm", str(optimization["clip_norm"])]
-    args += ["--max-tokens", str(cfg["dataset"]["max_tokens"]), "--max-update", str(optimization["max_update"]),
-             "--update-freq", str(optimization["update_freq"][0]), "--seed", str(cfg["common"]["seed"])]
+    for option, value in (("--max-tokens", dataset.get("max_tokens")), ("--batch-size", dataset.get("batch_size"))):
+        if value is not None:
+            args += [option, str(value)]
+    args += ["--max-update", str(optimization["max_update"]), "--update-freq", str(optimization["update_freq"][0]),
+             "--seed", str(cfg["common"]["seed"])]
     return " ".join(shlex.quote(a) for a in args)
-
-
-def write_result(output_dir: str, best: Candidate, result: dict, checkpoint: Optional[str]) -> Dict[str, str]:
-    """``best.json`` (the architecture, for --architecture-file), ``result.json`` (everything) and
-    ``train_command.sh`` (the command that trains it from scratch)."""
-    os.makedirs(output_dir, exist_ok=True)
-    best_path = os.path.join(output_dir, "best.json")
-    with atomic_output(best_path) as f:
-        f.write(best.architecture.to_json() + "\n")
-    command = training_command(checkpoint, best_path)
-    with atomic_output(os.path.join(output_dir, "train_command.sh")) as f:
-        f.write("#!/usr/bin/env bash\n# trains the best architecture from scratch with the supernet's training options\n"
-                + command + ' "$@"\n')
-    result = {**result, "train_command": command}
-    write_json(os.path.join(output_dir, "result.json"), result)
-    return {"best": best_path, "result": os.path.join(output_dir, "result.json"),
-            "train_command": os.path.join(output_dir, "train_command.sh")}
 
 
 def candidate_dict(candidate: Candidate) -> dict:
     return {"architecture": candidate.architecture.to_dict(), "fitness": candidate.fitness, **candidate.costs}
 
 
+def file_digest(path: Optional[str]) -> Optional[str]:
+    from .collect import file_sha256
+
+    return file_sha256(path) if path else None
+
+
+def search_inputs(args, space: SearchSpace, settings: EvolutionSettings, latency: LatencySettings) -> dict:
+    """Everything a search's result depends on (an output folder holding a result of other inputs is refused)."""
+    return {"space": space.to_dict(), "fitness": args.fitness, "ranker_sha256": file_digest(args.ranker if args.fitness == "ranker" else None),
+            "latency_predictor_sha256": file_digest(args.latency_predictor if args.latency_ms is not None else None),
+            "checkpoint_sha256": file_digest(args.checkpoint), "latency_ms": args.latency_ms, "flops": args.flops,
+            "params": args.params, "settings": asdict(settings), "latency": asdict(latency), "confirm": args.confirm,
+            "device": args.device, "subset": args.subset if args.fitness == "supernet" else None}
+
+
 def evolve_command(args) -> dict:
-    space = SearchSpace.from_file(args.space)
+    """Run (or find done) the evolution of ``args`` (``evolve``'s options); the files: best.json and
+    train_command.sh, then result.json, written last (a folder with result.json is a finished search)."""
     settings = EvolutionSettings(population=args.population, parents=args.parents, mutations=args.mutations,
                                  crossovers=args.crossovers, mutation_probability=args.mutation_probability,
                                  iterations=args.iterations, patience=args.patience, seed=args.seed)
     settings.check()
-    costs = Costs(args.checkpoint, args.source_length, args.target_length)
-    if costs.model is not None:
-        for architecture in (space.extreme(True), space.extreme(False)):
-            costs.model.space.check_contains(architecture, f"--space {args.space}: its architectures, in the supernet's space")
-    constraints = build_constraints(costs, args.latency_ms, args.flops, args.params, args.latency_predictor)
-    fitness = build_fitness(args.fitness, args.ranker, args.checkpoint, args.subset, space)
+    latency = LatencySettings.from_args(args)
+    latency.check()
+    if args.latency_ms is not None:
+        if not args.checkpoint:
+            raise SearchError("--latency-ms: the final candidates are confirmed by measurement: give --checkpoint (the supernet)")
+        if args.confirm < 1:
+            raise SearchError(f"--confirm: expected at least 1 candidate to measure, got {args.confirm}")
+    space = SearchSpace.from_file(args.space)
+    inputs = search_inputs(args, space, settings, latency)
+    result_path = os.path.join(args.output, "result.json")
+    if os.path.isfile(result_path):
+        with open(result_path, encoding="utf-8") as f:
+            done = json.load(f)
+        differing = sorted(k for k in inputs if done.get("inputs", {}).get(k) != inputs[k])
+        if done.get("best") and not differing:
+            return {"best": done["best"], "iterations": len(done["history"]), "done_before": True,
+                    "files": {name: os.path.join(args.output, name) for name in ("best.json", "result.json", "train_command.sh")}}
+        if done.get("best"):
+            raise SearchError(f"--output {args.output} holds a search with other inputs ({', '.join(differing)}): give "
+                              "another --output, or remove it to search again")
+    supernet = Supernet(args.checkpoint)
+    space = checked_space(args, supernet)
+    if supernet.model is not None and args.latency_ms is not None:
+        from .subnetworks import refuse_language_model_latency
+
+        refuse_language_model_latency(supernet.model, args.checkpoint, "--latency-ms")
+    costs = Costs(supernet, args.source_length, args.target_length)
+    constraints = build_constraints(costs, args, space)
+    fitness = build_fitness(args, supernet, space)
     found = evolve(space, fitness, constraints, settings,
                    progress=lambda h: print(json.dumps(h), flush=True) if args.verbose else None)
+    result = {"inputs": inputs, "fitness": args.fitness, "constraints": {c.option: c.limit for c in constraints},
+              "counted": costs.what, "history": found["history"], "stopped_early": found["stopped_early"],
+              "settings": found["settings"], "population": [candidate_dict(c) for c in found["population"][:10]],
+              "confirmed_latency": None, "latency_settings": asdict(latency) if args.latency_ms is not None else None}
     best = found["best"]
-    latency = LatencySettings(source_length=args.source_length, decoder_steps=args.target_length, beam=args.beam,
-                              threads=args.threads)
-    confirmed = confirm_latency(found["population"], args.checkpoint, args.latency_ms, latency, args.confirm, args.device)
-    if confirmed is not None:
+    os.makedirs(args.output, exist_ok=True)
+    if args.latency_ms is not None:
+        result["confirmed_latency"] = confirmed = confirm_latency(found["population"], supernet, args.latency_ms, latency,
+                                                                  args.confirm, args.device)
         within = [c for c in confirmed if c["within_budget"]]
         if not within:
+            write_json(result_path, {**result, "best": None})  # (what was found and measured: kept, not a finished search)
             measured = ", ".join(format(c["latency_ms"], ".1f") for c in confirmed)
             raise SearchError(f"--latency-ms {args.latency_ms}: none of the {len(confirmed)} fittest candidates measured "
-                              f"within the budget (measured: {measured} ms): "
-                              "the latency predictor is off on this machine; collect more latency data or loosen the budget")
+                              f"within the budget (measured: {measured} ms; see {result_path}): the latency predictor is off "
+                              "on this machine; collect more latency data, loosen the budget or raise --confirm")
         chosen = Architecture.from_dict(within[0]["architecture"])
         best = next(c for c in found["population"] if c.architecture == chosen)
-    costs_of_best = {**best.costs, **costs.counted(best.architecture)}
-    result = {"fitness": args.fitness, "best": {**candidate_dict(best), **costs_of_best},
-              "constraints": {c.option: c.limit for c in constraints}, "counted": costs.what,
-              "history": found["history"], "stopped_early": found["stopped_early"], "settings": found["settings"],
-              "confirmed_latency": confirmed, "latency_settings": asdict(latency) if confirmed is not None else None,
-              "population": [candidate_dict(c) for c in found["population"][:10]]}
-    files = write_result(args.output, best, result, args.checkpoint)
-    return {"best": result["best"], "iterations": len(found["history"]), "files": files}
+    result["best"] = {**candidate_dict(best), **costs.counted(best.architecture)}
+    best_path = os.path.join(args.output, "best.json")
+    with atomic_output(best_path) as f:
+        f.write(best.architecture.to_json() + "\n")
+    result["train_command"] = command = training_command(supernet, best_path)
+    with atomic_output(os.path.join(args.output, "train_command.sh")) as f:
+        f.write("#!/usr/bin/env bash\n# trains the best architecture from scratch with the supernet's training options\n"
+                + command + ' "$@"\n')
+    write_json(result_path, result)
+    return {"best": result["best"], "iterations": len(found["history"]),
+            "files": {name: os.path.join(args.output, name) for name in ("best.json", "result.json", "train_command.sh")}}
 
 
 def pareto_command(args) -> dict:
-    space = SearchSpace.from_file(args.space)
-    costs = Costs(args.checkpoint, args.source_length, args.target_length)
-    constraints = build_constraints(costs, args.latency_ms, args.flops, args.params, args.latency_predictor)
+    supernet = Supernet(args.checkpoint)
+    space = checked_space(args, supernet)
+    costs = Costs(supernet, args.source_length, args.target_length)
+    constraints = build_constraints(costs, args, space)
     if args.objective == "latency":
         if not args.latency_predictor:
             raise SearchError("--objective latency needs --latency-predictor (the regressor.txt of `rank --target latency`)")
-        objective = Constraint("latency_ms", "--objective latency", float("inf"), latency_model(args.latency_predictor).predict)
-    elif args.objective == "flops":
-        objective = Constraint("gflops", "--objective flops", float("inf"), lambda archs: [costs.counted(a)["gflops"] for a in archs])
+        predictor = latency_model(args.latency_predictor, space, f"--space {args.space}")
+        objective = Constraint("latency_ms", "--objective latency", float("inf"), predictor.predict)
     else:
-        objective = Constraint("mparams", "--objective params", float("inf"), lambda archs: [costs.counted(a)["mparams"] for a in archs])
-    fitness = build_fitness(args.fitness, args.ranker, args.checkpoint, args.subset, space)
+        objective = costs.constraint({"flops": "gflops", "params": "mparams"}[args.objective], f"--objective {args.objective}",
+                                     float("inf"))
+    fitness = build_fitness(args, supernet, space)
     front = pareto(space, fitness, objective, constraints, trials=args.trials, population=args.population, seed=args.seed)
     if not front:
         raise SearchError("no feasible architecture was found: loosen the constraints or run more --trials")
@@ -253,9 +296,12 @@ def prune_command(args) -> dict:
             importance = json.load(f)
     except (OSError, json.JSONDecodeError) as error:
         raise SearchError(f"--importance {args.importance}: cannot read it ({error})") from None
-    for key in ("fields", "best_architecture"):
+    for key in ("fields", "best_architecture", "target"):
         if key not in importance:
             raise SearchError(f"--importance {args.importance}: no {key!r} (expected the importance.json `rank` writes)")
+    if importance["target"] != "loss":
+        raise SearchError(f"--importance {args.importance}: the importances of a {importance['target']} ranker; prune with the "
+                          "loss ranker's (`rank --target loss`), whose best architecture is the best by quality")
     best = Architecture.from_dict(importance["best_architecture"])
     pruned, summary = prune(space, sorted(importance["fields"].items(), key=lambda x: -x[1]), best, args.keep)
     comment = (f"{args.space} pruned by `python -m fairseq_plugins.search prune --keep {args.keep}` with {args.importance}:\n"

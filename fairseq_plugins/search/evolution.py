@@ -49,6 +49,11 @@ class EvolutionSettings:
                 raise SearchError(f"--{name}: expected 0 or more, got {getattr(self, name)}")
         if self.parents > self.population:
             raise SearchError(f"--parents {self.parents} is more than --population {self.population}")
+        if self.parents + self.mutations + self.crossovers != self.population:
+            # (each generation is the parents and their children: the population would change size otherwise)
+            raise SearchError(f"--population {self.population} must be --parents + --mutations + --crossovers "
+                              f"({self.parents} + {self.mutations} + {self.crossovers} = "
+                              f"{self.parents + self.mutations + self.crossovers})")
         if not 0 <= self.mutation_probability <= 1:
             raise SearchError(f"--mutation-probability: expected a probability, got {self.mutation_probability}")
 

@@ -2,8 +2,8 @@
 
 An architecture of a space becomes a fixed-length vector (RankNAS, Hu et al. 2021, ranks Hardware-Aware
 Transformers' sub-networks by such features): the embedding widths and layer counts; per layer slot up to
-the space's deepest side the FFN width, head counts, the attention kinds (their index in the space's list:
-kinds are categories) and the encoder-decoder connect, missing (NaN) where the architecture has fewer
+the space's deepest side the FFN width, head counts, the attention kinds (their index in the space's list)
+and the encoder-decoder connect, missing (NaN) where the architecture has fewer
 layers; and summary features: the forward FLOPs and parameters the registry counts for a 30-token sentence
 pair (without the dictionary-sized embeddings and output projection) and, per placement, how many
 sub-layers use each kind.
@@ -25,7 +25,6 @@ SUMMARY_LENGTH = 30  # tokens of the sentence pair the summary FLOPs are counted
 class Feature:
     name: str
     space_field: Optional[str]  # e.g. "decoder.attention_kinds"; None for summary features
-    categorical: bool = False
 
 
 class FeatureEncoder:
@@ -42,10 +41,10 @@ class FeatureEncoder:
                 prefix = f"{side}.layer{i}"
                 features += [Feature(f"{prefix}.ffn_embed_dim", f"{side}.ffn_embed_dim"),
                              Feature(f"{prefix}.attention_heads", f"{side}.attention_heads"),
-                             Feature(f"{prefix}.attention_kind", f"{side}.attention_kinds", categorical=True)]
+                             Feature(f"{prefix}.attention_kind", f"{side}.attention_kinds")]
                 if side == "decoder" and space.encoder is not None:
                     features += [Feature(f"{prefix}.cross_attention_heads", "decoder.cross_attention_heads"),
-                                 Feature(f"{prefix}.cross_attention_kind", "decoder.cross_attention_kinds", categorical=True),
+                                 Feature(f"{prefix}.cross_attention_kind", "decoder.cross_attention_kinds"),
                                  Feature(f"{prefix}.encoder_decoder_connect", "decoder.encoder_decoder_connect")]
         features += [Feature("flops", None), Feature("parameters", None)]
         for side, choices in sides:
@@ -59,10 +58,6 @@ class FeatureEncoder:
     @property
     def names(self) -> List[str]:
         return [f.name for f in self.features]
-
-    @property
-    def categorical(self) -> List[str]:
-        return [f.name for f in self.features if f.categorical]
 
     def encode(self, architecture: Architecture) -> List[float]:
         """The feature vector of ``architecture`` (in ``names`` order)."""

@@ -28,6 +28,12 @@ class LatencySettings:
     repeats: int = 10
     trim: float = 0.1  # the fraction of the fastest and of the slowest timed runs left out of the mean
 
+    @classmethod
+    def from_args(cls, args) -> "LatencySettings":
+        """The settings of the command line's latency options (``OPTIONS``; decoder steps: --target-length)."""
+        return cls(source_length=args.source_length, decoder_steps=args.target_length, beam=args.beam,
+                   threads=args.threads, warmup=args.warmup, repeats=args.repeats, trim=args.trim)
+
     def check(self):
         for name in ("source_length", "decoder_steps", "beam", "threads", "repeats"):
             if getattr(self, name) < 1:

@@ -6,7 +6,8 @@ code copies the kept features into the search script by hand). Here the importan
 per-layer feature belongs to one field, e.g. ``decoder.attention_kinds``); the ``keep`` most important
 fields that still have a choice stay free, every other field is fixed at its value in the best architecture
 of the ranker's data (for a per-layer field, the value most of its layers use, the space's first on ties).
-With ``shared_embed_dim`` the two sides' widths are one choice: fixing either fixes both.
+With ``shared_embed_dim`` the two sides' widths are one choice: fixing either fixes both. A fixed connect
+deeper than the shallowest free encoder depth becomes the deepest connect that depth allows.
 """
 from collections import Counter
 from typing import Dict, List, Tuple
@@ -16,7 +17,7 @@ from .space import SearchSpace, SearchSpaceError
 
 
 def field_value(architecture: Architecture, field: str):
-    """The value of a space field in ``architecture`` (per-layer fields: the most common, ties -> None)."""
+    """The value of a space field in ``architecture``; per-layer fields: (value, count) pairs, most common first."""
     side, name = field.split(".", 1)
     layers = architecture.encoder_layers if side == "encoder" else architecture.decoder_layers
     if name == "embed_dim":
@@ -57,6 +58,13 @@ def prune(space: SearchSpace, field_importance: List[Tuple[str, float]], best: A
             value = min((v for v, c in value if c == top), key=choices.index)
         data[side][name] = [value]
         fixed[field] = value
+    connect = "decoder.encoder_decoder_connect"
+    if connect in fixed and min(data["encoder"]["layers"]) < fixed[connect]:
+        # a connect deeper than the shallowest encoder left free would leave that depth no choice: the deepest
+        # connect that every free depth allows (the space guarantees one)
+        depth = min(data["encoder"]["layers"])
+        fixed[connect] = max(k for k in space.decoder.encoder_decoder_connect if k <= depth)
+        data["decoder"]["encoder_decoder_connect"] = [fixed[connect]]
     pruned = SearchSpace.from_dict(data, "the pruned space")
     return pruned, {"kept": free, "fixed": fixed, "size_before": space.size(), "size_after": pruned.size()}
 

@@ -89,11 +89,16 @@ def ranking_groups(targets: Sequence[float], seed: int) -> Tuple[List[int], List
 
 
 # ---------------------------------------------------------------- metrics ---
-def kendall_tau(predicted: Sequence[float], measured: Sequence[float]) -> float:
-    """Kendall's tau-b between two orders (scipy)."""
+def kendall(first: Sequence[float], second: Sequence[float]) -> Tuple[float, float]:
+    """Kendall's tau-b between two orders and its two-sided p-value (scipy)."""
     from scipy.stats import kendalltau
 
-    return float(kendalltau(predicted, measured).statistic)
+    result = kendalltau(first, second)
+    return float(result.statistic), float(result.pvalue)
+
+
+def kendall_tau(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    return kendall(predicted, measured)[0]
 
 
 def pair_accuracy(predicted: Sequence[float], measured: Sequence[float]) -> float:
@@ -192,23 +197,40 @@ def save(fitted: Fitted, output_dir: str, data_path: str, target: str) -> Dict[s
 
 
 class Predictor:
-    """A saved model (``ranker.txt`` or ``regressor.txt`` of ``rank``) over the architectures of its space."""
+    """A saved model (``ranker.txt`` or ``regressor.txt`` of ``rank``) over the architectures of its space;
+    ``option``: the command-line option that named it (for messages)."""
 
-    def __init__(self, model_path: str):
+    def __init__(self, model_path: str, option: str = "--ranker"):
         import lightgbm
 
+        self.path, self.option = model_path, option
         report = os.path.join(os.path.dirname(model_path), "report.json")
         if not os.path.isfile(model_path) or not os.path.isfile(report):
-            raise RankingError(f"{model_path}: no such model (or no report.json beside it): run `rank` first")
-        with open(report, encoding="utf-8") as f:
-            meta = json.load(f)
-        self.target = meta["target"]
-        self.space = SearchSpace.from_dict(meta["space"], f"{report} (its space)")
+            raise RankingError(f"{option} {model_path}: no such model (or no report.json beside it): run `rank` first")
+        try:
+            with open(report, encoding="utf-8") as f:
+                meta = json.load(f)
+            self.target, features = meta["target"], meta["features"]
+            self.space = SearchSpace.from_dict(meta["space"], f"{report} (its space)")
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise RankingError(f"{option} {model_path}: {report} is not the report.json `rank` writes ({error})") from None
         self.encoder = FeatureEncoder(self.space)
-        if self.encoder.names != meta["features"]:
-            raise RankingError(f"{report}: its features are not those this version computes: run `rank` again")
-        self.booster = lightgbm.Booster(model_file=model_path)
-        self.is_ranker = os.path.basename(model_path).startswith("ranker")
+        if self.encoder.names != features:
+            raise RankingError(f"{option} {model_path}: its features are not those this version computes: run `rank` again")
+        try:
+            self.booster = lightgbm.Booster(model_file=model_path)
+        except lightgbm.basic.LightGBMError as error:
+            raise RankingError(f"{option} {model_path}: not a LightGBM model ({error})") from None
+        # what the model predicts, from its own objective (not its file name): lambdarank scores, or the target
+        objective = self.booster.params.get("objective") or next(
+            (line.split("=", 1)[1].split()[0] for line in self.booster.model_to_string().splitlines()
+             if line.startswith("objective=")), "")
+        self.is_ranker = objective.startswith("lambdarank")
+
+    def check_space(self, space: SearchSpace, source: str):
+        """The model has seen every choice of ``space`` (a kind or a depth it never saw would be extrapolated or
+        fail), naming the option and the field otherwise."""
+        space.check_within(self.space, source, f"the space {self.option} {self.path} was fitted on")
 
     def predict(self, architectures: Sequence[Architecture]) -> List[float]:
         """Ranker: scores, higher = better; regressor: the predicted target."""

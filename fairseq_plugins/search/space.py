@@ -187,6 +187,23 @@ class SearchSpace:
             raise SearchSpaceError(f"{source}: shared_embed_dim: encoder and decoder widths must be equal, got "
                                    f"{architecture.encoder_embed_dim} and {architecture.decoder_embed_dim}")
 
+    def check_within(self, other: "SearchSpace", source: str, other_source: str):
+        """Fail unless every architecture of this space is one of ``other``'s: the same kind of space and, field by
+        field, no choice ``other`` lacks (the message names the field and the choices missing)."""
+        if self.language_model != other.language_model or self.head_dim != other.head_dim:
+            raise SearchSpaceError(f"{source}: a {'language-model' if self.language_model else 'translation'} space with "
+                                   f"head_dim {self.head_dim}, but {other_source} is a "
+                                   f"{'language-model' if other.language_model else 'translation'} space with head_dim {other.head_dim}")
+        mine, theirs = self.to_dict(), other.to_dict()
+        for side in ("encoder", "decoder"):
+            for field, choices in mine.get(side, {}).items():
+                missing = [c for c in choices if c not in theirs[side][field]]
+                if missing:
+                    raise SearchSpaceError(f"{source}: {side}.{field}: {', '.join(map(str, missing))} not among the choices of "
+                                           f"{other_source} ({', '.join(map(str, theirs[side][field]))})")
+        if other.shared_embed_dim and not self.shared_embed_dim and self.encoder is not None:
+            raise SearchSpaceError(f"{source}: shared_embed_dim: false, but {other_source} shares one width")
+
     # ----------------------------------------------------------- sampling ---
     def sample(self, rng: random.Random) -> Architecture:
         """One architecture, every choice uniform (module docstring)."""

@@ -73,30 +73,39 @@ def export(checkpoint: str, architecture_path: str, output: str) -> Tuple[int, A
     return parameters, architecture
 
 
-def cost(checkpoint: str, architecture_path: str, source_length: int = 30, target_length: int = 30,
-         latency=None) -> Dict:
-    """Parameters and forward FLOPs of a sub-network (``complexity.architecture_cost``: the registry's per-kind
-    counts, FFNs, norms, embeddings and output projection at the supernet's dictionary sizes), for one sentence
-    pair of the stated lengths; with ``latency`` (``latency.LatencySettings``), also the measured latency of
-    the exported model (``subnetwork``: what ``export`` writes)."""
+def counted_cost(model, task, architecture: Architecture, source_length: int, target_length: int) -> Dict[str, int]:
+    """Parameters and forward FLOPs of a sub-network of a loaded supernet (``complexity.architecture_cost``
+    through ``cli.model_costs``: the registry's per-kind counts, FFNs, norms, embeddings and output projection
+    at the supernet's dictionary sizes), for one sentence pair of the stated lengths."""
     from ..cli.model_costs import model_cost
 
-    model, task, _ = load_supernet(checkpoint)
-    architecture = read_architecture(architecture_path, model)
     counted = model_cost(model.subnetwork_args(architecture), source_length, target_length)
     vocab = len(task.target_dictionary)
     extra = 0  # the encoder's embeddings have the source dictionary's rows
     if not model.LANGUAGE_MODEL and not getattr(model.args, "share_all_embeddings", False):
         extra = (len(task.source_dictionary) - vocab) * architecture.encoder_embed_dim
+    return {"parameters": counted.total_parameters(vocab) + extra, "forward_flops": counted.total_flops(vocab)}
+
+
+def refuse_language_model_latency(model, checkpoint: str, option: str):
+    """The latency measured is a translation's (an encoder, then beam search): not a language model's."""
+    if model.LANGUAGE_MODEL:
+        raise SupernetError(f"{option}: {checkpoint} is a language-model supernet (the latency measured is a "
+                            "translation's: an encoder and beam search)")
+
+
+def cost(checkpoint: str, architecture_path: str, source_length: int = 30, target_length: int = 30,
+         latency=None) -> Dict:
+    """``counted_cost`` of a sub-network; with ``latency`` (``latency.LatencySettings``), also the measured
+    latency of the exported model (``subnetwork``: what ``export`` writes)."""
+    model, task, _ = load_supernet(checkpoint)
+    architecture = read_architecture(architecture_path, model)
     result = {"architecture": architecture.to_dict(), "source_length": source_length, "target_length": target_length,
-              "parameters": counted.total_parameters(vocab) + extra,
-              "forward_flops": counted.total_flops(vocab)}
+              **counted_cost(model, task, architecture, source_length, target_length)}
     if latency is not None:
         from .latency import measure_latency
 
-        if model.LANGUAGE_MODEL:
-            raise SupernetError(f"--latency: {checkpoint} is a language-model supernet (the latency measured is a "
-                                "translation's: an encoder and beam search)")
+        refuse_language_model_latency(model, checkpoint, "--latency")
         result["latency"] = measure_latency(model.subnetwork(architecture), task.target_dictionary, latency)
     return result
 

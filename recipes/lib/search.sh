@@ -1,8 +1,9 @@
 # search.sh: the architecture search of the mixed-attention paper, stage by stage (sourced by
 # recipes/<dataset>/search.sh after the data set's config.sh and translation.sh). Every stage reads
 # the outputs of the ones before from SEARCH_DIR and is resumable: the supernet and the from-scratch
-# trainings resume from their checkpoint_last.pt, collect continues its file, a finished evolution
-# (best.json) is not run again; rank and prune are rerun (seconds, deterministic).
+# trainings resume from their checkpoint_last.pt, collect continues its file, a finished evolution with
+# the same inputs is not run again (one with other inputs is an error: remove its folder); rank and
+# prune are rerun (seconds, deterministic).
 #
 #   supernet  supernet.sh (the data set's space and settings) into SEARCH_DIR/supernet
 #   collect   inherited valid losses of LOSS_SAMPLES sampled architectures (loss.jsonl) and measured
@@ -56,6 +57,10 @@ run_search() {  # [supernet fairseq-train flags...]
     : "${LOSS_SAMPLES:=300}" "${LATENCY_SAMPLES:=300}" "${LATENCY_BEAM:=5}" "${LATENCY_SOURCE_LENGTH:=30}"
     : "${LATENCY_TARGET_LENGTH:=30}" "${LATENCY_THREADS:=2}" "${LATENCY_DEVICE:=cpu}" "${PRUNE_KEEP:=0}"
     : "${LATENCY_WARMUP:=3}" "${LATENCY_REPEATS:=10}" "${LATENCY_MAX_SPREAD:=0.1}"
+    if ! [[ "$PRUNE_KEEP" =~ ^[0-9]+$ ]]; then
+        echo "[recipe] error: PRUNE_KEEP=$PRUNE_KEEP: expected a number of fields (0: no pruning)" >&2
+        return 2
+    fi
     local stage known
     for stage in ${STAGES//,/ }; do
         known=0
@@ -79,7 +84,8 @@ run_search() {  # [supernet fairseq-train flags...]
         echo "[recipe] search: supernet -> $SEARCH_DIR/supernet" >&2
         search_step env SAVE_DIR="$SEARCH_DIR/supernet" SEARCH_SPACE="$SEARCH_SPACE" bash "$here/supernet.sh" "$@" || return
     fi
-    if [ "${DRY_RUN:-0}" != 1 ] && ! search_wants supernet && [ ! -f "$checkpoint" ]; then
+    if [ "${DRY_RUN:-0}" != 1 ] && ! search_wants supernet && { search_wants collect || search_wants evolve; } \
+        && [ ! -f "$checkpoint" ]; then
         echo "[recipe] error: $checkpoint: no supernet (run the supernet stage: STAGES=supernet,...)" >&2
         return 2
     fi
@@ -114,22 +120,15 @@ run_search() {  # [supernet fairseq-train flags...]
         common=(--space "$space" --fitness "$FITNESS" --ranker "$SEARCH_DIR/ranker_loss/ranker.txt" --checkpoint "$checkpoint"
                 --latency-predictor "$SEARCH_DIR/ranker_latency/regressor.txt" --beam "$LATENCY_BEAM"
                 --source-length "$LATENCY_SOURCE_LENGTH" --target-length "$LATENCY_TARGET_LENGTH"
-                --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE" --seed "$SEARCH_SEED" ${EVOLVE_ARGS:-})
+                --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE" --warmup "$LATENCY_WARMUP"
+                --repeats "$LATENCY_REPEATS" --seed "$SEARCH_SEED" ${EVOLVE_ARGS:-})
+        # (a search finished with the same inputs prints its result again without searching)
         for budget in ${latency//,/ }; do
-            output="$SEARCH_DIR/evolve_latency_${budget}ms"
-            if [ -f "$output/best.json" ]; then
-                echo "[recipe] search: $output/best.json exists (done before)" >&2
-                continue
-            fi
-            search_step "${search[@]}" evolve "${common[@]}" --latency-ms "$budget" --output "$output" || return
+            search_step "${search[@]}" evolve "${common[@]}" --latency-ms "$budget" \
+                --output "$SEARCH_DIR/evolve_latency_${budget}ms" || return
         done
         for budget in ${flops//,/ }; do
-            output="$SEARCH_DIR/evolve_flops_${budget}g"
-            if [ -f "$output/best.json" ]; then
-                echo "[recipe] search: $output/best.json exists (done before)" >&2
-                continue
-            fi
-            search_step "${search[@]}" evolve "${common[@]}" --flops "$budget" --output "$output" || return
+            search_step "${search[@]}" evolve "${common[@]}" --flops "$budget" --output "$SEARCH_DIR/evolve_flops_${budget}g" || return
         done
     fi
     local found name
@@ -137,15 +136,15 @@ run_search() {  # [supernet fairseq-train flags...]
         [ -n "$found" ] || continue
         name=train_$(basename "$found" | sed 's/^evolve_//')
         if search_wants train; then
-            if [ "${DRY_RUN:-0}" != 1 ] && [ ! -f "$found/best.json" ]; then
-                echo "[recipe] error: $found/best.json: no architecture (run the evolve stage)" >&2
+            if [ "${DRY_RUN:-0}" != 1 ] && [ ! -f "$found/result.json" ]; then
+                echo "[recipe] error: $found/result.json: no finished search (run the evolve stage)" >&2
                 return 2
             fi
             search_step env SAVE_DIR="$SEARCH_DIR/$name" bash "$here/train.sh" "$TRAIN_PRESET" \
-                --architecture-file "$found/best.json" || return
+                --architecture-file "$found/best.json" </dev/null || return
         fi
         if search_wants generate; then
-            search_step env SAVE_DIR="$SEARCH_DIR/$name" bash "$here/generate.sh" "$TRAIN_PRESET" || return
+            search_step env SAVE_DIR="$SEARCH_DIR/$name" bash "$here/generate.sh" "$TRAIN_PRESET" </dev/null || return
         fi
     done < <(search_budget_dirs)
 }

@@ -51,12 +51,13 @@ def test_the_supernet_validations_of_every_run_of_the_log():
 def write_results(results, architectures, inherited, scratch):
     machine = {"git": "abc123", "cores": 2, "cpu": "cpu", "threads": "OMP_NUM_THREADS=1", "load_average": "0"}
     (results / "supernet.json").write_text(json.dumps({
-        "command": "recipes/multi30k/supernet.sh", "updates": 242, "params": 1234567, "train_seconds": 600.0,
+        "command": "recipes/multi30k/supernet.sh", "updates": 242, "checkpoint_sha256": "ab", "params": 1234567, "train_seconds": 600.0,
         "space": "search_spaces/multi30k_cpu.yaml",
         "validations": ranking.supernet_validations(LOG), **machine}))
     lines = [json.dumps({"index": i, "architecture": a}) for i, a in enumerate(architectures)]
     (results / "architectures.jsonl").write_text("\n".join(lines) + "\n")
-    (results / "inherited.jsonl").write_text("".join(json.dumps({"architecture": a, "loss": l, "nll_loss": l - 0.5, **machine}) + "\n"
+    (results / "inherited.jsonl").write_text("".join(json.dumps({"architecture": a, "loss": l, "nll_loss": l - 0.5,
+                                                                 "supernet_sha256": "ab", **machine}) + "\n"
                                                      for a, l in zip(architectures, inherited)))
     (results / "scratch.jsonl").write_text("".join(json.dumps({"architecture": a, "loss": l, "nll_loss": l - 0.5, "updates": 500,
                                                                "params": 1000 + i, "train_seconds": 60.0,
@@ -77,6 +78,17 @@ def test_the_report_shows_both_losses_and_the_rank_correlation(tmp_path):
     report = ranking.render(str(tmp_path), "python benchmarks/supernet_ranking.py")
     assert "Kendall's tau: not yet (1 of 4 architectures have both losses)" in report
     assert "| 3 | " + ranking.describe(architectures[3]) + " | - | - | - | - | - | - |" in report
+
+
+def test_stale_stage_results_are_refused(tmp_path):
+    architectures = ranking.spread_architectures(ranking.SPACE, 4, 100, 1)
+    write_results(tmp_path, architectures, [5.0, 4.0, 3.0, 2.0], [6.0, 5.5, 4.5, 4.0])
+    with pytest.raises(SystemExit, match="holds 4 architectures of pool None, seed None, not --architectures 4 --pool 100 --seed 1"):
+        ranking.choose_architectures(str(tmp_path), 4, 100, 1)
+    (tmp_path / "supernet.json").write_text(json.dumps({**json.loads((tmp_path / "supernet.json").read_text()),
+                                                        "checkpoint_sha256": "cd"}))
+    with pytest.raises(SystemExit, match="4 losses were measured in another supernet than supernet.json's"):
+        ranking.inherited_losses(ranking.Context(str(tmp_path), str(tmp_path / "work"), quick=False), str(tmp_path), architectures)
 
 
 def test_a_finished_supernet_of_another_length_is_not_silently_reused(tmp_path):

@@ -343,8 +343,8 @@ def test_search_recipe_runs_every_stage_on_wmt_raw_data_and_resumes(prepare_samp
     out = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "search.sh"), "--dropout", "0.0"],
                          capture_output=True, text=True, env=dict(env, STAGES="collect,evolve"), cwd=env["TEST_CWD"])
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stderr.count("best.json exists (done before)") == 1
     assert [json.loads(line)["added"] for line in out.stdout.splitlines() if '"added"' in line] == [0, 0]
+    assert [json.loads(line).get("done_before") for line in out.stdout.splitlines() if '"iterations"' in line] == [True]
 
 
 def test_search_recipe_settings_and_errors(tmp_path):
@@ -363,6 +363,7 @@ def test_search_recipe_settings_and_errors(tmp_path):
                          env=dict(env, STAGES="rank,evolve"), check=True).stdout
     assert " collect " not in out and " rank " in out and " evolve " in out and "train.sh" not in out
     for overrides, message in (({"STAGES": "collect,fly"}, "error: STAGES=collect,fly: unknown stage 'fly'"),
+                               ({"PRUNE_KEEP": "all"}, "error: PRUNE_KEEP=all: expected a number of fields"),
                                ({"LATENCY_BUDGETS": ""}, "error: the evolve stage needs a budget: LATENCY_BUDGETS=")):
         result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
                                 env=dict(env, **overrides))

@@ -115,6 +115,17 @@ def test_the_pairwise_ranker_recovers_a_known_order(space_path, tmp_path):
     assert importance["best_target"] == best["loss"]
     for name in ("ranker.txt", "regressor.txt", "report.json"):
         assert (tmp_path / "r" / name).stat().st_size > 0
+    # the model says what it predicts (its objective), whatever its file is called
+    import shutil
+
+    from fairseq_plugins.search.ranking import Predictor
+    from fairseq_plugins.search.space import SearchSpaceError
+    shutil.copy(tmp_path / "r" / "ranker.txt", tmp_path / "r" / "model.txt")
+    assert Predictor(str(tmp_path / "r" / "model.txt")).is_ranker and not Predictor(str(tmp_path / "r" / "regressor.txt")).is_ranker
+    # a space with a choice the ranker never saw is refused, naming the option and the field
+    wider = SearchSpace.from_yaml(SPACE.replace("attention_kinds: [softmax, cosformer]\n  cross", "attention_kinds: [softmax, cosformer, bet]\n  cross"))
+    with pytest.raises(SearchSpaceError, match="--space S: decoder.attention_kinds: bet not among the choices of the space --ranker"):
+        Predictor(str(tmp_path / "r" / "ranker.txt")).check_space(wider, "--space S")
     # too little data, and a file of the other target, are refused naming the file
     write_synthetic_collection(tmp_path / "few.jsonl", space, 5)
     status, _ = run("rank", "--data", str(tmp_path / "few.jsonl"), "--target", "loss")
@@ -129,7 +140,7 @@ def test_prune_keeps_the_important_fields_and_fixes_the_rest_at_the_best_values(
     best = space.samples(1, 7)[0]
     fields = {f: 0.0 for f, _ in FeatureEncoder(space).field_importance({})}
     fields.update({"decoder.attention_kinds": 10.0, "encoder.layers": 5.0, "decoder.ffn_embed_dim": 1.0})
-    (tmp_path / "importance.json").write_text(json.dumps({"fields": fields, "best_architecture": best.to_dict()}))
+    (tmp_path / "importance.json").write_text(json.dumps({"target": "loss", "fields": fields, "best_architecture": best.to_dict()}))
     status, out = run("prune", "--space", space_path, "--importance", str(tmp_path / "importance.json"), "--keep", "2",
                       "--output", str(tmp_path / "pruned.yaml"))
     assert status == 0
@@ -142,10 +153,34 @@ def test_prune_keeps_the_important_fields_and_fixes_the_rest_at_the_best_values(
     assert summary["size_before"] == space.size() > summary["size_after"] == pruned.size()
     pruned.check_contains(best)
     assert "architectures before" in (tmp_path / "pruned.yaml").read_text()
-    (tmp_path / "bad.json").write_text(json.dumps({"fields": {"decoder.wings": 1.0}, "best_architecture": best.to_dict()}))
+    (tmp_path / "bad.json").write_text(json.dumps({"target": "loss", "fields": {"decoder.wings": 1.0}, "best_architecture": best.to_dict()}))
     status, _ = run("prune", "--space", space_path, "--importance", str(tmp_path / "bad.json"), "--keep", "1",
                     "--output", str(tmp_path / "x.yaml"))
     assert status == 2
+
+
+def test_prune_keeps_a_fixed_connect_within_every_free_encoder_depth(tmp_path):
+    deep = SearchSpace.from_yaml(SPACE.replace("layers: [1, 2]\n  ffn_embed_dim: [8, 16]\n  attention_heads: [2, 4]\n  attention_kinds: [softmax, cosformer]\ndecoder",
+                                               "layers: [1, 2, 3]\n  ffn_embed_dim: [8, 16]\n  attention_heads: [2, 4]\n  attention_kinds: [softmax, cosformer]\ndecoder")
+                                 .replace("encoder_decoder_connect: [1, 2]", "encoder_decoder_connect: [1, 2, 3]"))
+    best = next(a for a in deep.samples(200, 1) if a.decoder_layers[0].encoder_decoder_connect == 3
+                and all(l.encoder_decoder_connect == 3 for l in a.decoder_layers))
+    fields = {f: 0.0 for f, _ in FeatureEncoder(deep).field_importance({})}
+    fields["encoder.layers"] = 1.0
+    from fairseq_plugins.search.prune import prune
+
+    pruned, summary = prune(deep, sorted(fields.items(), key=lambda x: -x[1]), best, keep=1)
+    # encoder depth 1 stays possible: connect is fixed at the deepest that depth allows
+    assert pruned.encoder.layers == (1, 2, 3) and summary["fixed"]["decoder.encoder_decoder_connect"] == 1
+
+
+def test_prune_refuses_the_importances_of_a_latency_ranker(space_path, tmp_path):
+    space = SearchSpace.from_file(space_path)
+    (tmp_path / "latency.json").write_text(json.dumps({"target": "latency", "fields": {}, "best_architecture":
+                                                       space.samples(1, 1)[0].to_dict()}))
+    status, _ = run("prune", "--space", space_path, "--importance", str(tmp_path / "latency.json"), "--keep", "1",
+                    "--output", str(tmp_path / "x.yaml"))
+    assert status == 2 and not (tmp_path / "x.yaml").exists()
 
 
 def all_architectures(space):
@@ -175,15 +210,18 @@ def test_evolution_finds_the_optimum_under_the_constraint_and_never_returns_a_vi
     feasible = [a for a in every if gflops([a])[0] <= limit]
     optimum = min(synthetic_loss(a) for a in feasible)
     constraint = Constraint("gflops", "--flops", limit, gflops)
-    settings = EvolutionSettings(population=40, parents=10, mutations=20, crossovers=20, iterations=15, patience=6, seed=2)
+    settings = EvolutionSettings(population=50, parents=10, mutations=20, crossovers=20, iterations=15, patience=6, seed=2)
     found = evolve(space, lambda archs: [synthetic_loss(a) for a in archs], [constraint], settings)
     assert found["best"].fitness == pytest.approx(optimum)
     assert found["best"].costs["gflops"] <= limit and all(c.costs["gflops"] <= limit for c in found["population"])
     assert [h["best_fitness"] for h in found["history"]] == sorted((h["best_fitness"] for h in found["history"]), reverse=True)
+    # the population keeps its size: parents and children must add up to it
+    with pytest.raises(SearchError, match="--population 10 must be --parents \\+ --mutations \\+ --crossovers \\(2 \\+ 3 \\+ 3 = 8\\)"):
+        EvolutionSettings(population=10, parents=2, mutations=3, crossovers=3).check()
     # a budget nothing meets is an error naming it
     with pytest.raises(SearchError, match="--flops 1e-09: only 0 of .* random architectures satisfy the constraints"):
         evolve(space, lambda archs: [0.0] * len(archs), [Constraint("gflops", "--flops", 1e-9, gflops)],
-               EvolutionSettings(population=5, parents=2, mutations=1, crossovers=1, iterations=2, seed=1))
+               EvolutionSettings(population=4, parents=2, mutations=1, crossovers=1, iterations=2, seed=1))
 
 
 def test_the_pareto_set_is_feasible_and_not_dominated(space_path):

@@ -406,9 +406,13 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     (tmp_path / "a.json").write_text(json.dumps(records[3]["architecture"]))
     evaluated = run("evaluate", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"))
     assert evaluated["loss"] == pytest.approx(records[3]["loss"], rel=1e-9)
+    from fairseq_plugins.search.collect import collect, write_collection
     with pytest.raises(Exception, match="collected with seed = 1, not 2"):
-        from fairseq_plugins.search.collect import collect
         collect("loss", checkpoint, space_file, 14, losses, seed=2)
+    # another supernet (its content, wherever it lies) does not continue the file
+    write_collection(str(tmp_path / "other.jsonl"), {**header, "checkpoint_sha256": "0" * 64}, records)
+    with pytest.raises(Exception, match="collected with checkpoint_sha256 = \"0+\", not"):
+        collect("loss", checkpoint, space_file, 14, str(tmp_path / "other.jsonl"))
 
     latency = ["--source-length", "5", "--target-length", "4", "--beam", "2", "--warmup", "1", "--repeats", "3"]
     summary = run("collect", "--what", "latency", *common, "-n", "12", "--output", latencies, "--max-spread", "10", *latency)
@@ -433,7 +437,7 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
 
     evolved = run("evolve", "--space", space_file, "--fitness", "ranker", "--ranker", ranker, "--checkpoint", checkpoint,
                   "--latency-ms", "1e6", "--latency-predictor", predictor, "--flops", "1", "--params", "1",
-                  "--population", "8", "--parents", "3",
+                  "--population", "9", "--parents", "3",
                   "--mutations", "3", "--crossovers", "3", "--iterations", "3", "--confirm", "2", "--output",
                   str(tmp_path / "evolved"), *[a for a in latency if a not in ("--warmup", "1", "--repeats", "3")])
     result = json.loads((tmp_path / "evolved" / "result.json").read_text())
@@ -445,6 +449,19 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     command = (tmp_path / "evolved" / "train_command.sh").read_text()
     assert f"--architecture-file {tmp_path / 'evolved' / 'best.json'}" in command and "--task translation" in command
     assert "--arch mixed_transformer " in command and "--share-all-embeddings" in command
+
+    # a finished search is not run again; another budget in its folder is refused
+    again = run("evolve", "--space", space_file, "--fitness", "ranker", "--ranker", ranker, "--checkpoint", checkpoint,
+                "--latency-ms", "1e6", "--latency-predictor", predictor, "--flops", "1", "--params", "1",
+                "--population", "9", "--parents", "3", "--mutations", "3", "--crossovers", "3", "--iterations", "3",
+                "--confirm", "2", "--output", str(tmp_path / "evolved"), *[a for a in latency if a not in ("--warmup", "1", "--repeats", "3")])
+    assert again["done_before"] and again["best"] == evolved["best"]
+    other = run("evolve", "--space", space_file, "--ranker", ranker, "--flops", "2", "--population", "9", "--parents", "3",
+                "--mutations", "3", "--crossovers", "3", "--output", str(tmp_path / "evolved"), status=2)
+    assert "holds a search with other inputs (" in other and "flops" in other
+    bad = run("evolve", "--space", space_file, "--ranker", ranker, "--latency-ms", "5", "--latency-predictor", predictor,
+              "--output", str(tmp_path / "y"), status=2)
+    assert "--latency-ms: the final candidates are confirmed by measurement: give --checkpoint" in bad and not (tmp_path / "y").exists()
 
     # the inherited loss as the fitness: the best's fitness is its loss inside the supernet
     by_loss = run("evolve", "--space", space_file, "--fitness", "supernet", "--checkpoint", checkpoint, "--population", "6",
@@ -459,7 +476,8 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     assert len(points) == front["pareto_set"] >= 1 and all("latency_ms" in p for p in points)
 
     # budgets without what they need are one-line errors
-    bad = run("evolve", "--space", space_file, "--ranker", ranker, "--latency-ms", "5", "--output", str(tmp_path / "x"), status=2)
+    bad = run("evolve", "--space", space_file, "--ranker", ranker, "--latency-ms", "5", "--checkpoint", checkpoint,
+              "--output", str(tmp_path / "x"), status=2)
     assert "--latency-ms needs --latency-predictor" in bad
     bad = run("evolve", "--space", space_file, "--ranker", predictor, "--output", str(tmp_path / "x"), status=2)
     assert "expected the ranker.txt of `rank --target loss`" in bad
