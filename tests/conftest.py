@@ -47,4 +47,8 @@ def pytest_collection_modifyitems(session, config, items):
         return
     root = str(config.rootpath)
     # (a stable sort: a file's tests keep their order; files missing from the table keep theirs, after the rest)
-    items.sort(key=lambda item: -seconds.get(os.path.relpath(str(item.path), root).replace(os.sep, "/"), 0.0))
+    def order(item):
+        name = os.path.relpath(str(item.path), root).replace(os.sep, "/")
+        return (name not in seconds, -seconds.get(name, 0.0))
+
+    items.sort(key=order)

