@@ -8,6 +8,11 @@ out, as the issue's "ratio to softmax" asks), the median over the reports given 
 the change of that ratio from BEFORE to AFTER: positive = the kind got slower relative to the reference.
 A change beyond ``--tolerance`` (default 5 %) is marked, and the exit status is 1 when any is.
 
+With two or more reports on a side, the same code's ratio also differs between its reports: the *spread* of a
+cell (the larger over both sides of max / min - 1) is what this machine's noise alone moves it. A change beyond
+the tolerance but within the spread cannot be told from that noise: it is marked as unresolved (exit status 2
+when nothing is slower), and more reports per side, or a quieter machine, are needed to decide it.
+
     git worktree add /tmp/before REV
     (cd /tmp/before && python benchmarks/attention_speed.py --lengths 4096,8192 ... --output /tmp/before1.md)
     python benchmarks/attention_speed.py --lengths 4096,8192 ... --output /tmp/after1.md
@@ -58,8 +63,8 @@ def table(text: str, heading: str, source: str) -> Dict[Tuple[int, str], float]:
     return values
 
 
-def relative_times(reports: List[str], heading: str, reference: str) -> Dict[Tuple[int, str], float]:
-    """(T, kind) -> the median over ``reports`` of the kind's time / the reference's time at that T."""
+def relative_times(reports: List[str], heading: str, reference: str) -> Dict[Tuple[int, str], List[float]]:
+    """(T, kind) -> the kind's time / the reference's time at that T, one per report of ``reports``."""
     collected: Dict[Tuple[int, str], List[float]] = {}
     for path in reports:
         with open(path, encoding="utf-8") as f:
@@ -68,19 +73,34 @@ def relative_times(reports: List[str], heading: str, reference: str) -> Dict[Tup
             base = values.get((length, reference))
             if kind != reference and base:
                 collected.setdefault((length, kind), []).append(value / base)
-    return {key: statistics.median(ratios) for key, ratios in collected.items()}
+    return collected
+
+
+def spread(ratios: List[float]) -> Optional[float]:
+    """max / min - 1 of one side's ratios of a cell (None with one report)."""
+    return max(ratios) / min(ratios) - 1 if len(ratios) > 1 else None
+
+
+SLOWER, UNRESOLVED, WITHIN = "slower", "unresolved", "within"
 
 
 def compare(before: List[str], after: List[str], reference: str, tolerance: float, lengths: Optional[List[int]]):
-    """The rows of the comparison (section, T, kind, before, after, change, beyond tolerance)."""
+    """The rows of the comparison: (section, T, kind, median ratio before, after, change, spread, verdict);
+    spread: the cell's larger same-code spread of the two sides (None with one report on each), verdict:
+    SLOWER (change beyond the tolerance and beyond the spread), UNRESOLVED (beyond the tolerance, within the
+    spread) or WITHIN."""
     rows = []
     for label, heading in (("forward+backward", TIME_SECTION), ("decoding per token", DECODE_SECTION)):
         old, new = relative_times(before, heading, reference), relative_times(after, heading, reference)
         for key in sorted(set(old) & set(new)):
             if label == "forward+backward" and lengths and key[0] not in lengths:
                 continue
-            change = new[key] / old[key] - 1
-            rows.append((label, key[0], key[1], old[key], new[key], change, change > tolerance))
+            old_ratio, new_ratio = statistics.median(old[key]), statistics.median(new[key])
+            change = new_ratio / old_ratio - 1
+            spreads = [s for s in (spread(old[key]), spread(new[key])) if s is not None]
+            noise = max(spreads) if spreads else None
+            verdict = WITHIN if change <= tolerance else (UNRESOLVED if noise is not None and change <= noise else SLOWER)
+            rows.append((label, key[0], key[1], old_ratio, new_ratio, change, noise, verdict))
     return rows
 
 
@@ -96,12 +116,20 @@ def main(argv=None) -> int:
     rows = compare(args.before, args.after, args.reference, args.tolerance, lengths)
     if not rows:
         raise SystemExit("error: the reports have no (T, kind) cell in common")
-    print(f"| measured | T / prefix | kind | time / {args.reference} before | after | change |")
-    print("| --- | ---: | --- | ---: | ---: | ---: |")
-    for label, length, kind, old, new, change, beyond in rows:
-        mark = f" **slower by more than {args.tolerance:.0%}**" if beyond else ""
-        print(f"| {label} | {length} | {kind} | {old:.3f} | {new:.3f} | {change:+.1%}{mark} |")
-    return 1 if any(row[-1] for row in rows) else 0
+    print(f"| measured | T / prefix | kind | time / {args.reference} before | after | change | same-code spread |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
+    for label, length, kind, old, new, change, noise, verdict in rows:
+        mark = {SLOWER: f" **slower by more than {args.tolerance:.0%}**",
+                UNRESOLVED: f" unresolved: beyond {args.tolerance:.0%}, within the spread", WITHIN: ""}[verdict]
+        print(f"| {label} | {length} | {kind} | {old:.3f} | {new:.3f} | {change:+.1%}{mark} | "
+              f"{'-' if noise is None else f'{noise:.1%}'} |")
+    verdicts = {row[-1] for row in rows}
+    noisy = [row for row in rows if row[6] is not None and row[6] > args.tolerance]
+    if noisy:
+        print(f"\n{len(noisy)} of {len(rows)} cells moved by more than {args.tolerance:.0%} between reports of the same code "
+              f"(largest {max(row[6] for row in noisy):.1%}): at this tolerance they need more reports per side or a "
+              "quieter machine.")
+    return 1 if SLOWER in verdicts else (2 if UNRESOLVED in verdicts else 0)
 
 
 if __name__ == "__main__":

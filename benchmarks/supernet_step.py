@@ -10,7 +10,10 @@ and Adam's update) of
 on the same random batch: the median time of the timed steps after warm-up steps, and the peak memory
 of the steps above the memory after building model, optimizer and batch (CPU: the kernel's peak-RSS
 mark, reset before the steps, with glibc's mmap threshold held at its initial value so that RSS follows
-the live allocations; CUDA: ``torch.cuda.max_memory_allocated``). Every cell runs in a fresh process.
+the live allocations; CUDA: ``torch.cuda.max_memory_allocated``). The times of one size come from one
+process that alternates the two models' steps (each takes the first turn every other step), so that a
+shared machine's load, which drifts over minutes, reaches both alike; every memory cell runs in a fresh
+process.
 The supernet's step also computes the gradients of its containers (full-size tensors that are zero
 outside the sub-network's slices) and Adam updates every container it has state for: its cost beyond
 the sub-network's is what this measures.
@@ -39,11 +42,12 @@ from benchmarks.provenance import REPO, available_cores, cpu_model, load_average
 REPORT_BEGIN = "<!-- supernet-step:begin (written by benchmarks/supernet_step.py; edit the script, not this section) -->"
 REPORT_END = "<!-- supernet-step:end -->"
 
-CELLS = [(size, model) for size in ("smallest", "largest") for model in ("standalone", "supernet")]
+SIZES = ("smallest", "largest")
+MODELS = ("standalone", "supernet")
 
 
-def build(spec: Dict):
-    """(model, loss function of a batch) of the cell, on its device."""
+def build(spec: Dict, model_name: str):
+    """(model ``model_name`` of the cell's size, the dictionary), on the cell's device."""
     import argparse as ap
 
     from fairseq.data import Dictionary
@@ -66,7 +70,7 @@ def build(spec: Dict):
     supernet = MixedSuperTransformerModel.build_model(args, task)
     space = SearchSpace.from_file(spec["space"])
     architecture = space.extreme(largest=spec["size"] == "largest")
-    if spec["model"] == "supernet":
+    if model_name == "supernet":
         supernet.set_active(architecture)
         model = supernet
     else:
@@ -99,24 +103,38 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
+def timed_steps(spec: Dict) -> Dict:
+    """Both models of the cell's size in this process, their steps alternated: model -> {median_s, times_s,
+    parameters}."""
+    models, data = {}, None
+    for name in MODELS:
+        model, dictionary = build(spec, name)
+        models[name] = (model, torch.optim.Adam(model.parameters(), lr=1e-4))
+        if data is None:  # (both models have the same dictionary)
+            data = batch(spec, dictionary)
+    times = {name: [] for name in MODELS}
+    for index in range(spec["warmup"] + spec["steps"]):
+        for name in (MODELS if index % 2 == 0 else MODELS[::-1]):
+            start = time.perf_counter()
+            step(*models[name], data)
+            synchronize(spec["device"])
+            if index >= spec["warmup"]:
+                times[name].append(time.perf_counter() - start)
+    return {name: {"median_s": statistics.median(times[name]), "times_s": times[name],
+                   "parameters": sum(p.numel() for p in models[name][0].parameters())} for name in MODELS}
+
+
 def worker(spec: Dict) -> Dict:
     torch.set_num_threads(spec["threads"])
-    model, dictionary = build(spec)
+    if spec["measure"] == "time":
+        return timed_steps(spec)
+    model, dictionary = build(spec, spec["model"])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     data = batch(spec, dictionary)
     for _ in range(spec["warmup"]):  # (also creates Adam's state: memory the steps keep, not their peak)
         step(model, optimizer, data)
     synchronize(spec["device"])
     gc.collect()
-    if spec["measure"] == "time":
-        times = []
-        for _ in range(spec["steps"]):
-            start = time.perf_counter()
-            step(model, optimizer, data)
-            synchronize(spec["device"])
-            times.append(time.perf_counter() - start)
-        return {"median_s": statistics.median(times), "times_s": times,
-                "parameters": sum(p.numel() for p in model.parameters())}
     if torch.device(spec["device"]).type == "cuda":
         torch.cuda.reset_peak_memory_stats(spec["device"])
         baseline = torch.cuda.memory_allocated(spec["device"])
@@ -137,7 +155,8 @@ def run_cell(spec: Dict) -> Dict:
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)], capture_output=True,
                          text=True, env=env)
     if out.returncode != 0:
-        raise RuntimeError(f"cell {spec['size']}/{spec['model']} ({spec['measure']}) failed:\n{out.stderr[-3000:]}")
+        raise RuntimeError(f"cell {spec['size']}/{spec.get('model', 'both models')} ({spec['measure']}) failed:\n"
+                           f"{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -179,12 +198,14 @@ def main(argv=None) -> int:
     revision = require_committed(args.allow_dirty, "benchmarks/supernet_step.py") if args.output else None
     load_before = load_average()
     results = {}
-    for size, model in CELLS:
+    for size in SIZES:
         spec = dict(space=os.path.abspath(args.space), tokens=args.tokens, length=args.length, vocab=args.vocab,
-                    steps=args.steps, warmup=args.warmup, threads=args.threads, device=args.device, size=size, model=model)
-        results[f"{size}/{model}"] = {**run_cell(dict(spec, measure="time")), **run_cell(dict(spec, measure="memory"))}
-        print(f"[supernet-step] {size} {model}: {results[f'{size}/{model}']['median_s'] * 1000:.1f} ms, "
-              f"peak {results[f'{size}/{model}']['peak_bytes'] / 2**20:.1f} MiB", file=sys.stderr, flush=True)
+                    steps=args.steps, warmup=args.warmup, threads=args.threads, device=args.device, size=size)
+        timed = run_cell(dict(spec, measure="time"))
+        for model in MODELS:
+            results[f"{size}/{model}"] = {**timed[model], **run_cell(dict(spec, model=model, measure="memory"))}
+            print(f"[supernet-step] {size} {model}: {results[f'{size}/{model}']['median_s'] * 1000:.1f} ms, "
+                  f"peak {results[f'{size}/{model}']['peak_bytes'] / 2**20:.1f} MiB", file=sys.stderr, flush=True)
     lines = [f"| sub-network | standalone step | supernet step | time ratio | standalone peak | supernet peak | memory ratio |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for size in ("smallest", "largest"):
@@ -206,8 +227,8 @@ def main(argv=None) -> int:
                    f"device {args.device}, load average {load_before} at the start and {load_average()} at the end. "
                    f"Space `{space}`; one training step (forward, backward, Adam) on a batch of {args.tokens // args.length} "
                    f"sentence pairs of {args.length} tokens (dictionary of {args.vocab}), the median of {args.steps} timed "
-                   f"steps after {args.warmup}; peak memory: the kernel's peak-RSS mark above the memory after building "
-                   "the model, optimizer and batch (glibc's mmap threshold fixed). Every cell runs in a fresh process. "
+                   f"steps after {args.warmup}, the two models' steps alternated in one process; peak memory: the kernel's peak-RSS mark above the memory after building "
+                   "the model, optimizer and batch (glibc's mmap threshold fixed), in a fresh process per model. "
                    "The supernet's step runs the sub-network on slices of its containers, so its gradients are "
                    "container-sized (zero outside the slices) and Adam updates every container the step touched: that, "
                    "and building the sub-network's module (cached), is its cost beyond the standalone model's.", "",

@@ -37,7 +37,7 @@ def test_ratios_to_the_reference_are_compared_and_a_slow_down_beyond_the_toleran
     after = write(tmp_path, "after.md", report(200, 100, (1200, 600)))
     rows = compare.compare([before], [after], "softmax", 0.05, None)
     assert [(r[0], r[1], r[2]) for r in rows] == [("forward+backward", 4096, "other"), ("decoding per token", 128, "other")]
-    assert all(r[5] == pytest.approx(0.0) and not r[6] for r in rows)
+    assert all(r[5] == pytest.approx(0.0) and r[6] is None and r[7] == compare.WITHIN for r in rows)
     assert compare.main(["--before", before, "--after", after]) == 0
     # 10 % slower relative to softmax: marked, exit status 1
     slower = write(tmp_path, "slower.md", report(100, 55))
@@ -46,6 +46,24 @@ def test_ratios_to_the_reference_are_compared_and_a_slow_down_beyond_the_toleran
     # the median over repeated reports of a side
     rows = compare.compare([before], [slower, after, write(tmp_path, "again.md", report(100, 51))], "softmax", 0.05, [4096])
     assert rows[0][4] == pytest.approx(0.51) and rows[0][5] == pytest.approx(0.02)
+
+
+def test_a_change_within_the_same_code_spread_is_unresolved_and_beyond_it_slower(tmp_path, capsys):
+    # the same code measured twice per side: 0.50 and 0.60 before (spread 20 %), 0.55 and 0.60 after
+    before = [write(tmp_path, "b1.md", report(100, 50)), write(tmp_path, "b2.md", report(100, 60))]
+    after = [write(tmp_path, "a1.md", report(100, 60)), write(tmp_path, "a2.md", report(100, 66))]
+    (row,) = compare.compare(before, after, "softmax", 0.05, [4096])[:1]
+    assert row[3] == pytest.approx(0.55) and row[4] == pytest.approx(0.63) and row[6] == pytest.approx(0.2)
+    assert row[5] == pytest.approx(0.63 / 0.55 - 1) and row[7] == compare.UNRESOLVED  # +14.5 %: beyond 5 %, within 20 %
+    args = sum((["--before", b] for b in before), []) + sum((["--after", a] for a in after), []) + ["--lengths", "4096"]
+    assert compare.main(args) == 2
+    out = capsys.readouterr().out
+    assert "unresolved: beyond 5%, within the spread | 20.0% |" in out
+    assert "moved by more than 5% between reports of the same code (largest 20.0%)" in out
+    # beyond the spread: slower
+    after = [write(tmp_path, "a3.md", report(100, 70)), write(tmp_path, "a4.md", report(100, 72))]
+    assert compare.compare(before, after, "softmax", 0.05, [4096])[0][7] == compare.SLOWER
+    assert compare.main(sum((["--before", b] for b in before), []) + sum((["--after", a] for a in after), [])) == 1
 
 
 def test_a_file_that_is_not_a_report_is_named(tmp_path):

@@ -8,16 +8,24 @@ from benchmarks import supernet_step as step
 
 def test_a_cell_runs_a_training_step_of_the_supernet_and_of_the_standalone_model():
     spec = dict(space=step.os.path.join(step.REPO, "search_spaces", "multi30k_cpu.yaml"), tokens=64, length=8, vocab=50,
-                steps=1, warmup=1, threads=1, device="cpu", size="smallest", measure="time")
-    supernet = step.worker(dict(spec, model="supernet"))
-    standalone = step.worker(dict(spec, model="standalone"))
+                steps=3, warmup=1, threads=1, device="cpu", size="smallest", measure="time")
+    timed = step.worker(spec)  # both models, their steps alternated
+    supernet, standalone = timed["supernet"], timed["standalone"]
+    assert len(supernet["times_s"]) == len(standalone["times_s"]) == 3
     assert supernet["median_s"] > 0 and standalone["median_s"] > 0
     assert supernet["parameters"] > standalone["parameters"]  # the supernet holds every container
+    memory = step.worker(dict(spec, measure="memory", model="supernet"))
+    assert memory["peak_bytes"] >= 0
 
 
 def test_the_section_has_the_table_command_and_machine(monkeypatch, tmp_path):
-    monkeypatch.setattr(step, "run_cell", lambda spec: {"median_s": 0.1 if spec["model"] == "standalone" else 0.11,
-                                                         "times_s": [0.1], "parameters": 1000, "peak_bytes": 2 ** 20})
+    def run_cell(spec):
+        if spec["measure"] == "time":
+            return {model: {"median_s": 0.1 if model == "standalone" else 0.11, "times_s": [0.1], "parameters": 1000}
+                    for model in step.MODELS}
+        return {"peak_bytes": 2 ** 20}
+
+    monkeypatch.setattr(step, "run_cell", run_cell)
     monkeypatch.setattr(step, "require_committed", lambda allow, what: "abc123")
     (tmp_path / "search.md").write_text("# intro\n")
     assert step.main(["--output", str(tmp_path / "search.md"), "--tokens", "64", "--steps", "2"]) == 0
