@@ -354,10 +354,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="only re-render the report")
     parser.add_argument("--allow-dirty", action="store_true", help="measure with uncommitted changes (recorded)")
     args = parser.parse_args(argv)
-    stages = [s for s in args.stages.split(",") if s]
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown:
-        parser.error(f"--stages: unknown {', '.join(unknown)} (stages: {', '.join(STAGES)})")
+    stages = supernet_ranking.parse_stages(parser, args.stages, STAGES)
     seeds = [int(s) for s in args.seeds.split(",") if s]
     os.makedirs(args.results, exist_ok=True)
     command = "python benchmarks/search_multi30k.py" + "".join(" " + shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))

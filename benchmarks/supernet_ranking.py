@@ -82,6 +82,15 @@ def append_jsonl(path: str, record: dict):
         f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
 
 
+def parse_stages(parser: argparse.ArgumentParser, text: str, known: Sequence[str]) -> List[str]:
+    """``--stages a,b`` -> ["a", "b"]; an unknown stage is a usage error naming the known ones."""
+    stages = [s for s in text.split(",") if s]
+    unknown = [s for s in stages if s not in known]
+    if unknown:
+        parser.error(f"--stages: unknown {', '.join(unknown)} (stages: {', '.join(known)})")
+    return stages
+
+
 def architecture_key(architecture: dict) -> str:
     return json.dumps(architecture, sort_keys=True)
 
@@ -346,10 +355,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="only re-render the report from --results")
     parser.add_argument("--allow-dirty", action="store_true", help="measure even with uncommitted changes (recorded)")
     args = parser.parse_args(argv)
-    stages = [s for s in args.stages.split(",") if s]
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown:
-        parser.error(f"--stages: unknown {', '.join(unknown)} (stages: {', '.join(STAGES)})")
+    stages = parse_stages(parser, args.stages, STAGES)
     for name in ("supernet_updates", "scratch_updates", "architectures", "pool"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: expected at least 1")

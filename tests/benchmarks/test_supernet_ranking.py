@@ -95,3 +95,14 @@ def test_a_finished_supernet_of_another_length_is_not_silently_reused(tmp_path):
     (tmp_path / "supernet.json").write_text(json.dumps({"updates": 100}))
     with pytest.raises(SystemExit, match="holds a supernet of 100 updates, not --supernet-updates 2000"):
         ranking.train_supernet(ranking.Context(str(tmp_path), str(tmp_path / "work"), quick=False), str(tmp_path), 2000)
+
+
+@pytest.mark.parametrize("script", ["supernet_ranking", "search_multi30k"])
+def test_an_unknown_stage_is_a_usage_error_naming_the_stages(script, tmp_path, capsys):
+    import importlib
+
+    module = importlib.import_module(f"benchmarks.{script}")
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--stages", f"{module.STAGES[0]},nope", "--results", str(tmp_path / "results"), "--report-only"])
+    assert exit_info.value.code == 2
+    assert f"--stages: unknown nope (stages: {', '.join(module.STAGES)})" in capsys.readouterr().err
