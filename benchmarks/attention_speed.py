@@ -501,13 +501,19 @@ def launch(spec, timeout, env=None):
 
 
 def fmt_time(seconds):
+    """At least 3 significant digits: compare_speed_reports.py reads these cells back, and a 2-digit cell
+    ("1.8 ms") alone moves a ratio by up to 3 %."""
     if seconds is None:
         return "-"
     if seconds >= 1:
         return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
+    if seconds >= 1e-2:
         return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds * 1e6:.0f} us"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    if seconds >= 1e-4:
+        return f"{seconds * 1e6:.0f} us"
+    return f"{seconds * 1e6:.1f} us"
 
 
 fmt_mem = format_bytes  # the kinds' report notes quote sizes alike

@@ -384,3 +384,13 @@ def test_declarations_name_what_exists():
             assert target.other in bench.KINDS, (kind, target)
     for option, value in bench.MODEL_OPTIONS.items():
         assert parse_option(f"{option}={value}") == (option, value)
+
+
+@pytest.mark.parametrize("seconds, text", [(2.345, "2.35 s"), (0.2625, "262.5 ms"), (0.01234, "12.3 ms"), (0.001834, "1.83 ms"),
+                                           (0.000338, "338 us"), (0.0000456, "45.6 us"), (None, "-")])
+def test_times_keep_three_significant_digits_for_the_comparison_tool(seconds, text):
+    from benchmarks.compare_speed_reports import seconds as read_back
+
+    assert bench.fmt_time(seconds) == text
+    if seconds is not None:
+        assert read_back(text) == pytest.approx(seconds, rel=0.005)
