@@ -160,6 +160,20 @@ def run_cell(spec: Dict) -> Dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def shown_arguments(argv):
+    """The command line as the report shows it: ``--json FILE`` (a copy of the results, not a setting of the
+    measurement) left out, so that the docs name no path of the machine that ran it."""
+    shown, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--json":
+            skip = True
+        elif not arg.startswith("--json="):
+            shown.append(arg)
+    return shown
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--space", default="search_spaces/multi30k_cpu.yaml", help="search space (default: %(default)s)")
@@ -220,7 +234,8 @@ def main(argv=None) -> int:
 
         import shlex
 
-        command = "python benchmarks/supernet_step.py" + "".join(" " + shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        command = "python benchmarks/supernet_step.py" + "".join(" " + shlex.quote(a) for a in shown_arguments(
+            argv if argv is not None else sys.argv[1:]))
         space = os.path.relpath(os.path.abspath(args.space), REPO)
         section = [REPORT_BEGIN, "", "## Measured: a supernet training step against the standalone sub-network", "",
                    f"`{command}` at git {revision}, {available_cores()} cores ({cpu_model()}), {args.threads} threads, "

@@ -35,6 +35,11 @@ def test_the_section_has_the_table_command_and_machine(monkeypatch, tmp_path):
     assert "`python benchmarks/supernet_step.py --output" in text
 
 
+def test_the_shown_command_names_no_json_path():
+    assert step.shown_arguments(["--steps", "30", "--json", "/work/x.json", "--output", "docs/search.md", "--json=/y"]) == [
+        "--steps", "30", "--output", "docs/search.md"]
+
+
 def test_bad_spaces_are_refused(tmp_path):
     (tmp_path / "lm.yaml").write_text("decoder: {embed_dim: [8], layers: [1], ffn_embed_dim: [8], attention_heads: [2], "
                                       "attention_kinds: [softmax]}\n")
