@@ -146,16 +146,17 @@ def architecture_cost(architecture, source_length: int = 128, target_length: int
     params = macs = 0
     S, T = source_length, target_length
 
-    def attention(kind, placement, d, heads, queries, keys, kdim):
-        cost = kind_cost(kind)
-        return cost.parameters(placement, d, heads, kdim, options), cost.macs(placement, d, heads, queries, keys, kdim, options)
+    def attention(kind, placement, d, heads, queries, keys, kdim, head_dim):
+        cost, layer_options = kind_cost(kind), with_head_dim(options, heads, head_dim)
+        return (cost.parameters(placement, d, heads, kdim, layer_options),
+                cost.macs(placement, d, heads, queries, keys, kdim, layer_options))
 
     d_enc = architecture.encoder_embed_dim
     if not architecture.decoder_only:
         params += positions_parameters(layout.encoder_learned_positions, layout.max_source_positions, d_enc, layout.padding_idx)
         params += layer_norm_parameters(d_enc) if layout.layernorm_embedding else 0
         for layer in architecture.encoder_layers:
-            p, m = attention(layer.attention_kind, ENCODER_SELF, d_enc, layer.attention_heads, S, S, d_enc)
+            p, m = attention(layer.attention_kind, ENCODER_SELF, d_enc, layer.attention_heads, S, S, d_enc, layer.attention_head_dim)
             params += p + layer_norm_parameters(d_enc) + ffn_parameters(d_enc, layer.ffn_embed_dim) + layer_norm_parameters(d_enc)
             macs += m + 2 * S * d_enc * layer.ffn_embed_dim
         params += layer_norm_parameters(d_enc) if layout.encoder_final_norm else 0
@@ -169,13 +170,13 @@ def architecture_cost(architecture, source_length: int = 128, target_length: int
     params += positions_parameters(layout.decoder_learned_positions, layout.max_target_positions, d, layout.padding_idx)
     params += layer_norm_parameters(d) if layout.layernorm_embedding else 0
     for layer in architecture.decoder_layers:
-        p, m = attention(layer.attention_kind, DECODER_SELF, d, layer.attention_heads, T, T, d)
+        p, m = attention(layer.attention_kind, DECODER_SELF, d, layer.attention_heads, T, T, d, layer.attention_head_dim)
         params += p + layer_norm_parameters(d)
         macs += m
         if layer.cross_attention_kind is not None:
             # --encoder-decoder-connect k: the last k encoder layers' outputs, k*S keys
             p, m = attention(layer.cross_attention_kind, ENCODER_DECODER, d, layer.cross_attention_heads, T,
-                             layer.encoder_decoder_connect * S, d_enc)
+                             layer.encoder_decoder_connect * S, d_enc, layer.cross_attention_head_dim)
             params += p + layer_norm_parameters(d)
             macs += m
         params += ffn_parameters(d, layer.ffn_embed_dim) + layer_norm_parameters(d)
@@ -194,6 +195,14 @@ def architecture_cost(architecture, source_length: int = 128, target_length: int
                             flops=FLOPS_PER_MAC * macs, flops_per_entry=FLOPS_PER_MAC * T * d_out)
 
 
+def with_head_dim(options: AttentionOptions, heads: int, head_dim) -> AttentionOptions:
+    """A sub-layer's options: ``options`` with its attention width when it has a head dimension of its own
+    (``attention_dim``, see ``modules/costs.attention_width``)."""
+    if head_dim is None:
+        return options
+    return AttentionOptions(**{**options.as_dict(), "attention_dim": heads * head_dim})
+
+
 def architecture_decoding_state_bytes(architecture, source_length: int, target_length: int,
                                       options: AttentionOptions = AttentionOptions(), element_bytes: int = 4) -> int:
     """Bytes of one sequence's incremental decoding state after ``target_length`` decoded tokens over a
@@ -204,11 +213,12 @@ def architecture_decoding_state_bytes(architecture, source_length: int, target_l
     total = 0
     for layer in architecture.decoder_layers:
         total += kind_cost(layer.attention_kind).decoding_state_bytes(
-            DECODER_SELF, d, layer.attention_heads, target_length, d, options, element_bytes)
+            DECODER_SELF, d, layer.attention_heads, target_length, d,
+            with_head_dim(options, layer.attention_heads, layer.attention_head_dim), element_bytes)
         if layer.cross_attention_kind is not None:
             total += kind_cost(layer.cross_attention_kind).decoding_state_bytes(
                 ENCODER_DECODER, d, layer.cross_attention_heads, layer.encoder_decoder_connect * source_length, d_enc,
-                options, element_bytes)
+                with_head_dim(options, layer.cross_attention_heads, layer.cross_attention_head_dim), element_bytes)
     return total
 
 

@@ -17,7 +17,10 @@ format ``--architecture-file`` reads (what an architecture search writes)::
                          "encoder_decoder_connect": 1}, ...]}
 
 Language models have no ``encoder_*`` keys (or ``null``/``[]``) and no
-``cross_attention_*`` keys in their decoder layers.
+``cross_attention_*`` keys in their decoder layers. A layer's optional
+``attention_head_dim`` / ``cross_attention_head_dim`` give its heads a
+dimension of their own (attention width = heads x head dimension; unset, and
+left out of the JSON: width / heads).
 
 Checkpoints: ``build_model`` writes the built architecture's JSON into the
 model options as ``architecture`` (a record, read back by
@@ -42,6 +45,7 @@ from ..modules import (
     ENCODER_DECODER,
     ENCODER_SELF,
     AttentionConfigError,
+    check_head_dim,
     check_key_copies,
     check_kind,
     default_kind,
@@ -51,11 +55,15 @@ from ..modules import (
 logger = logging.getLogger(__name__)
 
 
+# A layer's attention head dimension: None (the default) is the layer's width over its heads, fairseq's
+# rule (attention width = embedding width); a number keeps every head at that dimension whatever the
+# heads, so the attention width is heads x head dimension (a search space's ``head_dim: fixed``).
 @dataclass(frozen=True)
 class EncoderLayer:
     attention_kind: str
     attention_heads: int
     ffn_embed_dim: int
+    attention_head_dim: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,12 @@ class DecoderLayer:
     # how many last encoder layers the encoder-decoder attention attends to (their outputs concatenated
     # along time; 1: the last encoder layer only, fairseq's encoder-decoder attention)
     encoder_decoder_connect: int = 1
+    attention_head_dim: Optional[int] = None  # (see EncoderLayer)
+    cross_attention_head_dim: Optional[int] = None
+
+
+# the per-layer head-dimension fields, which an architecture's JSON leaves out when unset
+HEAD_DIM_FIELDS = ("attention_head_dim", "cross_attention_head_dim")
 
 
 @dataclass(frozen=True)
@@ -127,10 +141,15 @@ class Architecture:
             "decoder_embed_dim": self.decoder_embed_dim,
             "decoder_layers": [dataclasses.asdict(layer) for layer in self.decoder_layers],
         }
+        for layer in data["encoder_layers"] + data["decoder_layers"]:
+            for name in HEAD_DIM_FIELDS:  # unset (width / heads): not written, as before the field existed
+                if layer.get(name, 0) is None:
+                    del layer[name]
         if self.decoder_only:
             del data["encoder_embed_dim"], data["encoder_layers"]
             for layer in data["decoder_layers"]:
-                del layer["cross_attention_kind"], layer["cross_attention_heads"], layer["encoder_decoder_connect"]
+                for name in ("cross_attention_kind", "cross_attention_heads", "encoder_decoder_connect", "cross_attention_head_dim"):
+                    layer.pop(name, None)
         return data
 
     def to_json(self, indent: Optional[int] = None) -> str:
@@ -195,14 +214,17 @@ class Architecture:
             kinds = parse_per_layer(_option(args, "encoder_attention_kinds", default_kind()), n, "encoder_attention_kinds", str)
             heads = parse_per_layer(_option(args, "encoder_layer_attention_heads"), n, "encoder_layer_attention_heads", _positive_int, std.encoder.attention_heads)
             ffn = parse_per_layer(_option(args, "encoder_layer_ffn_embed_dims"), n, "encoder_layer_ffn_embed_dims", _positive_int, std.encoder.ffn_embed_dim)
-            encoder = tuple(EncoderLayer(k, h, f) for k, h, f in zip(kinds, heads, ffn))
+            head_dims = parse_head_dims(_option(args, "encoder_layer_attention_head_dims"), n, "encoder_layer_attention_head_dims")
+            encoder = tuple(EncoderLayer(*choices) for choices in zip(kinds, heads, ffn, head_dims))
             _check_encoder_layers(encoder, std.encoder.embed_dim)  # (before the decoder's options are read)
         n = std.decoder.layers
         kinds = parse_per_layer(_option(args, "decoder_attention_kinds", default_kind()), n, "decoder_attention_kinds", str)
         heads = parse_per_layer(_option(args, "decoder_layer_attention_heads"), n, "decoder_layer_attention_heads", _positive_int, std.decoder.attention_heads)
         ffn = parse_per_layer(_option(args, "decoder_layer_ffn_embed_dims"), n, "decoder_layer_ffn_embed_dims", _positive_int, std.decoder.ffn_embed_dim)
+        head_dims = parse_head_dims(_option(args, "decoder_layer_attention_head_dims"), n, "decoder_layer_attention_head_dims")
         cross_kinds: List[Optional[str]] = [None] * n
         cross_heads: List[Optional[int]] = [None] * n
+        cross_head_dims: List[Optional[int]] = [None] * n
         connect: List[int] = [1] * n
         if not decoder_only and not getattr(args, "no_cross_attention", False):
             cross_kinds = parse_per_layer(_option(args, "cross_attention_kinds", default_kind()), n, "cross_attention_kinds", str)
@@ -210,9 +232,13 @@ class Architecture:
             cross_heads = (parse_per_layer(cross_heads_value, n, "cross_attention_heads", _positive_int)
                            if cross_heads_value is not None else heads)
             connect = parse_per_layer(_option(args, "encoder_decoder_connect", "1"), n, "encoder_decoder_connect", _positive_int)
+            cross_head_dims = parse_head_dims(_option(args, "cross_attention_head_dims"), n, "cross_attention_head_dims")
+        elif _option(args, "cross_attention_head_dims") not in (None, ""):
+            raise AttentionConfigError("--cross-attention-head-dims: this model has no encoder-decoder attention")
         elif _option(args, "encoder_decoder_connect") is not None and str(_option(args, "encoder_decoder_connect")).strip() not in ("", "1"):
             raise AttentionConfigError("--encoder-decoder-connect: this model has no encoder-decoder attention")
-        decoder = tuple(DecoderLayer(*choices) for choices in zip(kinds, heads, ffn, cross_kinds, cross_heads, connect))
+        decoder = tuple(DecoderLayer(*choices) for choices in zip(kinds, heads, ffn, cross_kinds, cross_heads, connect,
+                                                                  head_dims, cross_head_dims))
         return cls(
             decoder_embed_dim=std.decoder.embed_dim,
             decoder_layers=decoder,
@@ -240,6 +266,7 @@ def architecture_options(architecture: Architecture) -> dict:
         "decoder_attention_kinds": _joined(layer.attention_kind for layer in architecture.decoder_layers),
         "decoder_layer_attention_heads": _joined(layer.attention_heads for layer in architecture.decoder_layers),
         "decoder_layer_ffn_embed_dims": _joined(layer.ffn_embed_dim for layer in architecture.decoder_layers),
+        "decoder_layer_attention_head_dims": _joined_head_dims(layer.attention_head_dim for layer in architecture.decoder_layers),
     }
     if not architecture.decoder_only:
         options.update({
@@ -248,12 +275,14 @@ def architecture_options(architecture: Architecture) -> dict:
             "encoder_attention_kinds": _joined(layer.attention_kind for layer in architecture.encoder_layers),
             "encoder_layer_attention_heads": _joined(layer.attention_heads for layer in architecture.encoder_layers),
             "encoder_layer_ffn_embed_dims": _joined(layer.ffn_embed_dim for layer in architecture.encoder_layers),
+            "encoder_layer_attention_head_dims": _joined_head_dims(layer.attention_head_dim for layer in architecture.encoder_layers),
             "no_cross_attention": not architecture.has_cross_attention,
         })
         if architecture.has_cross_attention:
             options["cross_attention_kinds"] = _joined(layer.cross_attention_kind for layer in architecture.decoder_layers)
             options["cross_attention_heads"] = _joined(layer.cross_attention_heads for layer in architecture.decoder_layers)
             options["encoder_decoder_connect"] = _joined(layer.encoder_decoder_connect for layer in architecture.decoder_layers)
+            options["cross_attention_head_dims"] = _joined_head_dims(layer.cross_attention_head_dim for layer in architecture.decoder_layers)
     return options
 
 
@@ -265,6 +294,7 @@ STRUCTURE_OPTIONS = (
     "decoder_embed_dim", "decoder_layers", "decoder_attention_heads", "decoder_ffn_embed_dim",
     "decoder_attention_kinds", "decoder_layer_attention_heads", "decoder_layer_ffn_embed_dims",
     "cross_attention_kinds", "cross_attention_heads", "no_cross_attention", "encoder_decoder_connect",
+    "encoder_layer_attention_head_dims", "decoder_layer_attention_head_dims", "cross_attention_head_dims",
 )
 
 
@@ -409,6 +439,27 @@ def parse_per_layer(value, num_layers: int, option: str, cast: Callable, default
         raise AttentionConfigError(f"--{option.replace('_', '-')}: cannot read {value!r} as a list of {cast.__name__}") from None
 
 
+def parse_head_dims(value, num_layers: int, option: str) -> List[Optional[int]]:
+    """A per-layer head-dimension option: unset -> None for every layer (width / heads); else as
+    ``parse_per_layer``, where "auto" is None for that layer."""
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        return [None] * num_layers
+    return parse_per_layer(value, num_layers, option, _head_dim)
+
+
+def _head_dim(text: str) -> Optional[int]:
+    return None if text == "auto" else _positive_int(text)
+
+
+_head_dim.__name__ = "positive integers or auto"
+
+
+def _joined_head_dims(values: Iterable[Optional[int]]) -> Optional[str]:
+    """The option of per-layer head dimensions: None when every layer has width / heads."""
+    values = list(values)
+    return None if all(v is None for v in values) else ",".join("auto" if v is None else str(v) for v in values)
+
+
 def parse_layers_to_keep(value, option: str) -> Optional[List[int]]:
     """'0,2' -> [0, 2]; unset -> None (every layer)."""
     if value is None or (isinstance(value, str) and value.strip() == ""):
@@ -445,13 +496,15 @@ _positive_int.__name__ = "positive integers"
 def _check_encoder_layers(layers: Sequence[EncoderLayer], embed_dim: int) -> None:
     for i, layer in enumerate(layers):
         check_kind(layer.attention_kind, ENCODER_SELF, f"--encoder-attention-kinds (encoder layer {i})")
-        _check_heads(embed_dim, layer.attention_heads, f"--encoder-layer-attention-heads (encoder layer {i})")
+        _check_heads(embed_dim, layer.attention_heads, layer.attention_head_dim, layer.attention_kind,
+                     f"--encoder-layer-attention-heads (encoder layer {i})", f"--encoder-layer-attention-head-dims (encoder layer {i})")
 
 
 def _check_decoder_layers(layers: Sequence[DecoderLayer], embed_dim: int, cross_self_attention: bool) -> None:
     for i, layer in enumerate(layers):
         check_kind(layer.attention_kind, DECODER_SELF, f"--decoder-attention-kinds (decoder layer {i})")
-        _check_heads(embed_dim, layer.attention_heads, f"--decoder-layer-attention-heads (decoder layer {i})")
+        _check_heads(embed_dim, layer.attention_heads, layer.attention_head_dim, layer.attention_kind,
+                     f"--decoder-layer-attention-heads (decoder layer {i})", f"--decoder-layer-attention-head-dims (decoder layer {i})")
         if cross_self_attention and not getattr(ATTENTION_REGISTRY[layer.attention_kind].cls, "supports_cross_self_attention", False):
             able = [k for k in valid_kinds(DECODER_SELF) if getattr(ATTENTION_REGISTRY[k].cls, "supports_cross_self_attention", False)]
             raise AttentionConfigError(
@@ -460,7 +513,10 @@ def _check_decoder_layers(layers: Sequence[DecoderLayer], embed_dim: int, cross_
             )
         if layer.cross_attention_kind is not None:
             check_kind(layer.cross_attention_kind, ENCODER_DECODER, f"--cross-attention-kinds (decoder layer {i})")
-            _check_heads(embed_dim, layer.cross_attention_heads, f"--cross-attention-heads (decoder layer {i})")
+            _check_heads(embed_dim, layer.cross_attention_heads, layer.cross_attention_head_dim, layer.cross_attention_kind,
+                         f"--cross-attention-heads (decoder layer {i})", f"--cross-attention-head-dims (decoder layer {i})")
+        elif layer.cross_attention_head_dim is not None:
+            raise AttentionConfigError(f"--cross-attention-head-dims (decoder layer {i}): the layer has no encoder-decoder attention")
 
 
 def _check_connect(layers: Sequence[DecoderLayer], encoder_layers: int, where: str = "") -> None:
@@ -482,9 +538,14 @@ def _check_connect(layers: Sequence[DecoderLayer], encoder_layers: int, where: s
         check_key_copies(layer.cross_attention_kind, k, option)
 
 
-def _check_heads(embed_dim: int, heads: int, option: str):
-    if embed_dim % heads != 0:
-        raise AttentionConfigError(f"{option}: embedding dimension {embed_dim} is not divisible by {heads} heads")
+def _check_heads(embed_dim: int, heads: int, head_dim: Optional[int], kind: str, option: str, head_dim_option: str):
+    """Without a head dimension of its own the layer's heads split its width; with one, the kind must
+    support an attention width other than the layer's (heads x head dimension)."""
+    if head_dim is None:
+        if embed_dim % heads != 0:
+            raise AttentionConfigError(f"{option}: embedding dimension {embed_dim} is not divisible by {heads} heads")
+        return
+    check_head_dim(kind, head_dim, head_dim_option)
 
 
 def _option(args, name: str, default=None):
@@ -540,7 +601,7 @@ def _layer_fields(entry, layer_type: type, where: str) -> dict:
     for name in ("attention_kind", "cross_attention_kind"):
         if values.get(name) is not None and not isinstance(values[name], str):
             raise AttentionConfigError(f"{where}: {name} must be a string, got {values[name]!r}")
-    for name in ("attention_heads", "ffn_embed_dim", "cross_attention_heads", "encoder_decoder_connect"):
+    for name in ("attention_heads", "ffn_embed_dim", "cross_attention_heads", "encoder_decoder_connect", *HEAD_DIM_FIELDS):
         if values.get(name) is not None:
             values[name] = _positive(values[name], f"{where}: {name}")
     if (values.get("cross_attention_kind") is None) != (values.get("cross_attention_heads") is None):

@@ -24,6 +24,13 @@ from .architecture import Architecture
 logger = logging.getLogger(__name__)
 
 
+HEAD_DIMS_HELP = (
+    "{what} (comma-separated, one value broadcasts; 'auto' or unset: the layer's width over its heads, fairseq's "
+    "rule). A number gives the attention an inner width of heads x head dimension (the q/k/v projections' outputs), "
+    "whatever the layer's width: a search space's head_dim: fixed. Only kinds that support it (those with q/k/v "
+    "projections; the error for another kind lists them)")
+
+
 @dataclass
 class DecoderLayoutConfig(FairseqDataclass):
     preset: Optional[str] = field(
@@ -54,6 +61,10 @@ class DecoderLayoutConfig(FairseqDataclass):
         default=None,
         metadata={"help": "FFN width of each decoder layer (comma-separated; default: --decoder-ffn-embed-dim)"},
     )
+    decoder_layer_attention_head_dims: Optional[str] = field(
+        default=None,
+        metadata={"help": HEAD_DIMS_HELP.format(what="self-attention head dimension of each decoder layer")},
+    )
 
 
 @dataclass
@@ -70,6 +81,10 @@ class EncoderDecoderLayoutConfig(DecoderLayoutConfig):
         default=None,
         metadata={"help": "FFN width of each encoder layer (comma-separated; default: --encoder-ffn-embed-dim)"},
     )
+    encoder_layer_attention_head_dims: Optional[str] = field(
+        default=None,
+        metadata={"help": HEAD_DIMS_HELP.format(what="self-attention head dimension of each encoder layer")},
+    )
     cross_attention_kinds: str = field(
         default=default_kind(),  # (the kind registered as the default: fairseq's own attention)
         metadata={"help": "attention kind of each decoder layer's encoder-decoder attention (comma-separated)"},
@@ -77,6 +92,10 @@ class EncoderDecoderLayoutConfig(DecoderLayoutConfig):
     cross_attention_heads: Optional[str] = field(
         default=None,
         metadata={"help": "encoder-decoder attention heads of each decoder layer (comma-separated; default: the layer's self-attention heads)"},
+    )
+    cross_attention_head_dims: Optional[str] = field(
+        default=None,
+        metadata={"help": HEAD_DIMS_HELP.format(what="encoder-decoder attention head dimension of each decoder layer")},
     )
     encoder_decoder_connect: Optional[str] = field(
         default=None,

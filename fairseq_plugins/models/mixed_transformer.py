@@ -80,6 +80,7 @@ class MixedTransformerEncoderLayer(TransformerEncoderLayerBase):
             self.kind_options,
             dropout=cfg.attention_dropout,
             option_name="--encoder-attention-kinds",
+            head_dim=self.choices.attention_head_dim,
         )
 
 
@@ -106,6 +107,7 @@ class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
             self.kind_options,
             dropout=cfg.attention_dropout,
             option_name="--decoder-attention-kinds",
+            head_dim=self.choices.attention_head_dim,
         )
 
     def build_encoder_attention(self, embed_dim, cfg):
@@ -120,6 +122,7 @@ class MixedTransformerDecoderLayer(TransformerDecoderLayerBase):
             dropout=cfg.attention_dropout,
             option_name="--cross-attention-kinds",
             key_copies=self.choices.encoder_decoder_connect,
+            head_dim=self.choices.cross_attention_head_dim,
         )
 
     def forward(self, x, encoder_out: Optional[Tensor] = None, encoder_padding_mask: Optional[Tensor] = None, *args,

@@ -6,7 +6,10 @@ search, Liu et al., Table 1).
 Weight sharing as HAT: the supernet holds, per parameter, one container as large as the largest shape
 any architecture of the space gives it; a sub-network's parameter is the leading slice of its container
 along every dimension (embeddings, projections, FFNs, layer norms), and a sub-network with fewer layers
-uses the first ones. The sub-network itself is the ordinary ``mixed_transformer`` (``mixed_transformer_lm``)
+uses the first ones. Head counts: with the space's ``head_dim: sliced`` a sub-layer of width e and h heads
+uses the leading e x e block of its projections, split into h heads; with ``head_dim: fixed`` every head
+has the space's head dimension d_h and the sub-layer uses the leading h d_h rows (q, k, v) and columns
+(output projection), the first h heads. The sub-network itself is the ordinary ``mixed_transformer`` (``mixed_transformer_lm``)
 model of its ``Architecture``, run with ``torch.func.functional_call`` on the slices: the code that runs inside the
 supernet is the code of the exported model, so both compute the same function by construction, and the
 gradients of a training step reach exactly the slices the sampled sub-network uses.
@@ -93,10 +96,6 @@ class SupernetBase(BaseFairseqModel):
                         else "an encoder-decoder space (with an encoder section)")
             raise AttentionConfigError(f"--search-space {args.search_space}: {name} needs {expected}; use "
                                        f"{'mixed_supertransformer_lm' if space.language_model else 'mixed_supertransformer'}")
-        if space.head_dim != "sliced":
-            raise AttentionConfigError(
-                f"--search-space {args.search_space}: head_dim: {space.head_dim} is not supported by the supernet yet: its "
-                f"sub-networks are {cls.STANDALONE_ARCH} models, whose attention width is the layer width (use head_dim: sliced)")
         return space
 
     def __init__(self, args, task, space):

@@ -9,6 +9,7 @@ from .registry import (  # noqa: F401
     BaseAttention,
     ConformanceVariant,
     build_attention,
+    check_head_dim,
     check_key_copies,
     check_kind,
     default_kind,

@@ -86,14 +86,23 @@ def visible_pairs(placement: str, queries: int, keys: int, diag_free: bool = Fal
     return n * (n - 1) // 2 + min(n, 1) if diag_free else n * (n + 1) // 2
 
 
-def projection_parameters(d: int, kdim: int) -> int:
-    """W_q, W_o on d inputs and W_k, W_v on kdim inputs, each with its bias."""
-    return 2 * linear_parameters(d, d) + 2 * linear_parameters(kdim, d)
+def attention_width(d: int, options: "AttentionOptions") -> int:
+    """The attention width of a sub-layer of model width ``d``: ``options.attention_dim`` (heads x a
+    head dimension of its own, ``build_attention(head_dim=...)``), else ``d``."""
+    return options.attention_dim or d
 
 
-def projection_macs(d: int, queries: int, keys: int, kdim: int) -> int:
-    """q and the output projection per query, k and v per key."""
-    return 2 * queries * d * d + 2 * keys * kdim * d
+def projection_parameters(d: int, kdim: int, width: Optional[int] = None) -> int:
+    """W_q (d -> width), W_k and W_v (kdim -> width), W_o (width -> d), each with its bias;
+    ``width``: the attention width (default d)."""
+    a = width or d
+    return linear_parameters(d, a) + 2 * linear_parameters(kdim, a) + linear_parameters(a, d)
+
+
+def projection_macs(d: int, queries: int, keys: int, kdim: int, width: Optional[int] = None) -> int:
+    """q and the output projection per query, k and v per key (``width``: as ``projection_parameters``)."""
+    a = width or d
+    return 2 * queries * d * a + 2 * keys * kdim * a
 
 
 def activation_bytes(length: int, d: int) -> float:
@@ -178,7 +187,8 @@ def registered_option_defaults() -> Dict[str, object]:
     """option -> default, over the costs of every registered kind (kinds sharing an option share its default)."""
     from .registry import ATTENTION_REGISTRY
 
-    defaults: Dict[str, object] = {}
+    # every kind's: the attention width of kinds that take a head dimension of their own (attention_width)
+    defaults: Dict[str, object] = {"attention_dim": None}
     for spec in ATTENTION_REGISTRY.values():
         if spec.costs is not None:
             for option, default in spec.costs.option_defaults.items():

@@ -266,6 +266,21 @@ def check_key_copies(kind: str, copies: int, option_name: str = "key copies") ->
         )
 
 
+def check_head_dim(kind: str, head_dim: Optional[int], option_name: str = "head dimension") -> None:
+    """Fail unless ``kind`` can take a head dimension of its own (an attention width of heads x
+    ``head_dim`` instead of the layer's width); None (width / heads) always can."""
+    if head_dim is None:
+        return
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise AttentionConfigError(f"{option_name}: {head_dim!r} is not a positive head dimension")
+    spec = ATTENTION_REGISTRY.get(kind)
+    if spec is not None and not getattr(spec.cls, "supports_head_dim", False):
+        able = [n for n, s in ATTENTION_REGISTRY.items() if getattr(s.cls, "supports_head_dim", False)]
+        raise AttentionConfigError(
+            f"{option_name}: attention kind {kind!r} computes in the layer's width and takes no head dimension of "
+            f"its own (kinds that do: {', '.join(sorted(able)) or 'none'}); leave it unset (auto) for this layer")
+
+
 def build_attention(
     kind: str,
     placement: str,
@@ -277,11 +292,16 @@ def build_attention(
     dropout: float = 0.0,
     option_name: str = "attention kind",
     key_copies: int = 1,
+    head_dim: Optional[int] = None,
 ):
     """Build attention kind ``kind`` for ``placement``.
 
     ``key_copies`` (``encoder_decoder`` only): the keys are that many concatenated
     copies of the source (module docstring).
+
+    ``head_dim``: None, each head has ``embed_dim / num_heads`` dimensions (fairseq's rule); a
+    number, each head has that many and the attention width (the q/k/v projections' outputs, the
+    output projection's input) is ``num_heads * head_dim`` (kinds that declare ``supports_head_dim``).
 
     ``cfg``: the model's ``ModelKindOptions`` (``modules/options.py``: every kind's typed
     options and the ``AttentionContext``, read once by the model), or raw model options
@@ -289,7 +309,8 @@ def build_attention(
     The kind's ``from_config`` receives its own ``KindOptions`` instance and the context.
     """
     spec = check_kind(kind, placement, option_name)
-    if embed_dim % num_heads != 0:
+    check_head_dim(kind, head_dim, option_name)
+    if head_dim is None and embed_dim % num_heads != 0:
         raise AttentionConfigError(
             f"{option_name}: embedding dimension {embed_dim} is not divisible by {num_heads} attention heads"
         )
@@ -304,6 +325,7 @@ def build_attention(
         raise AttentionConfigError(
             f"--quant-noise-pq {context.quant_noise_pq}: attention kind {kind!r} ({option_name}) has no linear maps that "
             f"take quantisation noise; set --quant-noise-pq 0 or use another kind there")
+    extra = {} if head_dim is None else {"head_dim": head_dim}  # (kinds without head dimensions take no such argument)
     module = spec.cls.from_config(
         placement=placement,
         embed_dim=embed_dim,
@@ -313,6 +335,7 @@ def build_attention(
         dropout=dropout,
         options=options,
         context=context,
+        **extra,
     )
     if key_copies != 1:
         module.key_copies = key_copies
@@ -347,14 +370,21 @@ class BaseAttention(FairseqIncrementalState, nn.Module):
     # source and the prefix together); the architecture check refuses it for the other kinds.
     supports_cross_self_attention = False
 
-    def __init__(self, placement: str, embed_dim: int, num_heads: int, kdim: int, vdim: int):
+    # True when the kind takes a head dimension of its own (``build_attention(head_dim=...)``: the attention
+    # width ``attention_dim`` = heads x head dimension, which the q/k/v projections output and the output
+    # projection reads); its ``from_config`` then takes a ``head_dim`` keyword.
+    supports_head_dim = False
+
+    def __init__(self, placement: str, embed_dim: int, num_heads: int, kdim: int, vdim: int,
+                 head_dim: Optional[int] = None):
         super().__init__()
         if placement not in PLACEMENTS:
             raise AttentionConfigError(f"unknown placement {placement!r}; valid: {', '.join(PLACEMENTS)}")
         self.placement = placement
         self.embed_dim = embed_dim
         self.num_heads = num_heads
-        self.head_dim = embed_dim // num_heads
+        self.head_dim = embed_dim // num_heads if head_dim is None else head_dim
+        self.attention_dim = self.head_dim * num_heads  # = embed_dim unless a head dimension is given
         self.kdim = kdim
         self.vdim = vdim
         self.causal = placement == DECODER_SELF
@@ -446,4 +476,5 @@ class BaseAttention(FairseqIncrementalState, nn.Module):
             )
 
     def extra_repr(self):
-        return f"placement={self.placement}, embed_dim={self.embed_dim}, num_heads={self.num_heads}"
+        extra = f"placement={self.placement}, embed_dim={self.embed_dim}, num_heads={self.num_heads}"
+        return extra + (f", head_dim={self.head_dim}" if self.attention_dim != self.embed_dim else "")

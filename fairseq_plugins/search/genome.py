@@ -76,8 +76,8 @@ class GenomeCodec:
             connect = max([k for k in fitting if k <= wanted] or [min(fitting)])
             decoder_layers.append(DecoderLayer(kind, heads, ffn, values[f"decoder.layer{i}.cross_attention_kind"],
                                                values[f"decoder.layer{i}.cross_attention_heads"], connect))
-        return Architecture(decoder_embed_dim=decoder_width, decoder_layers=tuple(decoder_layers),
-                            encoder_embed_dim=encoder_width, encoder_layers=encoder_layers).check()
+        return space.with_head_dims(Architecture(decoder_embed_dim=decoder_width, decoder_layers=tuple(decoder_layers),
+                                                 encoder_embed_dim=encoder_width, encoder_layers=encoder_layers)).check()
 
     def encode(self, architecture: Architecture, rng: random.Random) -> Genome:
         """A genome that decodes to ``architecture``; the slots beyond its layer counts are drawn from ``rng``."""

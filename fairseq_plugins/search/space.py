@@ -8,7 +8,7 @@ Transformers and Beyond", Table 1) is the classic Transformer space of Hardware-
 plus the attention kind of every sub-layer. A file::
 
     # every list holds the choices; a single value may be written without brackets
-    head_dim: sliced            # a layer's head dimension = its width / its heads (see HEAD_DIM_MODES)
+    head_dim: sliced            # a layer's head dimension = its width / its heads; fixed, or a number: see HEAD_DIM_MODES
     shared_embed_dim: true      # encoder and decoder sample one width (--share-all-embeddings)
     encoder:
       embed_dim: [768, 1024]
@@ -32,20 +32,31 @@ Sampling (HAT's rule, ``sample``): the widths and layer counts first, then every
 independently and uniformly; a decoder layer's connect among the choices that do not exceed the
 sampled encoder depth.
 """
+import dataclasses
 import itertools
 import random
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..models.architecture import Architecture, DecoderLayer, EncoderLayer
-from ..modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError, valid_kinds
+from ..modules import (
+    ATTENTION_REGISTRY,
+    DECODER_SELF,
+    ENCODER_DECODER,
+    ENCODER_SELF,
+    AttentionConfigError,
+    check_head_dim,
+    valid_kinds,
+)
 
 # How a sub-network's head count divides its attention width. "sliced": the head dimension is the
 # layer's width divided by its heads (a sub-network of width e and h heads uses the leading e x e
 # block of every projection, split into h heads of e / h): what the paper's Table 1 implies, whose
-# widths 768/1024 and heads 4/8/16 give head dimensions from 48 to 256, and what every kind's module
-# computes (attention width = embedding width). "fixed": every head keeps the dimension of the
-# largest width over the most heads, a sub-network with h heads uses the first h of them.
+# widths 768/1024 and heads 4/8/16 give head dimensions from 48 to 256 (attention width = embedding
+# width, fairseq's rule). "fixed": every head keeps one dimension, the space's largest width over its
+# most heads (or the number given as head_dim), so a layer with h heads has an attention width of h x
+# that dimension (its architecture's attention_head_dim; kinds that support a head dimension of their
+# own only), and a sub-network with h heads uses the first h heads of every projection.
 HEAD_DIM_MODES = ("sliced", "fixed")
 
 ENCODER_FIELDS = ("embed_dim", "layers", "ffn_embed_dim", "attention_heads", "attention_kinds")
@@ -80,6 +91,9 @@ class SearchSpace:
     encoder: Optional[SideChoices] = None  # None: a language-model space
     head_dim: str = "sliced"
     shared_embed_dim: bool = False
+    # head_dim "fixed": every head's dimension (the file's number, or for "fixed" the largest width over the
+    # most heads of the whole space, resolved when read); None for "sliced"
+    fixed_dim: Optional[int] = None
 
     @property
     def language_model(self) -> bool:
@@ -93,16 +107,23 @@ class SearchSpace:
         _known(data, TOP_FIELDS, source, "")
         if "decoder" not in data:
             raise SearchSpaceError(f"{source}: decoder: missing (every space has decoder choices)")
-        head_dim = str(data.get("head_dim", "sliced"))
-        if head_dim not in HEAD_DIM_MODES:
-            raise SearchSpaceError(f"{source}: head_dim: {head_dim!r} is not one of {', '.join(HEAD_DIM_MODES)}")
+        head_dim, fixed_dim = data.get("head_dim", "sliced"), None
+        if isinstance(head_dim, int) and not isinstance(head_dim, bool) and head_dim >= 1:
+            head_dim, fixed_dim = "fixed", head_dim
+        elif str(head_dim) not in HEAD_DIM_MODES:
+            raise SearchSpaceError(f"{source}: head_dim: {head_dim!r} is not one of {', '.join(HEAD_DIM_MODES)}, "
+                                   "or a positive head dimension (fixed at that number)")
         shared = data.get("shared_embed_dim", False)
         if not isinstance(shared, bool):
             raise SearchSpaceError(f"{source}: shared_embed_dim: expected true or false, got {shared!r}")
         language_model = data.get("encoder") is None
         encoder = None if language_model else _side(data["encoder"], "encoder", ENCODER_FIELDS, ENCODER_SELF, source)
         decoder = _side(data["decoder"], "decoder", LM_DECODER_FIELDS if language_model else DECODER_FIELDS, DECODER_SELF, source)
-        space = cls(decoder=decoder, encoder=encoder, head_dim=head_dim, shared_embed_dim=shared)
+        if head_dim == "fixed" and fixed_dim is None:
+            sides = [decoder] + ([] if encoder is None else [encoder])
+            fixed_dim = (max(w for side in sides for w in side.embed_dim)
+                         // max(h for side in sides for h in side.attention_heads + side.cross_attention_heads))
+        space = cls(decoder=decoder, encoder=encoder, head_dim=str(head_dim), shared_embed_dim=shared, fixed_dim=fixed_dim)
         space._check(source)
         return space
 
@@ -126,7 +147,8 @@ class SearchSpace:
         return cls.from_yaml(text, path)
 
     def to_dict(self) -> dict:
-        data = {"head_dim": self.head_dim, "shared_embed_dim": self.shared_embed_dim}
+        # (fixed: the number, so that a space derived from this one, e.g. a pruned one, keeps the heads' dimension)
+        data = {"head_dim": self.fixed_dim if self.head_dim == "fixed" else self.head_dim, "shared_embed_dim": self.shared_embed_dim}
         if self.encoder is not None:
             data["encoder"] = {f: list(getattr(self.encoder, f)) for f in ENCODER_FIELDS}
         fields = LM_DECODER_FIELDS if self.language_model else DECODER_FIELDS
@@ -137,20 +159,19 @@ class SearchSpace:
     def _check(self, source: str):
         sides = [("decoder", self.decoder)] + ([] if self.encoder is None else [("encoder", self.encoder)])
         for name, side in sides:
-            for heads_field in ("attention_heads", "cross_attention_heads"):
+            for heads_field in ("attention_heads", "cross_attention_heads") if self.head_dim == "sliced" else ():
                 for heads, width in itertools.product(getattr(side, heads_field), side.embed_dim):
                     if width % heads:
                         raise SearchSpaceError(f"{source}: {name}.{heads_field}: {heads} heads do not divide "
                                                f"{name}.embed_dim {width}")
             if self.head_dim == "fixed":
-                head_dim = max(side.embed_dim) // max(side.attention_heads + side.cross_attention_heads)
-                for heads_field in ("attention_heads", "cross_attention_heads"):
-                    for heads in getattr(side, heads_field):
-                        if heads * head_dim > min(side.embed_dim):
-                            raise SearchSpaceError(
-                                f"{source}: {name}.{heads_field}: with head_dim fixed, {heads} heads of {head_dim} "
-                                f"dimensions need a width of {heads * head_dim}, more than {name}.embed_dim "
-                                f"{min(side.embed_dim)}")
+                head_dim = self.fixed_dim
+                for kinds_field in ("attention_kinds", "cross_attention_kinds"):
+                    for kind in getattr(side, kinds_field):
+                        try:
+                            check_head_dim(kind, head_dim, f"{source}: head_dim: fixed")
+                        except AttentionConfigError as error:
+                            raise SearchSpaceError(f"{error} ({name}.{kinds_field})") from None
         if self.shared_embed_dim and self.encoder is not None and set(self.encoder.embed_dim) != set(self.decoder.embed_dim):
             raise SearchSpaceError(f"{source}: shared_embed_dim: encoder.embed_dim {list(self.encoder.embed_dim)} and "
                                    f"decoder.embed_dim {list(self.decoder.embed_dim)} must hold the same widths")
@@ -160,6 +181,19 @@ class SearchSpace:
                 raise SearchSpaceError(
                     f"{source}: decoder.encoder_decoder_connect: the smallest choice {min(self.decoder.encoder_decoder_connect)} "
                     f"exceeds the smallest encoder.layers {smallest_encoder}: no choice fits a {smallest_encoder}-layer encoder")
+
+    # --------------------------------------------------- head dimensions ---
+    def with_head_dims(self, architecture: Architecture) -> Architecture:
+        """``architecture`` with the head dimension this space gives every sub-layer (``fixed_dim``; None,
+        width / heads, with ``head_dim: sliced``): a choice the sampling leaves to the space."""
+        dim = self.fixed_dim
+        return dataclasses.replace(
+            architecture,
+            encoder_layers=tuple(dataclasses.replace(layer, attention_head_dim=dim) for layer in architecture.encoder_layers),
+            decoder_layers=tuple(dataclasses.replace(
+                layer, attention_head_dim=dim, cross_attention_head_dim=dim if layer.cross_attention_kind is not None else None)
+                for layer in architecture.decoder_layers),
+        )
 
     def check_contains(self, architecture: Architecture, source: str = "the architecture"):
         """Fail, naming the field and the allowed values, unless the space holds ``architecture``."""
@@ -177,7 +211,11 @@ class SearchSpace:
                 _allowed(layer.ffn_embed_dim, side.ffn_embed_dim, f"{name}.ffn_embed_dim", source, where)
                 _allowed(layer.attention_heads, side.attention_heads, f"{name}.attention_heads", source, where)
                 _allowed(layer.attention_kind, side.attention_kinds, f"{name}.attention_kinds", source, where)
+                _allowed(layer.attention_head_dim, [self.fixed_dim], "head_dim", source,
+                         f" ({name} layer {i}'s attention_head_dim, head_dim: {self.head_dim})")
                 if isinstance(layer, DecoderLayer) and not self.language_model:
+                    _allowed(layer.cross_attention_head_dim, [self.fixed_dim], "head_dim", source,
+                             f" ({name} layer {i}'s cross_attention_head_dim, head_dim: {self.head_dim})")
                     _allowed(layer.cross_attention_heads, side.cross_attention_heads, f"{name}.cross_attention_heads", source, where)
                     _allowed(layer.cross_attention_kind, side.cross_attention_kinds, f"{name}.cross_attention_kinds", source, where)
                     fitting = [k for k in side.encoder_decoder_connect if k <= len(architecture.encoder_layers)]
@@ -190,11 +228,11 @@ class SearchSpace:
     def check_within(self, other: "SearchSpace", source: str, other_source: str):
         """Fail unless every architecture of this space is one of ``other``'s: the same kind of space and, field by
         field, no choice ``other`` lacks (the message names the field and the choices missing)."""
-        if self.language_model != other.language_model or self.head_dim != other.head_dim:
-            raise SearchSpaceError(f"{source}: a {'language-model' if self.language_model else 'translation'} space with "
-                                   f"head_dim {self.head_dim}, but {other_source} is a "
-                                   f"{'language-model' if other.language_model else 'translation'} space with head_dim {other.head_dim}")
         mine, theirs = self.to_dict(), other.to_dict()
+        if self.language_model != other.language_model or mine["head_dim"] != theirs["head_dim"]:
+            raise SearchSpaceError(f"{source}: a {'language-model' if self.language_model else 'translation'} space with "
+                                   f"head_dim {mine['head_dim']}, but {other_source} is a "
+                                   f"{'language-model' if other.language_model else 'translation'} space with head_dim {theirs['head_dim']}")
         for side in ("encoder", "decoder"):
             for field, choices in mine.get(side, {}).items():
                 missing = [c for c in choices if c not in theirs[side][field]]
@@ -225,8 +263,8 @@ class SearchSpace:
             fitting = [k for k in self.decoder.encoder_decoder_connect if k <= len(encoder_layers)]
             decoder_layers.append(DecoderLayer(kind, heads, ffn, rng.choice(self.decoder.cross_attention_kinds),
                                                rng.choice(self.decoder.cross_attention_heads), rng.choice(fitting)))
-        return Architecture(decoder_embed_dim=decoder_width, decoder_layers=tuple(decoder_layers),
-                            encoder_embed_dim=encoder_width, encoder_layers=encoder_layers or ()).check()
+        return self.with_head_dims(Architecture(decoder_embed_dim=decoder_width, decoder_layers=tuple(decoder_layers),
+                                                encoder_embed_dim=encoder_width, encoder_layers=encoder_layers or ())).check()
 
     def samples(self, n: int, seed: int) -> List[Architecture]:
         """``n`` architectures drawn with ``random.Random(seed)``: the same list on every machine."""
@@ -250,8 +288,8 @@ class SearchSpace:
             fitting = [k for k in self.decoder.encoder_decoder_connect if k <= len(encoder_layers)]
             layer = DecoderLayer(self.decoder.attention_kinds[0], pick(self.decoder.attention_heads), pick(self.decoder.ffn_embed_dim),
                                  self.decoder.cross_attention_kinds[0], pick(self.decoder.cross_attention_heads), pick(fitting))
-        return Architecture(decoder_embed_dim=decoder_width, decoder_layers=(layer,) * pick(self.decoder.layers),
-                            encoder_embed_dim=encoder_width, encoder_layers=encoder_layers).check()
+        return self.with_head_dims(Architecture(decoder_embed_dim=decoder_width, decoder_layers=(layer,) * pick(self.decoder.layers),
+                                                encoder_embed_dim=encoder_width, encoder_layers=encoder_layers)).check()
 
     def size(self) -> int:
         """The number of distinct architectures in the space."""

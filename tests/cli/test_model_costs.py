@@ -69,6 +69,28 @@ def test_kind_parameters_equal_the_module(kind, placement, overrides):
     assert complexity.kind_cost(kind).parameters(placement, d, heads, kdim, options) == _parameters(module)
 
 
+@pytest.mark.parametrize("kind,placement", [(kind, placement) for kind, spec in sorted(ATTENTION_REGISTRY.items())
+                                             if spec.cls.supports_head_dim for placement in spec.placements])
+def test_kind_costs_with_a_head_dimension_of_their_own(kind, placement):
+    """4 heads of 6 dimensions in a 16-wide layer: parameters and decoding state of a 24-wide attention."""
+    d, heads, kdim, head_dim = 16, 4, (24 if placement == ENCODER_DECODER else 16), 6
+    cfg = argparse.Namespace(max_target_positions=12, max_source_positions=12, cosformer_max_positions=None)
+    module = build_attention(kind, placement, d, heads, cfg, kdim=kdim, vdim=kdim, head_dim=head_dim)
+    base = model_costs.attention_options(argparse.Namespace(decoder_attention_kinds=kind, **vars(cfg)))
+    options = complexity.with_head_dim(base, heads, head_dim)
+    cost = complexity.kind_cost(kind)
+    assert cost.parameters(placement, d, heads, kdim, options) == _parameters(module)
+    assert cost.parameters(placement, d, heads, kdim, options) > cost.parameters(placement, d, heads, kdim, base)  # 16 wide
+    if placement != "encoder_self":  # the state's tensors of a decoded sequence, element by element
+        state = {}
+        query = torch.randn(1, 1, d)
+        memory = torch.randn(5, 1, kdim) if placement == ENCODER_DECODER else query
+        module.eval()(query, memory, memory, incremental_state=state, static_kv=placement == ENCODER_DECODER, need_weights=False)
+        stored = sum(t.numel() for buffer in state.values() for t in buffer.values()
+                     if torch.is_tensor(t) and t.is_floating_point())
+        assert stored == cost.decoding_state_elements(placement, d, heads, 5 if placement == ENCODER_DECODER else 1, kdim, options)
+
+
 def test_extractor_products_are_its_counted_multiplications_without_the_element_wise_one():
     # eq. 24's X_adj * X_ext (d multiplications per token) is element-wise, every other one a product
     options = complexity.AttentionOptions(lags=7)
@@ -132,6 +154,26 @@ def test_forward_flops_equal_flop_counter_mode_on_a_small_model():
     # the output projection is the per-entry part
     output_projection = sum(counter.get_flop_counts()["MixedTransformerModel.decoder.output_projection"].values())
     assert output_projection == vocab * cost.flops_per_entry == vocab * 2 * T * d
+
+
+def test_flops_and_parameters_with_heads_of_their_own_dimension():
+    """The small model with heads of their own dimension (attention widths other than 32): encoder layer 0
+    4 x 12 = 48, decoder self-attention 2 x 8 = 16, encoder-decoder attention of layer 0 4 x 4 = 16."""
+    vocab, S, T = 29, 9, 6
+    args = SMALL + ["--encoder-layer-attention-head-dims", "12,auto", "--decoder-layer-attention-head-dims", "8",
+                    "--cross-attention-head-dims", "4,auto"]
+    cost = model_costs.model_cost(model_costs.preset_args("mixed_transformer_iwslt_de_en", args), S, T)
+    torch.manual_seed(0)
+    model = ARCH_MODEL_REGISTRY["mixed_transformer_iwslt_de_en"].build_model(
+        model_costs.preset_args("mixed_transformer_iwslt_de_en", args), _task(vocab))
+    assert model.encoder.layers[0].self_attn.q_proj.weight.shape == (48, 32)
+    assert model.decoder.layers[0].encoder_attn.out_proj.weight.shape == (32, 16)
+    assert cost.total_parameters(vocab) == _parameters(model)
+    model.train()
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(torch.randint(4, vocab, (1, S)), torch.tensor([S]), torch.randint(4, vocab, (1, T)))
+    masked_future = 2 * 2 * (T * T - T * (T + 1) // 2) * 16  # softmax decoder self-attention 16 wide
+    assert counter.get_total_flops() == cost.total_flops(vocab) + 2 * masked_future
 
 
 def test_language_model_flops_equal_flop_counter_mode():

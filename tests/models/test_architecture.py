@@ -60,6 +60,33 @@ def write(tmp_path, architecture, name="architecture.json"):
 
 
 # ------------------------------------------------------------------ value ---
+def test_head_dimensions_round_trip_and_are_left_out_of_the_json_when_unset():
+    own = Architecture(encoder_embed_dim=16, encoder_layers=(EncoderLayer("softmax", 3, 32, attention_head_dim=8),),
+                       decoder_embed_dim=16, decoder_layers=(DecoderLayer("cosformer", 2, 24, "softmax", 5, cross_attention_head_dim=4),))
+    again = Architecture.from_json(own.to_json())
+    assert again == own and again.decoder_layers[0].attention_head_dim is None
+    data = json.loads(own.to_json())
+    assert data["encoder_layers"][0]["attention_head_dim"] == 8 and "attention_head_dim" not in data["decoder_layers"][0]
+    assert "head_dim" not in TRANSLATION.to_json()  # an architecture without them writes the JSON it always wrote
+    lm = Architecture(decoder_embed_dim=8, decoder_layers=(DecoderLayer("bet", 3, 16, attention_head_dim=4),))
+    assert Architecture.from_json(lm.to_json()) == lm and "cross_attention_head_dim" not in lm.to_json()
+
+
+@pytest.mark.parametrize("layer, message", [
+    (DecoderLayer("extractor_we", 2, 16, "softmax", 2, attention_head_dim=4),
+     "--decoder-layer-attention-head-dims (decoder layer 0): attention kind 'extractor_we' computes in the layer's width "
+     "and takes no head dimension of its own (kinds that do: bet, cosformer, softmax"),
+    (DecoderLayer("softmax", 2, 16, "softmax", 2, cross_attention_head_dim=0),
+     "--cross-attention-head-dims (decoder layer 0): 0 is not a positive head dimension"),
+])
+def test_head_dimensions_are_checked_naming_the_option(layer, message):
+    with pytest.raises(AttentionConfigError) as error:
+        Architecture(16, (layer,), 16, (EncoderLayer("softmax", 2, 16),)).check()
+    assert str(error.value).startswith(message)
+    with pytest.raises(AttentionConfigError, match="--cross-attention-head-dims .decoder layer 0.: the layer has no encoder-decoder attention"):
+        Architecture(16, (DecoderLayer("softmax", 2, 16, cross_attention_head_dim=4),)).check()
+
+
 def test_json_round_trip_equality_and_hash():
     again = Architecture.from_json(TRANSLATION.to_json())
     assert again == TRANSLATION and hash(again) == hash(TRANSLATION) and again is not TRANSLATION
@@ -174,6 +201,16 @@ def test_an_lm_file_for_a_translation_model_is_refused(data_dir, tmp_path):
       "--decoder-layer-ffn-embed-dims", "32,16,24", "--tokens-per-sample", "8", "--extractor-lags", "4"],
      Architecture(decoder_embed_dim=16, decoder_layers=(DecoderLayer("extractor_she", 2, 32), DecoderLayer("cosformer", 4, 16),
                                                       DecoderLayer("bet", 2, 24)))),
+    ("mixed_transformer_iwslt_de_en",  # heads of their own dimension ("auto": width / heads)
+     ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-attention-kinds", "softmax,cosformer",
+      "--encoder-layer-attention-heads", "3,4", "--encoder-layer-attention-head-dims", "8,auto", "--encoder-layer-ffn-embed-dims", "32",
+      "--decoder-attention-kinds", "bet,softmax", "--decoder-layer-attention-heads", "2", "--decoder-layer-attention-head-dims", "12",
+      "--decoder-layer-ffn-embed-dims", "24", "--cross-attention-kinds", "cosformer,softmax", "--cross-attention-heads", "4",
+      "--cross-attention-head-dims", "auto,2"],
+     Architecture(encoder_embed_dim=16, encoder_layers=(EncoderLayer("softmax", 3, 32, 8), EncoderLayer("cosformer", 4, 32, None)),
+                  decoder_embed_dim=16, decoder_layers=(
+                      DecoderLayer("bet", 2, 24, "cosformer", 4, attention_head_dim=12),
+                      DecoderLayer("softmax", 2, 24, "softmax", 4, attention_head_dim=12, cross_attention_head_dim=2)))),
 ])
 def test_seeded_models_from_options_and_from_a_file_are_identical(data_dir, tmp_path, arch, file_options, architecture):
     """Same seed, same parameters: the file route initialises as the option route (and as before the

@@ -20,15 +20,40 @@ MAX_POSITIONS = 12
 # float32 (fairseq.utils.softmax), hence 1e-6 rather than machine precision.
 TOL = 1e-6
 
+# The variant every kind that takes a head dimension of its own (``supports_head_dim``) runs besides its
+# declared ones: heads of OWN_HEAD_DIM dimensions, an attention width (HEADS x 6 = 24) that is not the
+# model width EMBED (a search space's head_dim: fixed).
+OWN_HEAD_DIM_VARIANT, OWN_HEAD_DIM = "own_head_dim", 6
+
+
 def _cases():
     """(kind, variant, placement): every kind with its default options (variant
-    None) and every option variant it declares, in the placements they act in."""
+    None), every option variant it declares, in the placements they act in, and
+    OWN_HEAD_DIM_VARIANT where the kind supports it."""
     cases = []
     for kind, spec in sorted(ATTENTION_REGISTRY.items()):
         cases += [(kind, None, placement) for placement in spec.placements]
         for variant, declared in spec.conformance_variants.items():
             cases += [(kind, variant, placement) for placement in declared.placements]
+        if getattr(spec.cls, "supports_head_dim", False):
+            cases += [(kind, OWN_HEAD_DIM_VARIANT, placement) for placement in spec.placements]
     return cases
+
+
+def variant_overrides(kind, variant):
+    """The model options of a variant (none for the default and the head-dimension variant)."""
+    if variant in (None, OWN_HEAD_DIM_VARIANT):
+        return {}
+    return dict(ATTENTION_REGISTRY[kind].conformance_variants[variant].overrides)
+
+
+def build_case(kind, variant, placement, cfg):
+    head_dim = OWN_HEAD_DIM if variant == OWN_HEAD_DIM_VARIANT else None
+    module = build_attention(kind, placement, EMBED, HEADS, cfg, head_dim=head_dim)
+    if head_dim is not None:  # the variant really has another attention width
+        assert module.q_proj.weight.shape == (HEADS * OWN_HEAD_DIM, EMBED)
+        assert module.out_proj.weight.shape == (EMBED, HEADS * OWN_HEAD_DIM)
+    return module
 
 
 def kind_id(kind, variant):
@@ -58,8 +83,7 @@ def model_cfg(**overrides):
 
 def make(kind, variant, placement, dtype=torch.float64, seed=0):
     torch.manual_seed(seed)
-    overrides = {} if variant is None else ATTENTION_REGISTRY[kind].conformance_variants[variant].overrides
-    module = build_attention(kind, placement, EMBED, HEADS, model_cfg(**overrides))
+    module = build_case(kind, variant, placement, model_cfg(**variant_overrides(kind, variant)))
     return module.to(dtype).eval()
 
 
@@ -300,12 +324,12 @@ def make_for_amp(kind, variant, placement, dtype):
     is a reference for what the kind does under autocast (otherwise rounding a
     ReLU feature of cosFormer from 0 to a tiny positive value legitimately moves
     that head's output from 0 to an average of values)."""
-    overrides = {} if variant is None else dict(ATTENTION_REGISTRY[kind].conformance_variants[variant].overrides)
+    overrides = variant_overrides(kind, variant)
     overrides.setdefault("max_target_positions", AMP_POSITIONS)
     overrides.setdefault("max_source_positions", AMP_POSITIONS)
     overrides.setdefault("extractor_lags", AMP_LAGS)
     torch.manual_seed(0)
-    module = build_attention(kind, placement, EMBED, HEADS, model_cfg(**overrides)).train()
+    module = build_case(kind, variant, placement, model_cfg(**overrides)).train()
     with torch.no_grad():
         for param in module.parameters():
             param.copy_(param.to(dtype))

@@ -234,3 +234,38 @@ def test_random_module_state_is_not_touched():
     state = random.getstate()
     SearchSpace.from_dict(TINY).samples(10, seed=2)
     assert random.getstate() == state
+
+
+def test_head_dim_fixed_gives_every_head_the_sides_largest_width_over_its_most_heads():
+    """TINY with head_dim: fixed: encoder heads of 16 / 4 = 4 dimensions, decoder heads of 16 / 4 = 4 (its
+    cross-attention has 4 heads), whatever the sampled width and heads; heads need not divide a width."""
+    data = json.loads(json.dumps(TINY))
+    data["head_dim"] = "fixed"
+    data["encoder"]["attention_heads"] = [2, 3, 4]  # 3 heads do not divide 8 or 16: fine with a fixed head dimension
+    space = SearchSpace.from_dict(data, "fixed.yaml")
+    for architecture in space.samples(30, seed=1) + [space.extreme(True), space.extreme(False)]:
+        space.check_contains(architecture)
+        assert {layer.attention_head_dim for layer in architecture.encoder_layers + architecture.decoder_layers} == {4}
+        assert {layer.cross_attention_head_dim for layer in architecture.decoder_layers} == {4}
+    assert space.samples(30, seed=1) != SearchSpace.from_dict(TINY).samples(30, seed=1)
+    # written as the number, so that a space derived from it (a pruned one) keeps the dimension
+    assert space.to_dict()["head_dim"] == 4 and SearchSpace.from_dict(space.to_dict()) == space
+    assert SearchSpace.from_dict({**data, "head_dim": 6}).extreme(False).decoder_layers[0].attention_head_dim == 6
+    sliced = SearchSpace.from_dict(TINY).samples(3, seed=1)[0]
+    with pytest.raises(SearchSpaceError, match=r"head_dim \(encoder layer 0's attention_head_dim, head_dim: fixed\): None is "
+                                               r"outside the space \(allowed: 4\)"):
+        space.check_contains(sliced)
+    # a sliced space holds no architecture with heads of their own dimension
+    with pytest.raises(SearchSpaceError, match=r"head_dim \(encoder layer 0's attention_head_dim, head_dim: sliced\): 4 is "
+                                               r"outside the space \(allowed: None\)"):
+        SearchSpace.from_dict(TINY).check_contains(space.extreme(True))
+
+
+def test_head_dim_fixed_refuses_a_kind_without_a_head_dimension_of_its_own():
+    data = json.loads(json.dumps(TINY_LM))
+    data["head_dim"] = "fixed"
+    with pytest.raises(SearchSpaceError) as error:
+        SearchSpace.from_dict(data, "fixed.yaml")
+    assert str(error.value).startswith("fixed.yaml: head_dim: fixed: attention kind 'extractor_me' computes in the layer's "
+                                       "width and takes no head dimension of its own")
+    assert str(error.value).endswith("(decoder.attention_kinds)")

@@ -42,11 +42,30 @@ decoder:
 """
 
 
+# head_dim: fixed: every head has 16 / 4 = 4 dimensions, so a layer with 4 heads of width 8 attends in 16
+# (kinds with a head dimension of their own only: no Extractor)
+FIXED_SPACE = SPACE.replace("shared_embed_dim: true", "head_dim: fixed\nshared_embed_dim: true").replace(
+    "attention_kinds: [softmax, cosformer, bet, extractor_we]", "attention_kinds: [softmax, cosformer, bet]")
+
+
 @pytest.fixture(scope="module")
 def space_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("space") / "space.yaml"
     path.write_text(SPACE)
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def fixed_space_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("space") / "fixed.yaml"
+    path.write_text(FIXED_SPACE)
+    return str(path)
+
+
+@pytest.fixture(params=["sliced", "fixed"])
+def any_space_file(request):
+    """Both ways heads divide a width (search space's head_dim)."""
+    return request.getfixturevalue("space_file" if request.param == "sliced" else "fixed_space_file")
 
 
 def build_supernet(data_dir, space_file, *extra):
@@ -73,8 +92,8 @@ def architectures(model, n=8):
     return [model.space.extreme(True), model.space.extreme(False)] + [model.sample(update) for update in range(n)]
 
 
-def test_a_sub_network_inside_the_supernet_computes_its_standalone_model(data_dir, space_file):
-    _, model = build_supernet(data_dir, space_file)
+def test_a_sub_network_inside_the_supernet_computes_its_standalone_model(data_dir, any_space_file):
+    _, model = build_supernet(data_dir, any_space_file)
     model = model.double().eval()
     src, lengths, prev = batch()
     seen_kinds, seen_connect = set(), set()
@@ -86,11 +105,18 @@ def test_a_sub_network_inside_the_supernet_computes_its_standalone_model(data_di
         assert torch.equal(inside, outside), architecture
         seen_kinds |= {layer.attention_kind for layer in architecture.decoder_layers}
         seen_connect |= {layer.encoder_decoder_connect for layer in architecture.decoder_layers}
-    assert {"bet", "extractor_we", "cosformer"} <= seen_kinds and seen_connect == {1, 2}
+        if model.space.head_dim == "fixed":  # every head keeps 4 dimensions, whatever the width and heads
+            for layer in architecture.encoder_layers + architecture.decoder_layers:
+                assert layer.attention_head_dim == 4
+            attention = standalone.decoder.layers[0].encoder_attn
+            assert attention.q_proj.weight.shape == (4 * architecture.decoder_layers[0].cross_attention_heads,
+                                                     architecture.decoder_embed_dim)
+    assert {"bet", "cosformer"} <= seen_kinds and seen_connect == {1, 2}
+    assert "extractor_we" in seen_kinds or model.space.head_dim == "fixed"
 
 
-def test_the_standalone_sub_network_decodes_step_by_step_as_in_full(data_dir, space_file):
-    _, model = build_supernet(data_dir, space_file)
+def test_the_standalone_sub_network_decodes_step_by_step_as_in_full(data_dir, any_space_file):
+    _, model = build_supernet(data_dir, any_space_file)
     model = model.double().eval()
     src, lengths, prev = batch(1)
     for architecture in architectures(model, 6):
@@ -105,8 +131,8 @@ def test_the_standalone_sub_network_decodes_step_by_step_as_in_full(data_dir, sp
         torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-6, atol=1e-6)
 
 
-def test_a_training_step_reaches_exactly_the_slices_the_sub_network_uses(data_dir, space_file):
-    _, model = build_supernet(data_dir, space_file)
+def test_a_training_step_reaches_exactly_the_slices_the_sub_network_uses(data_dir, any_space_file):
+    _, model = build_supernet(data_dir, any_space_file)
     model.train()
     architecture = model.sample(3)
     assert architecture != model.space.extreme(True)
@@ -296,6 +322,34 @@ def test_evaluate_bleu_scores_the_inherited_sub_network_as_fairseq_generate_scor
 
     bad = search("evaluate", "--checkpoint", checkpoint, "--bleu", "--beam", "0")
     assert bad.returncode == 2 and "--beam: expected at least 1" in bad.stderr
+
+
+def test_a_fixed_head_dim_supernet_trains_and_exports_what_it_computes(trained, fixed_space_file, tmp_path):
+    """head_dim: fixed through the CLIs: fairseq-train on the supernet, export of a sub-network whose heads
+    keep 4 dimensions in a layer of another width, loaded as any checkpoint."""
+    root, data, _, _ = trained
+    run(fairseq_command("train") + [
+        data, "--user-dir", PLUGIN_DIR, "--task", "supernet_translation", "--arch", "mixed_supertransformer",
+        "--search-space", fixed_space_file, "--share-all-embeddings", "--optimizer", "adam", "--lr", "3e-3",
+        "--max-tokens", "1000", "--max-update", "3", "--cpu", "--save-dir", str(tmp_path / "ck"), "--no-epoch-checkpoints",
+        "--num-workers", "0", "--max-source-positions", "32", "--max-target-positions", "32", "--disable-validation"])
+    checkpoint = str(tmp_path / "ck" / "checkpoint_last.pt")
+    model = checkpoint_utils.load_model_ensemble([checkpoint])[0][0]
+    architecture = next(a for a in (model.sample(u) for u in range(100))
+                        if a.decoder_embed_dim == 8 and a.decoder_layers[0].attention_heads == 4)  # attends in 16
+    (tmp_path / "a.json").write_text(architecture.to_json())
+    exported = search("export", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"), "--output", str(tmp_path / "sub.pt"))
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    (sub,), _ = checkpoint_utils.load_model_ensemble([str(tmp_path / "sub.pt")])
+    assert sub.architecture == architecture and sub.decoder.layers[0].self_attn.q_proj.weight.shape == (16, 8)
+    counted = search("cost", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"))
+    assert counted.returncode == 0, counted.stderr[-3000:]
+    assert json.loads(counted.stdout.strip().splitlines()[-1])["parameters"] == sum(p.numel() for p in sub.parameters())
+    model.eval().set_active(architecture)
+    src, lengths, prev = batch()
+    inside, _ = model.double()(src, lengths, prev)
+    outside, _ = sub.double().eval()(src, lengths, prev)
+    assert torch.equal(inside, outside)
 
 
 def test_cost_measures_the_latency_of_a_fixed_number_of_decoder_steps(trained, tmp_path):

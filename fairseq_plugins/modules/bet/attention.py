@@ -106,6 +106,7 @@ def naive_bet_attention(module, query, key, value, key_padding_mask=None):
 class BetAttention(BaseAttention):
     uses_future_mask = False
     supports_quant_noise = True
+    supports_head_dim = True
 
     def __init__(
         self,
@@ -118,11 +119,13 @@ class BetAttention(BaseAttention):
         score_weights: str = "per-head",
         diag_free: bool = True,
         context: Optional[AttentionContext] = None,
+        head_dim: Optional[int] = None,
     ):
-        """``context``: the model's quantisation noise for the projections (none without)."""
+        """``context``: the model's quantisation noise for the projections (none without); ``head_dim``:
+        see ``BaseAttention`` (default: embed_dim / num_heads)."""
         kdim = kdim if kdim is not None else embed_dim
         vdim = vdim if vdim is not None else embed_dim
-        super().__init__(placement, embed_dim, num_heads, kdim, vdim)
+        super().__init__(placement, embed_dim, num_heads, kdim, vdim, head_dim)
         if placement != DECODER_SELF:
             raise AttentionConfigError(f"bet is causal self-attention and only supports {DECODER_SELF}, not {placement}")
         if kdim != embed_dim or vdim != embed_dim:
@@ -134,18 +137,21 @@ class BetAttention(BaseAttention):
         self.hides_diagonal = self.diag_free
         self.scaling = self.head_dim**-0.5
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
-        self.q_proj = self._linear(embed_dim, embed_dim, context)
-        self.k_proj = self._linear(embed_dim, embed_dim, context)
-        self.v_proj = self._linear(embed_dim, embed_dim, context)
-        self.out_proj = self._linear(embed_dim, embed_dim, context)
-        shape = (num_heads, 2 * self.head_dim) if score_weights == "per-head" else (2 * embed_dim,)
+        width = self.attention_dim
+        self.q_proj = self._linear(embed_dim, width, context)
+        self.k_proj = self._linear(embed_dim, width, context)
+        self.v_proj = self._linear(embed_dim, width, context)
+        self.out_proj = self._linear(width, embed_dim, context)
+        shape = (num_heads, 2 * self.head_dim) if score_weights == "per-head" else (2 * width,)
         self.score_weight = nn.Parameter(torch.empty(shape))
         self.reset_parameters()
 
     @classmethod
-    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, options: BetOptions, context: AttentionContext):
+    def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, options: BetOptions, context: AttentionContext,
+                    head_dim: Optional[int] = None):
         return cls(placement, embed_dim, num_heads, kdim=kdim, vdim=vdim, dropout=dropout,
-                   score_weights=options.bet_score_weights, diag_free=not options.bet_no_diag_free, context=context)
+                   score_weights=options.bet_score_weights, diag_free=not options.bet_no_diag_free, context=context,
+                   head_dim=head_dim)
 
     def reset_parameters(self):
         # Projections as fairseq's MultiheadAttention.reset_parameters (q/k/v
@@ -228,7 +234,7 @@ class BetAttention(BaseAttention):
             rescaled = scores.to(token_scores.dtype) * token_scores.unsqueeze(2)  # eq. 8: column j times R_j
             attn_prime = masked_softmax(rescaled, visible)  # eq. 9, A'
             out = self.dropout_module(attn_prime.to(v_all.dtype)) @ v_all  # eq. 10, H' = A' V
-        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim))
+        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.attention_dim))
 
         if incremental_state is not None:
             buffer["prev_key"], buffer["prev_value"], buffer["prev_score"] = k_all, v_all, token_scores

@@ -1,24 +1,34 @@
 """Costs of the ``bet`` kind (``register_attention(costs=...)``): those of softmax
 attention, twice (two T x S softmaxes per head), plus the token scores."""
-from ..costs import AttentionCosts, activation_bytes, attention_core_growth, projection_macs, projection_parameters, visible_pairs
+from ..costs import (
+    AttentionCosts,
+    activation_bytes,
+    attention_core_growth,
+    attention_width,
+    projection_macs,
+    projection_parameters,
+    visible_pairs,
+)
 
 
 def _parameters(placement, d, heads, kdim, options):
-    return projection_parameters(d, kdim) + 2 * d  # w: heads x 2 d_h (per-head) or 2 d (shared)
+    a = attention_width(d, options)
+    return projection_parameters(d, kdim, a) + 2 * a  # w: heads x 2 d_h (per-head) or 2 a (shared)
 
 
 def _macs(placement, d, heads, queries, keys, kdim, options):
-    """Softmax's q . k and a . v (eq. 6), the token scores w^T [H_j; K_j] (eq. 7, 2 d per
-    token), and A' V (eq. 10) over the pairs of the second mask."""
+    """Softmax's q . k and a . v (eq. 6), the token scores w^T [H_j; K_j] (eq. 7, 2 a per
+    token for attention width a), and A' V (eq. 10) over the pairs of the second mask."""
+    a = attention_width(d, options)
     first = visible_pairs(placement, queries, keys)
     second = visible_pairs(placement, queries, keys, options.bet_diag_free)
-    return projection_macs(d, queries, keys, kdim) + 2 * first * d + 2 * queries * d + second * d
+    return projection_macs(d, queries, keys, kdim, a) + 2 * first * a + 2 * queries * a + second * a
 
 
 def _decoding_state_elements(placement, d, heads, length, kdim, options):
     # prev_key, prev_value and the token scores R (eq. 7) of every decoded token: one per head, or one shared
     scores_per_token = heads if options.bet_score_weights == "per-head" else 1
-    return length * (2 * d + scores_per_token)
+    return length * (2 * attention_width(d, options) + scores_per_token)
 
 
 def implementation_layer_flops(length, embed_dim, heads, options, **settings):

@@ -151,6 +151,7 @@ class CosformerAttention(BaseAttention):
     # every copy's keys, which is the sum of the per-copy states.
     supports_key_copies = True
     supports_quant_noise = True
+    supports_head_dim = True
 
     def __init__(
         self,
@@ -163,11 +164,13 @@ class CosformerAttention(BaseAttention):
         eps: float = DEFAULT_EPS,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         context: Optional[AttentionContext] = None,
+        head_dim: Optional[int] = None,
     ):
-        """``context``: the model's quantisation noise for the projections (none without)."""
+        """``context``: the model's quantisation noise for the projections (none without); ``head_dim``:
+        see ``BaseAttention`` (default: embed_dim / num_heads)."""
         kdim = kdim if kdim is not None else embed_dim
         vdim = vdim if vdim is not None else embed_dim
-        super().__init__(placement, embed_dim, num_heads, kdim, vdim)
+        super().__init__(placement, embed_dim, num_heads, kdim, vdim, head_dim)
         if placement != ENCODER_SELF and (horizon is None or horizon < 1):
             raise ValueError(f"cosformer {placement} attention needs a horizon M >= 1, got {horizon}")
         if chunk_size < 1:
@@ -175,17 +178,18 @@ class CosformerAttention(BaseAttention):
         self.horizon = horizon
         self.eps = eps
         self.chunk_size = chunk_size
-        self.q_proj = self._linear(embed_dim, embed_dim, context)
-        self.k_proj = self._linear(kdim, embed_dim, context)
-        self.v_proj = self._linear(vdim, embed_dim, context)
-        self.out_proj = self._linear(embed_dim, embed_dim, context)
+        width = self.attention_dim
+        self.q_proj = self._linear(embed_dim, width, context)
+        self.k_proj = self._linear(kdim, width, context)
+        self.v_proj = self._linear(vdim, width, context)
+        self.out_proj = self._linear(width, embed_dim, context)
         self.reset_parameters()
 
     @classmethod
     def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, options: CosformerOptions,
-                    context: AttentionContext):
+                    context: AttentionContext, head_dim: Optional[int] = None):
         return cls(placement, embed_dim, num_heads, kdim=kdim, vdim=vdim,
-                   horizon=horizon_for(placement, options, context), context=context)
+                   horizon=horizon_for(placement, options, context), context=context, head_dim=head_dim)
 
     def reset_parameters(self):
         # fairseq's MultiheadAttention initialisation, q/k/v biases zero.
@@ -233,7 +237,7 @@ class CosformerAttention(BaseAttention):
                 raise ValueError("cosformer encoder self-attention does not decode incrementally")
             out, weights = self._bidirectional_self_attention(F.relu(q), query, key_padding_mask, need_weights, compute_dtype)
 
-        out = out.to(query.dtype).permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim)
+        out = out.to(query.dtype).permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.attention_dim)
         out = self.out_proj(out)
         if weights is not None:
             weights = weights.to(query.dtype)

@@ -1,7 +1,15 @@
 """Costs of the ``cosformer`` kind (``register_attention(costs=...)``), and what the speed benchmark
 measures of it (``SpeedBenchmark``: its chunk sizes, the reference's cumulative-sum form as a baseline,
 its targets)."""
-from ..costs import AttentionCosts, SettingSweep, SpeedBenchmark, SpeedTarget, projection_macs, projection_parameters
+from ..costs import (
+    AttentionCosts,
+    SettingSweep,
+    SpeedBenchmark,
+    SpeedTarget,
+    attention_width,
+    projection_macs,
+    projection_parameters,
+)
 from ..registry import DECODER_SELF, ENCODER_DECODER
 from .chunked import DEFAULT_CHUNK_SIZE, SEGMENT_BYTES
 from .options import horizon_for
@@ -9,22 +17,25 @@ from .reference_cumsum import REFERENCE_CUMSUM
 
 
 def _parameters(placement, d, heads, kdim, options):
-    return projection_parameters(d, kdim)
+    return projection_parameters(d, kdim, attention_width(d, options))
 
 
 def _macs(placement, d, heads, queries, keys, kdim, options):
     """The linear form of eq. 10, cos and sin parts, with the normaliser as an extra
     all-ones value column (as computed above): phi(K)^T [V 1] and phi(Q) (phi(K)^T [V 1]),
-    2 (S + T) d (d_h + 1); the causal form counted the same (its prefix sums are additions)."""
-    return projection_macs(d, queries, keys, kdim) + 2 * (queries + keys) * d * (d // heads + 1)
+    2 (S + T) a (d_h + 1) for attention width a = heads x d_h; the causal form counted the same
+    (its prefix sums are additions)."""
+    a = attention_width(d, options)
+    return projection_macs(d, queries, keys, kdim, a) + 2 * (queries + keys) * a * (a // heads + 1)
 
 
 def _decoding_state_elements(placement, d, heads, length, kdim, options):
     # the running sums of eq. 10, cos and sin parts: per head d_h x (d_h + 1) each (B,H,2,D,E+1);
     # encoder-decoder attention also keeps the source keys (for attention weights on request): all of
     # them, length = k*S with --encoder-decoder-connect k (the running sums stay d_h x (d_h + 1))
-    state = 2 * d * (d // heads + 1)
-    return state + (length * d if placement == ENCODER_DECODER else 0)
+    a = attention_width(d, options)
+    state = 2 * a * (a // heads + 1)
+    return state + (length * a if placement == ENCODER_DECODER else 0)
 
 
 def segment_chunks(heads, head_dim, chunk, element_size=4, batch=1):

@@ -22,7 +22,8 @@ from typing import Optional
 
 import torch
 from fairseq.modules import MultiheadAttention
-from torch import Tensor
+from fairseq.modules.quant_noise import quant_noise
+from torch import Tensor, nn
 
 from ..options import AttentionContext
 from ..registry import (
@@ -90,6 +91,8 @@ class SoftmaxAttention(MultiheadAttention):
     # fairseq's --cross-self-attention: the decoder's self-attention over the source and the prefix
     # together (keys of two lengths, fairseq's own masks), which fairseq's MultiheadAttention handles
     supports_cross_self_attention = True
+    # --*-attention-head-dims: projections to heads x head dimension (``_set_head_dim``)
+    supports_head_dim = True
 
     def __init__(
         self,
@@ -103,12 +106,15 @@ class SoftmaxAttention(MultiheadAttention):
         qn_block_size=8,
         diag_free: bool = False,
         diag_scale: float = 1.0,
+        head_dim: Optional[int] = None,
     ):
         diag_free, diag_scale = bool(diag_free), float(diag_scale)
         check_diag_options(diag_free, diag_scale)
+        own_head_dim = head_dim is not None and head_dim * num_heads != embed_dim
         super().__init__(
             embed_dim,
-            num_heads,
+            # (fairseq asserts that the heads divide the width; with a head dimension of its own they need not)
+            1 if own_head_dim and embed_dim % num_heads else num_heads,
             kdim=kdim,
             vdim=vdim,
             dropout=dropout,
@@ -117,6 +123,10 @@ class SoftmaxAttention(MultiheadAttention):
             q_noise=q_noise,
             qn_block_size=qn_block_size,
         )
+        self.model_dim = embed_dim
+        if own_head_dim:
+            self._set_head_dim(num_heads, head_dim, q_noise, qn_block_size)
+        self.attention_dim = self.embed_dim
         self.placement = placement
         self.causal = placement == DECODER_SELF
         # The ablations change causal self-attention only.
@@ -124,19 +134,35 @@ class SoftmaxAttention(MultiheadAttention):
         self.diag_scale = diag_scale if self.causal else 1.0
         self.hides_diagonal = self.diag_free
 
+    def _set_head_dim(self, num_heads: int, head_dim: int, q_noise: float, qn_block_size: int):
+        """Heads of ``head_dim`` dimensions: q/k/v projections to heads x head_dim, the output projection
+        back to the model width. fairseq's forward reads the attention width as ``embed_dim`` (as after
+        its own head pruning, ``_adaptive_prune_heads``) and, told to skip the query-width check, takes its
+        explicit path (PyTorch's fused one needs the attention width to be the model width)."""
+        width = head_dim * num_heads
+        self.num_heads, self.head_dim, self.embed_dim, self.scaling = num_heads, head_dim, width, head_dim**-0.5
+        self.q_proj = quant_noise(nn.Linear(self.model_dim, width), q_noise, qn_block_size)
+        self.k_proj = quant_noise(nn.Linear(self.kdim, width), q_noise, qn_block_size)
+        self.v_proj = quant_noise(nn.Linear(self.vdim, width), q_noise, qn_block_size)
+        self.out_proj = quant_noise(nn.Linear(width, self.model_dim), q_noise, qn_block_size)
+        self.reset_parameters()
+        self._set_skip_embed_dim_check()
+
     @property
     def changes_diagonal(self) -> bool:
         return self.diag_free or self.diag_scale != 1.0
 
     @classmethod
     def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, options: SoftmaxOptions,
-                    context: AttentionContext):
+                    context: AttentionContext, head_dim: Optional[int] = None):
         return cls(placement, embed_dim, num_heads, kdim=kdim, vdim=vdim, dropout=dropout,
                    q_noise=context.quant_noise_pq, qn_block_size=context.quant_noise_pq_block_size,
-                   diag_free=options.softmax_diag_free, diag_scale=options.softmax_diag_scale)
+                   diag_free=options.softmax_diag_free, diag_scale=options.softmax_diag_scale, head_dim=head_dim)
 
     def extra_repr(self):
         extra = f"placement={self.placement}"
+        if self.embed_dim != self.model_dim:
+            extra += f", head_dim={self.head_dim}"
         if self.diag_free:
             extra += ", diag_free=True"
         if self.diag_scale != 1.0:

@@ -7,6 +7,7 @@ from ..costs import (
     SpeedBenchmark,
     activation_bytes,
     attention_core_growth,
+    attention_width,
     linear,
     linear_parameters,
     projection_macs,
@@ -57,19 +58,20 @@ def softmax_step(d: int, heads: int, t: int) -> Counts:
 
 
 def _parameters(placement, d, heads, kdim, options):
-    return projection_parameters(d, kdim)
+    return projection_parameters(d, kdim, attention_width(d, options))
 
 
 def _macs(placement, d, heads, queries, keys, kdim, options):
     """Projections, then q . k and a . v over the visible (query, key) pairs only
     (fairseq's implementation computes the whole T x S matrices and masks them)."""
     diag_free = options.softmax_diag_free and placement == DECODER_SELF
-    return projection_macs(d, queries, keys, kdim) + 2 * visible_pairs(placement, queries, keys, diag_free) * d
+    a = attention_width(d, options)
+    return projection_macs(d, queries, keys, kdim, a) + 2 * visible_pairs(placement, queries, keys, diag_free) * a
 
 
 def _decoding_state_elements(placement, d, heads, length, kdim, options):
     # fairseq's prev_key and prev_value: every decoded token's (or source token's) k and v
-    return 2 * length * d
+    return 2 * length * attention_width(d, options)
 
 
 def implementation_layer_flops(length, embed_dim, heads, options, **settings):
