@@ -106,7 +106,7 @@ class Architecture:
         return any(layer.encoder_decoder_connect > 1 for layer in self.decoder_layers)
 
     # ------------------------------------------------------------- checks ---
-    def check(self, cross_self_attention: bool = False) -> "Architecture":
+    def check(self, cross_self_attention: bool = False, scale_heads: bool = False) -> "Architecture":
         """Every check of the per-layer choices, with errors naming the option that sets each value
         (a file's values carry the same names: see ``architecture_options``). Returns self."""
         if not self.decoder_layers:
@@ -118,6 +118,8 @@ class Architecture:
         if any(crossed) and self.decoder_only:
             raise AttentionConfigError("--cross-attention-kinds: a language model (no encoder) has no encoder-decoder attention")
         _check_decoder_layers(self.decoder_layers, self.decoder_embed_dim, cross_self_attention)
+        if scale_heads:
+            _check_scale_heads(self.decoder_layers, self.decoder_embed_dim)
         _check_connect(self.decoder_layers, len(self.encoder_layers))
         return self
 
@@ -233,7 +235,7 @@ class Architecture:
                            if cross_heads_value is not None else heads)
             connect = parse_per_layer(_option(args, "encoder_decoder_connect", "1"), n, "encoder_decoder_connect", _positive_int)
             cross_head_dims = parse_head_dims(_option(args, "cross_attention_head_dims"), n, "cross_attention_head_dims")
-        elif _option(args, "cross_attention_head_dims") not in (None, ""):
+        elif any(d is not None for d in parse_head_dims(_option(args, "cross_attention_head_dims"), n, "cross_attention_head_dims")):
             raise AttentionConfigError("--cross-attention-head-dims: this model has no encoder-decoder attention")
         elif _option(args, "encoder_decoder_connect") is not None and str(_option(args, "encoder_decoder_connect")).strip() not in ("", "1"):
             raise AttentionConfigError("--encoder-decoder-connect: this model has no encoder-decoder attention")
@@ -244,7 +246,8 @@ class Architecture:
             decoder_layers=decoder,
             encoder_embed_dim=None if decoder_only else std.encoder.embed_dim,
             encoder_layers=encoder,
-        ).check(cross_self_attention=bool(getattr(std, "cross_self_attention", False)))
+        ).check(cross_self_attention=bool(getattr(std, "cross_self_attention", False)),
+                scale_heads=bool(_option(args, "scale_heads", False)))
 
 
 def model_architecture(args, decoder_only: bool = False) -> Architecture:
@@ -517,6 +520,18 @@ def _check_decoder_layers(layers: Sequence[DecoderLayer], embed_dim: int, cross_
                          f"--cross-attention-heads (decoder layer {i})", f"--cross-attention-head-dims (decoder layer {i})")
         elif layer.cross_attention_head_dim is not None:
             raise AttentionConfigError(f"--cross-attention-head-dims (decoder layer {i}): the layer has no encoder-decoder attention")
+
+
+def _check_scale_heads(layers: Sequence[DecoderLayer], embed_dim: int) -> None:
+    """fairseq's --scale-heads (NormFormer) cuts the self-attention's output, which has the layer's width, into
+    one slice of head dimension per head: heads of a dimension of their own do not tile that width."""
+    for i, layer in enumerate(layers):
+        dim = layer.attention_head_dim
+        if dim is not None and dim * layer.attention_heads != embed_dim:
+            raise AttentionConfigError(
+                f"--scale-heads: fairseq scales the self-attention output of a decoder layer as {layer.attention_heads} "
+                f"slices of its width {embed_dim}, but decoder layer {i} has {layer.attention_heads} heads of {dim} "
+                f"dimensions (--decoder-layer-attention-head-dims); leave out one of the two")
 
 
 def _check_connect(layers: Sequence[DecoderLayer], encoder_layers: int, where: str = "") -> None:

@@ -275,10 +275,14 @@ def check_head_dim(kind: str, head_dim: Optional[int], option_name: str = "head 
         raise AttentionConfigError(f"{option_name}: {head_dim!r} is not a positive head dimension")
     spec = ATTENTION_REGISTRY.get(kind)
     if spec is not None and not getattr(spec.cls, "supports_head_dim", False):
-        able = [n for n, s in ATTENTION_REGISTRY.items() if getattr(s.cls, "supports_head_dim", False)]
         raise AttentionConfigError(
             f"{option_name}: attention kind {kind!r} computes in the layer's width and takes no head dimension of "
-            f"its own (kinds that do: {', '.join(sorted(able)) or 'none'}); leave it unset (auto) for this layer")
+            f"its own (kinds that do: {', '.join(head_dim_kinds()) or 'none'}); leave it unset (auto) for this layer")
+
+
+def head_dim_kinds():
+    """The kinds that take a head dimension of their own (``supports_head_dim``)."""
+    return sorted(n for n, s in ATTENTION_REGISTRY.items() if getattr(s.cls, "supports_head_dim", False))
 
 
 def build_attention(
@@ -325,6 +329,13 @@ def build_attention(
         raise AttentionConfigError(
             f"--quant-noise-pq {context.quant_noise_pq}: attention kind {kind!r} ({option_name}) has no linear maps that "
             f"take quantisation noise; set --quant-noise-pq 0 or use another kind there")
+    block = context.quant_noise_pq_block_size
+    if context.quant_noise_pq > 0 and head_dim is not None and (num_heads * head_dim) % block:
+        # (fairseq's quant_noise asserts that a map's input features are whole blocks; the output projection
+        # reads the attention width)
+        raise AttentionConfigError(
+            f"--quant-noise-pq-block-size {block}: {option_name} attends in {num_heads} heads x {head_dim} = "
+            f"{num_heads * head_dim} dimensions, not a multiple of the block size; choose a block size that divides it")
     extra = {} if head_dim is None else {"head_dim": head_dim}  # (kinds without head dimensions take no such argument)
     module = spec.cls.from_config(
         placement=placement,

@@ -45,9 +45,9 @@ from ..modules import (
     ENCODER_DECODER,
     ENCODER_SELF,
     AttentionConfigError,
-    check_head_dim,
     valid_kinds,
 )
+from ..modules.registry import head_dim_kinds
 
 # How a sub-network's head count divides its attention width. "sliced": the head dimension is the
 # layer's width divided by its heads (a sub-network of width e and h heads uses the leading e x e
@@ -168,10 +168,11 @@ class SearchSpace:
                 head_dim = self.fixed_dim
                 for kinds_field in ("attention_kinds", "cross_attention_kinds"):
                     for kind in getattr(side, kinds_field):
-                        try:
-                            check_head_dim(kind, head_dim, f"{source}: head_dim: fixed")
-                        except AttentionConfigError as error:
-                            raise SearchSpaceError(f"{error} ({name}.{kinds_field})") from None
+                        if kind not in head_dim_kinds():
+                            raise SearchSpaceError(
+                                f"{source}: {name}.{kinds_field}: attention kind {kind!r} takes no head dimension of its "
+                                f"own, which head_dim {self.to_dict()['head_dim']} gives every head (kinds that do: "
+                                f"{', '.join(head_dim_kinds()) or 'none'}); use head_dim: sliced or leave {kind!r} out")
         if self.shared_embed_dim and self.encoder is not None and set(self.encoder.embed_dim) != set(self.decoder.embed_dim):
             raise SearchSpaceError(f"{source}: shared_embed_dim: encoder.embed_dim {list(self.encoder.embed_dim)} and "
                                    f"decoder.embed_dim {list(self.decoder.embed_dim)} must hold the same widths")

@@ -330,3 +330,23 @@ def test_layerdrop_training_pruned_by_fairseq_generate_and_read_back(tmp_path):
     got = {line.split("\t")[0]: line.split("\t")[2] for line in pruned if line.startswith("H-")}
     assert got == {f"H-{i}": task.target_dictionary.string(beams[0]["tokens"].int().cpu(), None)
                    for i, beams in zip(sample["id"].tolist(), hypos)}
+
+
+def test_head_dimensions_with_fairseq_options_that_assume_the_layer_width(data_dir):
+    """--scale-heads slices the layer's width per head, quantisation noise needs whole blocks of the attention width:
+    both refused naming the option; an 'auto' head dimension is no head dimension at all."""
+    with pytest.raises(AttentionConfigError, match=r"--scale-heads: fairseq scales the self-attention output of a decoder "
+                                                   r"layer as 4 slices of its width 16, but decoder layer 0 has 4 heads of 6"):
+        build(data_dir, "mixed_transformer_lm_tiny", "--decoder-embed-dim", "16", "--decoder-attention-heads", "4",
+              "--decoder-layer-attention-head-dims", "6", "--scale-heads", "--tokens-per-sample", "8", device="meta")
+    build(data_dir, "mixed_transformer_lm_tiny", "--decoder-embed-dim", "16", "--decoder-attention-heads", "4",
+          "--decoder-layer-attention-head-dims", "4", "--scale-heads", "--tokens-per-sample", "8", device="meta")  # 4 x 4 = 16
+    with pytest.raises(AttentionConfigError, match=r"--quant-noise-pq-block-size 8: .* attends in 3 heads x 5 = 15 dimensions"):
+        build(data_dir, "mixed_transformer_iwslt_de_en", *TINY, "--encoder-layer-attention-heads", "3",
+              "--encoder-layer-attention-head-dims", "5", "--quant-noise-pq", "0.1", device="meta")
+    model = build(data_dir, "mixed_transformer_iwslt_de_en", *TINY, "--no-cross-attention", "--cross-attention-head-dims", "auto",
+                  device="meta")
+    assert not model.architecture.has_cross_attention
+    with pytest.raises(AttentionConfigError, match="--cross-attention-head-dims: this model has no encoder-decoder attention"):
+        build(data_dir, "mixed_transformer_iwslt_de_en", *TINY, "--no-cross-attention", "--cross-attention-head-dims", "4",
+              device="meta")

@@ -266,6 +266,6 @@ def test_head_dim_fixed_refuses_a_kind_without_a_head_dimension_of_its_own():
     data["head_dim"] = "fixed"
     with pytest.raises(SearchSpaceError) as error:
         SearchSpace.from_dict(data, "fixed.yaml")
-    assert str(error.value).startswith("fixed.yaml: head_dim: fixed: attention kind 'extractor_me' computes in the layer's "
-                                       "width and takes no head dimension of its own")
-    assert str(error.value).endswith("(decoder.attention_kinds)")
+    assert str(error.value).startswith("fixed.yaml: decoder.attention_kinds: attention kind 'extractor_me' takes no head "
+                                       "dimension of its own, which head_dim 4 gives every head (kinds that do: ")
+    assert str(error.value).endswith("use head_dim: sliced or leave 'extractor_me' out")
