@@ -47,6 +47,7 @@ import torch
 if __package__ in (None, ""):  # run by path, not as python -m benchmarks.attention_speed: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import available_cores, git_revision, is_dirty, load_average  # noqa: E402
 from fairseq_plugins.files import atomic_output  # noqa: E402
 
@@ -804,15 +805,7 @@ def doublings(lengths):
 def write_plot(path, lengths, kinds, train, memory_field, device, memory_label=None):
     """Two log-log panels, forward+backward time and peak memory vs T, one line per kind (Agg backend, no
     global pyplot state)."""
-    import logging
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup would print its debug lines
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(12, 4.8))
-    FigureCanvasAgg(fig)
-    ax_time, ax_mem = fig.subplots(1, 2)
+    fig, (ax_time, ax_mem) = new_figure(1, 2, figsize=(12, 4.8))
     markers = "os^vDP*Xh<>"
     for i, kind in enumerate(kinds):
         style = dict(marker=markers[i % len(markers)], label=kind, linestyle="--" if kind in BASELINES else "-")
@@ -844,7 +837,7 @@ def write_plot(path, lengths, kinds, train, memory_field, device, memory_label=N
     if handles:
         fig.legend(handles, labels, loc="center right", fontsize=8)
     fig.tight_layout(rect=(0, 0, 0.82, 1))
-    fig.savefig(path, dpi=110)
+    save_png(fig, path)
 
 
 def benchmark_run(kinds, lengths, model_options=None):

@@ -61,6 +61,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 if __package__ in (None, ""):  # run by path, not as python -m benchmarks.quality: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import (REPO, available_cores, cpu_model, git_revision, is_dirty,  # noqa: E402
                                    load_average, require_committed)
 from data_prep.common import PrepError, read_lines, write_lines  # noqa: E402
@@ -909,11 +910,7 @@ def render_suite(suite: Suite, results: Dict[str, dict], plot: Optional[str],
 
 def plot_curves(suite: Suite, results: Dict[str, dict], path: str):
     """Training loss (bits per token, fairseq's train_inner) against updates, one line per row."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(7, 4.5))
+    figure, axis = new_figure(figsize=(7, 4.5))
     shown = []
     for row in suite.rows:
         curve = results.get(row.name, {}).get("train_curve")
@@ -930,9 +927,7 @@ def plot_curves(suite: Suite, results: Dict[str, dict], path: str):
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=7, ncol=2)
     figure.tight_layout()
-    with atomic_output(path, "wb") as f:
-        figure.savefig(f, format="png", dpi=110)
-    plt.close(figure)
+    save_png(figure, path)
 
 
 def load_results(ctx: Context, suite: Suite) -> Dict[str, dict]:

@@ -40,6 +40,7 @@ if __package__ in (None, ""):  # run by path: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import supernet_ranking  # noqa: E402
+from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import REPO, require_committed  # noqa: E402
 from benchmarks.quality import (Context, paired_bleu, parse_train_log, prepare, recipe_env, relative,  # noqa: E402
                                 scored_hypotheses, scored_references, shell_line, write_report)
@@ -258,12 +259,7 @@ def target_verdict(rows: Dict[str, dict]) -> str:
 
 
 def plot(rows: Dict[str, dict], path: str):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    figure, axes = new_figure(1, 2, figsize=(11, 4.5))
     for axis, key, label in ((axes[0], "latency_ms", "measured latency (ms, beam 5, 30 + 30 tokens, 2 threads)"),
                              (axes[1], "gflops", "forward GFLOPs (30 + 30 tokens)")):
         for name, row in rows.items():
@@ -276,9 +272,7 @@ def plot(rows: Dict[str, dict], path: str):
         axis.set_ylabel("sacreBLEU, test 2016 (mean ± std over seeds)")
         axis.grid(alpha=0.3)
     figure.tight_layout()
-    with atomic_output(path, "wb") as f:
-        figure.savefig(f, format="png", dpi=110)
-    plt.close(figure)
+    save_png(figure, path)
 
 
 def render(ctx: Optional[Context], results: str, command: str, plot_path: Optional[str]) -> str:
