@@ -63,7 +63,7 @@ if __package__ in (None, ""):  # run by path, not as python -m benchmarks.qualit
 
 from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import (REPO, available_cores, cpu_model, git_revision, is_dirty,  # noqa: E402
-                                   load_average, require_committed)
+                                   load_average, measured_revision, require_committed)
 from data_prep.common import PrepError, read_lines, write_lines  # noqa: E402
 from data_prep.syntax_hints import info_path, read_summary  # noqa: E402
 from fairseq_plugins.data.syntax_hints import hint_dataset_prefix  # noqa: E402
@@ -531,7 +531,7 @@ def rescore_row(ctx: Context, suite: Suite, row: Row) -> Optional[dict]:
         raise SystemExit(f"error: --rescore {suite.name}/{row.name}: {metric} is now {score.get(metric)}, the row "
                          f"stored {result['score'][metric]}: its checkpoint or data changed (retrain with --force)")
     result.update(items, rescored={"command": command, "finished": datetime.datetime.now().isoformat(timespec="seconds"),
-                                   "git": git_revision()})
+                                   "git": measured_revision()})
     write_json(path, result, sort_keys=True)
     return result
 
@@ -682,7 +682,7 @@ def parse_generate_speed(text: str) -> dict:
 def provenance() -> dict:
     import fairseq
     import torch
-    return {"git": git_revision(), "torch": torch.__version__, "fairseq": fairseq.__version__,
+    return {"git": measured_revision(), "torch": torch.__version__, "fairseq": fairseq.__version__,
             "cores": available_cores(), "cpu": cpu_model(), "load_average": load_average(), "threads": training_threads()}
 
 
