@@ -42,7 +42,9 @@ demo: setup
 # (tests/conftest.py), the longest files first (tests/durations.json, written by
 # tools/record_test_durations.py; --no-loadscope-reorder keeps that order).
 # TEST_WORKERS=0 runs them one after another in pytest's own process; TEST_ARGS
-# adds pytest options (e.g. --junitxml=FILE for the durations tool).
+# adds pytest options (e.g. --junitxml=FILE for the durations tool). The Python processes
+# the tests start go through a fork server with torch and fairseq imported
+# (tests/fork_server.py); TEST_FORK_SERVER=0 starts fresh interpreters instead.
 TEST_WORKERS ?= auto
 TEST_ARGS ?=
 

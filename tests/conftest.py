@@ -52,3 +52,56 @@ def pytest_collection_modifyitems(session, config, items):
         return (name not in seconds, -seconds.get(name, 0.0))
 
     items.sort(key=order)
+
+
+# ------------------------------------------------------------------ fork server ---
+# Every Python process a test starts (fairseq's CLIs, the recipes' $PYTHON, the benchmarks) goes through
+# a fork server that has imported torch and fairseq once (tests/fork_server.py: why, and when a command
+# gets a fresh interpreter instead). TEST_FORK_SERVER=0 turns it off.
+_fork_server = None
+
+
+def pytest_configure(config):
+    global _fork_server
+    import multiprocessing
+    import sys
+    import tempfile
+
+    fork_server = _fork_server_module()
+    runs_tests_here = hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
+    if (not runs_tests_here or os.environ.get("TEST_FORK_SERVER", "1") == "0"
+            or fork_server.SOCKET_VARIABLE in os.environ):  # a pytest that a test started: its parent's server serves it
+        return
+    real_python = sys.executable
+    directory = tempfile.mkdtemp(prefix="fork-server-")
+    client, _fork_server = fork_server.start(real_python, directory)
+    multiprocessing.set_executable(real_python)
+    sys.executable = client
+    os.environ[fork_server.SOCKET_VARIABLE] = os.path.join(directory, "socket")
+    os.environ[fork_server.FRESH_PYTHON_VARIABLE] = real_python  # for a test that must SIGKILL the process itself
+
+
+def pytest_unconfigure(config):
+    if _fork_server is not None:
+        import shutil
+
+        _fork_server.kill()
+        _fork_server.wait()
+        shutil.rmtree(os.path.dirname(os.environ[_fork_server_socket_variable()]), ignore_errors=True)
+
+
+def _fork_server_socket_variable():
+    return _fork_server_module().SOCKET_VARIABLE
+
+
+def _fork_server_module():
+    # by path: the suite imports its files with --import-mode=importlib, so tests/ is not on sys.path
+    import importlib.util
+    import sys
+
+    if "fork_server" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("fork_server", os.path.join(os.path.dirname(__file__), "fork_server.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["fork_server"] = module
+    return sys.modules["fork_server"]

@@ -192,7 +192,10 @@ def killed_run(name: str, patch: str, root) -> List[str]:
     marker = os.path.join(root, "killed-here")
     code = KILLED_RUN.format(root=ROOT_DIR, tests=os.path.dirname(os.path.abspath(__file__)), marker=marker,
                              patch=patch, name=name, argv=argv)
-    process = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    # a fresh interpreter, not the suite's fork server (tests/fork_server.py): a command run through it
+    # ends only after its client, so the lock it holds could outlive process.wait() below
+    python = os.environ.get("FAIRSEQ_PLUGINS_TEST_FRESH_PYTHON", sys.executable)
+    process = subprocess.Popen([python, "-c", code], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     deadline = time.time() + 90
     while not os.path.exists(marker) and time.time() < deadline and process.poll() is None:
         time.sleep(0.1)
