@@ -19,7 +19,12 @@ that differs from the server's in a variable read at import time (``PYTHON*`` ot
 three standard streams (multiprocessing passes pipes that way), a client that leads its own session
 or process group (launchers that signal the group of their ranks), or no server.
 
-``TEST_FORK_SERVER=0 make test`` runs every command in a fresh interpreter instead.
+``TEST_FORK_SERVER=0 make test`` runs every command in a fresh interpreter instead;
+``TEST_FORK_SERVER_LOG=FILE`` makes the servers append to FILE why a command was not forked (a
+variable that differs: a test process that changes its environment for good slows every later command).
+
+Not reproduced: a fresh interpreter's own hash seed (the children share the server's, so the order of
+a set of strings is the same in every command of a worker) and its start-up flags (``sys.orig_argv``).
 """
 import json
 import os
@@ -41,8 +46,10 @@ PRELOAD = ("torch", "fairseq", "fairseq.options", "fairseq.checkpoint_utils", "f
 IMPORT_TIME_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "LD_", "TORCH", "PYTORCH_",
                         "CUDA", "TQDM_", "LANG", "LC_", "SKLEARN_", "SCIPY_", "HYDRA_")
 # PYTHONPATH is rebuilt in the child as a fresh interpreter would; PYTHON is the recipes' interpreter, not
-# something Python reads.
-HANDLED_VARIABLES = ("PYTHONPATH", "PYTHON")
+# something Python reads; torch._inductor sets TORCHINDUCTOR_CACHE_DIR in a test process that imports it
+# (a later command inherits it) and reads it only when it compiles, which none of the commands does.
+HANDLED_VARIABLES = ("PYTHONPATH", "PYTHON", "TORCHINDUCTOR_CACHE_DIR")
+LOG_VARIABLE = "TEST_FORK_SERVER_LOG"  # a file: the server appends why a command got a fresh interpreter
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 MAX_INHERITED_FD = 256
 
@@ -206,6 +213,8 @@ def _run_child(request, noise, base_path, logging_by_import):
     sys.path[:] = [first] + [os.path.abspath(p) for p in extra] + base_path
     sys.stdout.reconfigure(line_buffering=os.isatty(1))
     _configure_logging_on_fairseq_import(logging_by_import)
+    if "numpy" in sys.modules:  # seeded from the OS when imported, like `random` (which reseeds after a fork itself)
+        sys.modules["numpy"].random.seed()
     _write_all(1, noise[0])
     _write_all(2, noise[1])
     code = 0
@@ -321,6 +330,10 @@ def _accept(listener, children, environment, set_by_imports, noise, base_path, l
     request = json.loads(data)
     compared = {k: v for k, v in _import_time_environment(request["env"]).items() if k not in set_by_imports}
     if len(fds) != 3 or compared != environment:
+        if os.environ.get(LOG_VARIABLE):
+            differing = sorted(k for k in set(environment) | set(compared) if environment.get(k) != compared.get(k))
+            with open(os.environ[LOG_VARIABLE], "a") as log:
+                log.write(f"fresh interpreter for {request['target'][:60]!r}: {len(fds)} streams, variables {differing}\n")
         for fd in fds:
             os.close(fd)
         connection.sendall(b"F\n")

@@ -113,3 +113,12 @@ def test_logging_as_configured_by_the_command_or_by_fairseqs_import(interpreters
     for code in ("from fairseq_cli import train; " + show, "import fairseq; " + show, show):
         served, fresh = both(interpreters, ["-c", code])
         assert_same(served, fresh)
+
+
+def test_each_command_draws_its_own_random_numbers(interpreters):
+    # numpy seeds its global generator from the OS at import (random reseeds after a fork by itself)
+    client, _ = interpreters
+    code = "import random, numpy; print(random.random(), numpy.random.rand())"
+    outputs = [subprocess.run([client, "-c", code], capture_output=True, text=True, check=True).stdout for _ in range(2)]
+    first, second = (line.split() for line in outputs)
+    assert first[0] != second[0] and first[1] != second[1]
