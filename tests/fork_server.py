@@ -362,15 +362,16 @@ def _accept(listener, children, environment, set_by_imports, noise, base_path, l
 # ----------------------------------------------------------- test process ---
 def start(real_python: str, directory: str):
     """Start a server for this process; returns (client script path, server process)."""
+    import shlex
     import subprocess
 
     socket_path = os.path.join(directory, "socket")
     client = os.path.join(directory, "python")
     here = os.path.dirname(os.path.abspath(__file__))
-    with open(client, "w") as f:
-        f.write(f"#!{real_python} -IS\n"
-                f"import sys; sys.path.insert(0, {here!r}); import fork_server\n"
-                f"fork_server.client_main({real_python!r}, {socket_path!r})\n")
+    code = (f"import sys; sys.path.insert(0, {here!r}); import fork_server; "
+            f"fork_server.client_main({real_python!r}, {socket_path!r})")
+    with open(client, "w") as f:  # a shell script: a shebang line cannot hold a long path or one with spaces
+        f.write(f"#!/bin/sh\nexec {shlex.quote(real_python)} -IS -c {shlex.quote(code)} \"$@\"\n")
     os.chmod(client, 0o755)
     log = open(os.path.join(directory, "server.log"), "wb")
     server = subprocess.Popen([real_python, os.path.abspath(__file__), "serve", socket_path, str(os.getpid()), client],
