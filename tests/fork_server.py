@@ -20,7 +20,7 @@ three standard streams (multiprocessing passes pipes that way), a client that le
 or process group (launchers that signal the group of their ranks), or no server.
 
 ``TEST_FORK_SERVER=0 make test`` runs every command in a fresh interpreter instead;
-``TEST_FORK_SERVER_LOG=FILE`` makes the servers append to FILE why a command was not forked (a
+``TEST_FORK_SERVER_LOG=FILE`` makes the clients append to FILE why a command was not forked (a
 variable that differs: a test process that changes its environment for good slows every later command).
 
 Not reproduced: a fresh interpreter's own hash seed (the children share the server's, so the order of
@@ -49,7 +49,7 @@ IMPORT_TIME_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", 
 # something Python reads; torch._inductor sets TORCHINDUCTOR_CACHE_DIR in a test process that imports it
 # (a later command inherits it) and reads it only when it compiles, which none of the commands does.
 HANDLED_VARIABLES = ("PYTHONPATH", "PYTHON", "TORCHINDUCTOR_CACHE_DIR")
-LOG_VARIABLE = "TEST_FORK_SERVER_LOG"  # a file: the server appends why a command got a fresh interpreter
+LOG_VARIABLE = "TEST_FORK_SERVER_LOG"  # a file: the clients append why a command got a fresh interpreter
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 MAX_INHERITED_FD = 256
 
@@ -66,7 +66,11 @@ def _command_kind(args):
 
 def _extra_fds():
     extra = []
-    for fd in range(3, MAX_INHERITED_FD):
+    candidates = (sorted(int(name) for name in os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd")
+                  else range(MAX_INHERITED_FD))
+    for fd in candidates:  # (the listing's own descriptor is closed again: fstat fails on it)
+        if fd < 3:
+            continue
         try:
             os.fstat(fd)
         except OSError:
@@ -84,28 +88,41 @@ def _standard_streams_open():
     return True
 
 
+def _log(message: str) -> None:
+    if os.environ.get(LOG_VARIABLE):
+        with open(os.environ[LOG_VARIABLE], "a") as log:
+            log.write(message + "\n")
+
+
 def client_main(real_python: str, socket_path: str) -> None:
     args = sys.argv[1:]
 
-    def fresh_interpreter():
+    def fresh_interpreter(reason):
+        _log(f"fresh interpreter for {args[:2]!r}: {reason}")
         os.execv(real_python, [real_python] + args)
 
     kind = _command_kind(args)
-    if (kind is None or _extra_fds() or not _standard_streams_open()
-            or os.getsid(0) == os.getpid() or os.getpgid(0) == os.getpid()):
-        fresh_interpreter()
+    if kind is None:
+        fresh_interpreter("interpreter options")
+    if _extra_fds() or not _standard_streams_open():
+        fresh_interpreter("file descriptors other than the three standard streams")
+    if os.getsid(0) == os.getpid() or os.getpgid(0) == os.getpid():
+        fresh_interpreter("leads its own session or process group")
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         connection.connect(socket_path)
-    except OSError:
-        fresh_interpreter()
+    except OSError as error:
+        # not silent: the suite still passes, at the old speed, and the cause is in the server's log
+        sys.stderr.write(f"fork server {socket_path} is not running ({error}; its log: "
+                         f"{os.path.join(os.path.dirname(socket_path), 'server.log')}): a fresh interpreter runs this\n")
+        fresh_interpreter(f"no server ({error})")
     request = json.dumps({"kind": kind[0], "target": kind[1], "args": kind[2], "cwd": os.getcwd(), "env": dict(os.environ)})
     socket.send_fds(connection, [request.encode() + b"\n"], [0, 1, 2])
     replies = connection.makefile("r")
     first = replies.readline()
     if first.startswith("F"):
         connection.close()
-        fresh_interpreter()
+        fresh_interpreter(first[1:].strip())
     if not first.startswith("P"):
         sys.stderr.write(f"fork server ({socket_path}) gave no child for {args[:2]}: {first!r}\n")
         os._exit(1)
@@ -291,7 +308,10 @@ def serve(socket_path: str, parent_pid: int) -> None:
         readable, _, _ = select.select([listener] + list(children.values()), [], [], 0.05)
         for ready in readable:
             if ready is listener:
-                _accept(listener, children, environment, set_by_imports, noise, base_path, logging_by_import)
+                try:
+                    _accept(listener, children, environment, set_by_imports, noise, base_path, logging_by_import)
+                except (OSError, ValueError, KeyError) as error:  # a client that went away mid-request, or garbage
+                    print(f"fork server: a request failed: {error!r}", file=sys.stderr, flush=True)
             else:  # a client closed its end while its command runs: stop the command
                 pid = next(p for p, c in children.items() if c is ready)
                 if not ready.recv(1, socket.MSG_PEEK):
@@ -330,13 +350,10 @@ def _accept(listener, children, environment, set_by_imports, noise, base_path, l
     request = json.loads(data)
     compared = {k: v for k, v in _import_time_environment(request["env"]).items() if k not in set_by_imports}
     if len(fds) != 3 or compared != environment:
-        if os.environ.get(LOG_VARIABLE):
-            differing = sorted(k for k in set(environment) | set(compared) if environment.get(k) != compared.get(k))
-            with open(os.environ[LOG_VARIABLE], "a") as log:
-                log.write(f"fresh interpreter for {request['target'][:60]!r}: {len(fds)} streams, variables {differing}\n")
+        differing = sorted(k for k in set(environment) | set(compared) if environment.get(k) != compared.get(k))
         for fd in fds:
             os.close(fd)
-        connection.sendall(b"F\n")
+        connection.sendall(f"F{len(fds)} streams, variables that differ from the server's: {differing}\n".encode())
         connection.close()
         return
     pid = os.fork()

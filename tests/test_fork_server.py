@@ -122,3 +122,30 @@ def test_each_command_draws_its_own_random_numbers(interpreters):
     outputs = [subprocess.run([client, "-c", code], capture_output=True, text=True, check=True).stdout for _ in range(2)]
     first, second = (line.split() for line in outputs)
     assert first[0] != second[0] and first[1] != second[1]
+
+
+def test_a_gone_server_is_said_and_the_command_still_runs(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fork_server_gone", FORK_SERVER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    real = os.environ.get(module.FRESH_PYTHON_VARIABLE, sys.executable)
+    client, server = module.start(real, str(tmp_path))
+    server.kill()
+    server.wait()
+    log = tmp_path / "why.log"
+    result = subprocess.run([client, "-c", "print('ran')"], capture_output=True, text=True,
+                            env={**os.environ, module.LOG_VARIABLE: str(log)})
+    assert result.returncode == 0 and result.stdout == "ran\n"
+    assert "is not running" in result.stderr and "server.log" in result.stderr
+    assert "no server" in log.read_text()
+
+
+def test_the_log_says_why_a_command_was_not_forked(interpreters, tmp_path):
+    log = tmp_path / "why.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "3", "TEST_FORK_SERVER_LOG": str(log)}
+    both(interpreters, ["-c", "pass"], env=env)
+    both(interpreters, ["-u", "-c", "pass"], env={**os.environ, "TEST_FORK_SERVER_LOG": str(log)})
+    text = log.read_text()
+    assert "OMP_NUM_THREADS" in text and "interpreter options" in text
