@@ -99,6 +99,8 @@ def client_main(real_python: str, socket_path: str) -> None:
 
     def fresh_interpreter(reason):
         _log(f"fresh interpreter for {args[:2]!r}: {reason}")
+        # (exec resets caught signals to their defaults; one that arrived before is lost, as it would be
+        # for a fresh interpreter still starting)
         os.execv(real_python, [real_python] + args)
 
     kind = _command_kind(args)
@@ -108,6 +110,21 @@ def client_main(real_python: str, socket_path: str) -> None:
         fresh_interpreter("file descriptors other than the three standard streams")
     if os.getsid(0) == os.getpid() or os.getpgid(0) == os.getpid():
         fresh_interpreter("leads its own session or process group")
+    # Forward signals from before the child's pid is known: the child may already run (and a test react
+    # to its output) before the server's reply arrives; what comes earlier is sent once the pid is here.
+    child, pending = None, []
+
+    def forward(signum, _frame):
+        if child is None:
+            pending.append(signum)
+            return
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         connection.connect(socket_path)
@@ -127,15 +144,8 @@ def client_main(real_python: str, socket_path: str) -> None:
         sys.stderr.write(f"fork server ({socket_path}) gave no child for {args[:2]}: {first!r}\n")
         os._exit(1)
     child = int(first[1:])
-
-    def forward(signum, _frame):
-        try:
-            os.kill(child, signum)
-        except ProcessLookupError:
-            pass
-
-    for signum in FORWARDED_SIGNALS:
-        signal.signal(signum, forward)
+    for signum in pending:
+        forward(signum, None)
     last = replies.readline()
     if not last.startswith("X"):
         sys.stderr.write(f"fork server ({socket_path}) lost the child {child} of {args[:2]}\n")

@@ -80,8 +80,8 @@ def test_death_by_a_signal_and_forwarded_signals(interpreters):
     client, _ = interpreters
     code = ("import signal, sys, time\n"
             "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-            "print('ready', flush=True)\n"
-            "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted', flush=True); sys.exit(5)\n")
+            "try:\n    print('ready', flush=True)\n    time.sleep(60)\n"
+            "except KeyboardInterrupt:\n    print('interrupted', flush=True); sys.exit(5)\n")
     process = subprocess.Popen([client, "-c", code], stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline() == "ready\n"
     process.send_signal(signal.SIGINT)
