@@ -373,10 +373,14 @@ def check_hints_reach_past_previous_token(prefix: str, model: str):
                          f"(parser {model}): BET(SG) would train as BET(SF); train the parser longer")
 
 
-def save_preparation_commands(ctx: Context, suite: Suite):
-    """The suite's preparation commands of this run, added to those of earlier runs (the report shows them all)."""
+def save_preparation_commands(ctx: Context, suite: Suite, append: bool = True):
+    """The suite's preparation commands of this run, added to those of earlier runs (the report shows them all).
+    ``append=False`` (``--report-only``, ``--rescore``: they prepare nothing new, and run from another checkout
+    their command lines differ only in paths) records them only where none are recorded yet."""
     path = os.path.join(ctx.work_dir, "results", suite.name, "preparation.json")
     commands = load_preparation_commands(ctx, suite)
+    if commands and not append:
+        return
     commands += [c for c in ctx.commands.get(suite.name, []) if c not in commands]
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_json(path, commands)
@@ -1070,10 +1074,10 @@ def main(argv: Optional[Sequence[str]] = None):
     for suite in suites:
         prepare(ctx, suite)  # also for --report-only: the rows' fingerprints include the data's
         if args.report_only:
-            save_preparation_commands(ctx, suite)
+            save_preparation_commands(ctx, suite, append=False)
             continue
         if args.rescore:
-            save_preparation_commands(ctx, suite)
+            save_preparation_commands(ctx, suite, append=False)
             for row in suite.rows:
                 if not wanted or row.name in wanted:
                     rescore_row(ctx, suite, row)

@@ -6,7 +6,9 @@ search, Liu et al., Table 1).
 Weight sharing as HAT: the supernet holds, per parameter, one container as large as the largest shape
 any architecture of the space gives it; a sub-network's parameter is the leading slice of its container
 along every dimension (embeddings, projections, FFNs, layer norms), and a sub-network with fewer layers
-uses the first ones. Head counts: with the space's ``head_dim: sliced`` a sub-layer of width e and h heads
+uses the first ones. A parameter that a kind declares as equal parts concatenated along its last dimension
+(``concatenated_parameters``: BET's score weight [w_H ; w_K]) takes the leading slice of each part, so that
+a part shares weights with the same part of every other sub-network. Head counts: with the space's ``head_dim: sliced`` a sub-layer of width e and h heads
 uses the leading e x e block of its projections, split into h heads; with ``head_dim: fixed`` every head
 has the space's head dimension d_h and the sub-layer uses the leading h d_h rows (q, k, v) and columns
 (output projection), the first h heads. The sub-network itself is the ordinary ``mixed_transformer`` (``mixed_transformer_lm``)
@@ -55,6 +57,18 @@ DERIVED_OPTIONS = ("decoder_output_dim", "decoder_input_dim", "architecture", "p
 def _container_name(key: str) -> str:
     """A parameter name as a key of ``nn.ParameterDict``, which refuses dots."""
     return key.replace(".", "/")
+
+
+def leading_index(shape, container_shape, parts: int = 1, device=None) -> tuple:
+    """Where a parameter of ``shape`` lies in its container of ``container_shape``: the leading slice along
+    every dimension; for a parameter of ``parts`` equal parts concatenated along its last dimension, the
+    leading slice of each part (part p of the container starts at p x its part size)."""
+    index = tuple(slice(0, s) for s in shape)
+    if parts == 1:
+        return index
+    part, container_part = shape[-1] // parts, container_shape[-1] // parts
+    columns = torch.cat([torch.arange(p * container_part, p * container_part + part, device=device) for p in range(parts)])
+    return index[:-1] + (columns,)
 
 
 class SupernetBase(BaseFairseqModel):
@@ -109,6 +123,7 @@ class SupernetBase(BaseFairseqModel):
         self.seed = int(getattr(args, "seed", 1) or 1)
         self.active = space.extreme(largest=True)
         self.weights = nn.ParameterDict()
+        self.container_parts: Dict[str, int] = {}  # container -> parts of a concatenated parameter (``leading_index``)
         # The containers: every parameter of every probe architecture (each kind and head count at the largest
         # widths and depths) at the largest shape any gives it, initialised as the probes' modules are.
         for probe in self._probes():
@@ -118,18 +133,18 @@ class SupernetBase(BaseFairseqModel):
                 if key not in self.weights:
                     self.weights[key] = nn.Parameter(parameter.detach().clone())
                     continue
-                container = self.weights[key]
+                container, parts = self.weights[key], self.container_parts.get(key, 1)
                 if container.dim() != parameter.dim():
                     raise AttentionConfigError(f"supernet: parameter {keys[name]} has shapes of different ranks "
                                                f"({tuple(container.shape)}, {tuple(parameter.shape)})")
                 shape = tuple(max(a, b) for a, b in zip(container.shape, parameter.shape))
                 if shape != tuple(container.shape):
                     grown = parameter.new_zeros(shape)
-                    grown[tuple(slice(0, s) for s in container.shape)] = container.detach()
+                    grown[leading_index(container.shape, shape, parts)] = container.detach()
                     self.weights[key] = nn.Parameter(grown)
                     container = self.weights[key]
-                with torch.no_grad():  # the leading slice a sub-network of this shape uses, as its module initialises it
-                    container[tuple(slice(0, s) for s in parameter.shape)] = parameter.detach()
+                with torch.no_grad():  # the slice a sub-network of this shape uses, as its module initialises it
+                    container[leading_index(parameter.shape, container.shape, parts)] = parameter.detach()
 
     # --------------------------------------------------------- architectures ---
     def _probes(self):
@@ -205,6 +220,7 @@ class SupernetBase(BaseFairseqModel):
         for name, parameter in template.named_parameters(remove_duplicate=False):
             keys[name] = keys[first[id(parameter)]] if id(parameter) in first else self._container_key(template, name)
             first.setdefault(id(parameter), name)
+            self._record_parts(template, name, parameter, _container_name(keys[name]))
         self._templates[architecture] = (template, keys)
         while len(self._templates) > TEMPLATE_CACHE:
             self._templates.popitem(last=False)
@@ -221,9 +237,26 @@ class SupernetBase(BaseFairseqModel):
             return f"{path}@{kind}{name[len(path):]}"
         return name
 
+    def _record_parts(self, template: nn.Module, name: str, parameter: torch.Tensor, container: str):
+        """The parts of ``name`` if its module declares it concatenated (``concatenated_parameters``), recorded
+        for its container, which every sub-network must then see the same way."""
+        module_path, _, local = name.rpartition(".")
+        parts = getattr(template.get_submodule(module_path), "concatenated_parameters", {}).get(local, 1)
+        if parameter.shape[-1] % parts:
+            raise AttentionConfigError(f"supernet: parameter {name} of shape {tuple(parameter.shape)} is declared as "
+                                       f"{parts} concatenated parts, which its last dimension does not divide")
+        if self.container_parts.setdefault(container, parts) != parts:
+            raise AttentionConfigError(f"supernet: parameter {name} is {parts} concatenated parts in one sub-network "
+                                       f"and {self.container_parts[container]} in another")
+
+    def container_index(self, key: str, shape) -> tuple:
+        """The index of a sub-network's parameter of ``shape`` in container ``key`` (``leading_index``)."""
+        container = self.weights[key]
+        return leading_index(shape, container.shape, self.container_parts.get(key, 1), container.device)
+
     def _sliced_parameters(self, template: nn.Module, keys: Dict[str, str]) -> Dict[str, torch.Tensor]:
-        """Every parameter name of ``template`` (tied ones included) -> the leading slice of its container."""
-        return {name: self.weights[_container_name(keys[name])][tuple(slice(0, s) for s in parameter.shape)]
+        """Every parameter name of ``template`` (tied ones included) -> its slice of its container."""
+        return {name: self.weights[_container_name(keys[name])][self.container_index(_container_name(keys[name]), parameter.shape)]
                 for name, parameter in template.named_parameters(remove_duplicate=False)}
 
     def subnetwork(self, architecture: Optional[Architecture] = None) -> BaseFairseqModel:

@@ -4,6 +4,7 @@ files they write (``__main__.py`` parses the options)."""
 import json
 import os
 import shlex
+import sys
 from dataclasses import asdict
 from typing import Dict, List, Optional, Sequence
 
@@ -221,6 +222,9 @@ def evolve_command(args) -> dict:
         if done.get("best"):
             raise SearchError(f"--output {args.output} holds a search with other inputs ({', '.join(differing)}): give "
                               "another --output, or remove it to search again")
+        print(f"warning: {result_path}: an earlier search here found no architecture within the budget"
+              + (f" (with other inputs: {', '.join(differing)})" if differing else "")
+              + "; searching again (its result is replaced)", file=sys.stderr, flush=True)
     supernet = Supernet(args.checkpoint)
     space = checked_space(args, supernet)
     if supernet.model is not None and args.latency_ms is not None:

@@ -328,6 +328,16 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
     assert second.returncode == 0, second.stderr[-3000:]
     assert "training" not in second.stderr and second.stderr.count("done before") == 2
 
+    # Re-rendering (from another checkout: the same preparation under other paths) adds no preparation
+    # command to those recorded: the report shows the commands that prepared the data, once.
+    preparation = work / "results" / "grimm" / "preparation.json"
+    recorded = ["python -m data_prep.text_files --input-dir /another/checkout/data/grimm"]
+    preparation.write_text(json.dumps(recorded))
+    rerendered = subprocess.run(command + ["--report-only"], cwd=tmp_path, capture_output=True, text=True)
+    assert rerendered.returncode == 0, rerendered.stderr[-3000:]
+    assert json.loads(preparation.read_text()) == recorded
+    assert recorded[0] in report.read_text() and "data_prep.text_files --input-dir " + str(tmp_path) not in report.read_text()
+
     # Rendering for another suite keeps this one's table: the report shows every suite with results.
     third = subprocess.run(command[:command.index("--suites") + 1] + ["shakespeare", "--report-only"]
                            + command[command.index("--suites") + 2:], cwd=tmp_path, capture_output=True, text=True)

@@ -3,6 +3,7 @@ its standalone model computes (float64, left padding, every kind and placement, 
 by step as it computes in full, trains only the slices it uses, and is sampled by seed and update alone;
 then the real CLIs: fairseq-train on the supernet, ``evaluate`` and ``export``, fairseq-generate on the
 exported checkpoint."""
+import dataclasses
 import json
 import os
 import re
@@ -144,7 +145,8 @@ def test_a_training_step_reaches_exactly_the_slices_the_sub_network_uses(data_di
     template, keys = model._template(architecture)
     used = {}
     for name, parameter in template.named_parameters(remove_duplicate=False):
-        used[keys[name].replace(".", "/")] = tuple(slice(0, s) for s in parameter.shape)
+        key = keys[name].replace(".", "/")
+        used[key] = model.container_index(key, parameter.shape)
     assert len(used) < len(model.weights)  # the sub-network leaves containers unused
     for key, container in model.weights.items():
         if key not in used:
@@ -163,6 +165,26 @@ def test_a_training_step_reaches_exactly_the_slices_the_sub_network_uses(data_di
             outside = torch.ones_like(changed)
             outside[used[key]] = False
             assert not changed[outside].any(), key
+
+
+@pytest.mark.parametrize("score_weights", ["per-head", "shared"])
+def test_bets_score_weight_parts_share_with_the_same_part(data_dir, space_file, score_weights):
+    """BET's w = [w_H ; w_K] (per head H x 2 d_h, shared 2 C): a narrower sub-network takes the leading slice of
+    the hidden part and of the key part, not the first 2 d_h (2 C) values, which would make part of the wider
+    network's w_H its w_K."""
+    _, model = build_supernet(data_dir, space_file, "--bet-score-weights", score_weights)
+    largest = model.space.extreme(True)
+    wide = dataclasses.replace(largest, decoder_layers=tuple(  # width 16, 2 heads of 8 dimensions
+        dataclasses.replace(layer, attention_kind="bet", attention_heads=2) for layer in largest.decoder_layers))
+    narrow = dataclasses.replace(wide, encoder_embed_dim=8, decoder_embed_dim=8)  # width 8, 2 heads of 4
+    w_wide = model.subnetwork(wide).decoder.layers[0].self_attn.score_weight.detach()
+    w_narrow = model.subnetwork(narrow).decoder.layers[0].self_attn.score_weight.detach()
+    if score_weights == "per-head":
+        assert w_wide.shape == (2, 16) and w_narrow.shape == (2, 8)
+        torch.testing.assert_close(w_narrow.view(2, 2, 4), w_wide.view(2, 2, 8)[:, :, :4], rtol=0, atol=0)
+    else:
+        assert w_wide.shape == (32,) and w_narrow.shape == (16,)
+        torch.testing.assert_close(w_narrow.view(2, 8), w_wide.view(2, 16)[:, :8], rtol=0, atol=0)
 
 
 def test_the_sample_depends_only_on_the_seed_and_the_update(data_dir, space_file):
@@ -427,7 +449,7 @@ def test_two_data_parallel_ranks_train_the_same_sub_networks(trained, space_file
         assert torch.equal(first["model"][name], second["model"][name]), name
 
 
-def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_file, tmp_path):
+def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_file, tmp_path, monkeypatch):
     """Issue 15's subcommands on a tiny trained supernet, as the recipes chain them: collect (resumable) the
     inherited losses and the measured latencies, rank both, prune, evolve under a latency budget (predicted,
     then confirmed by measurement), pareto; each run as the command line runs it."""
@@ -440,10 +462,13 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
 
     root, data, checkpoint, _ = trained
 
+    warnings = []
+
     def run(*argv, status=0):
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             assert main(list(argv)) == status, err.getvalue()[-2000:]
+        warnings[:] = [line for line in err.getvalue().splitlines() if line.startswith("warning:")]
         return json.loads(out.getvalue().strip().splitlines()[-1]) if status == 0 else err.getvalue()
 
     losses, latencies = str(tmp_path / "loss.jsonl"), str(tmp_path / "latency.jsonl")
@@ -510,6 +535,30 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
                 "--population", "9", "--parents", "3", "--mutations", "3", "--crossovers", "3", "--iterations", "3",
                 "--confirm", "2", "--output", str(tmp_path / "evolved"), *[a for a in latency if a not in ("--warmup", "1", "--repeats", "3")])
     assert again["done_before"] and again["best"] == evolved["best"]
+    assert warnings == []
+
+    # no candidate measures within the budget (a latency predictor that is off on this machine): an error with
+    # the measurements, result.json kept without a best; the same command searches again and says why
+    import fairseq_plugins.search.commands as commands
+
+    unmet_args = ["evolve", "--space", space_file, "--fitness", "ranker", "--ranker", ranker, "--checkpoint", checkpoint,
+                  "--latency-ms", "1e6", "--latency-predictor", predictor, "--population", "9", "--parents", "3",
+                  "--mutations", "3", "--crossovers", "3", "--iterations", "2", "--confirm", "2", "--output",
+                  str(tmp_path / "unmet"), *[a for a in latency if a not in ("--warmup", "1", "--repeats", "3")]]
+    with monkeypatch.context() as patched:
+        patched.setattr(commands, "confirm_latency", lambda candidates, supernet, limit, settings, count, device: [
+            {"architecture": c.architecture.to_dict(), "latency_ms": 2e6, "within_budget": False} for c in candidates[:count]])
+        unmet = run(*unmet_args, status=2)
+    assert "--latency-ms 1000000.0: none of the 2 fittest candidates measured within the budget (measured: " \
+           "2000000.0, 2000000.0 ms" in unmet
+    assert json.loads((tmp_path / "unmet" / "result.json").read_text())["best"] is None
+    assert not (tmp_path / "unmet" / "best.json").exists()
+    retried = run(*unmet_args)
+    assert warnings == [f"warning: {tmp_path / 'unmet' / 'result.json'}: an earlier search here found no architecture "
+                        "within the budget; searching again (its result is replaced)"]
+    assert not retried.get("done_before") and (tmp_path / "unmet" / "best.json").exists()
+    assert json.loads((tmp_path / "unmet" / "result.json").read_text())["best"]["architecture"] == retried["best"]["architecture"]
+
     other = run("evolve", "--space", space_file, "--ranker", ranker, "--flops", "2", "--population", "9", "--parents", "3",
                 "--mutations", "3", "--crossovers", "3", "--output", str(tmp_path / "evolved"), status=2)
     assert "holds a search with other inputs (" in other and "flops" in other

@@ -107,6 +107,8 @@ class BetAttention(BaseAttention):
     uses_future_mask = False
     supports_quant_noise = True
     supports_head_dim = True
+    # w = [w_H ; w_K] (per head: H x 2 d_h; shared: 2 C): the supernet slices the hidden and the key part alike
+    concatenated_parameters = {"score_weight": 2}
 
     def __init__(
         self,
