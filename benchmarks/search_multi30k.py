@@ -31,6 +31,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import sys
 import time
@@ -60,6 +61,7 @@ LAYOUTS = {
     "mformer": (("softmax", "cosformer", "softmax"), ("softmax",) * 3, ("softmax",) * 3),
 }
 BUDGETS = (("mformer", 1.0), ("softmax", 0.75), ("softmax", 0.5))  # (layout, factor of its latency)
+SUPERNET_RESULTS = os.path.join(REPO, "benchmarks", "results", "supernet_multi30k")  # supernet_ranking.py's
 REPORT_BEGIN = "<!-- search-multi30k:begin (written by benchmarks/search_multi30k.py; edit the script, not this section) -->"
 REPORT_END = "<!-- search-multi30k:end -->"
 
@@ -78,27 +80,38 @@ def layout_architecture(name: str):
 
 
 class Stages:
-    """Wall time of every stage, accumulated over runs (``stages.json``)."""
+    """Wall time of every stage, accumulated over runs (``stages.json``), interrupted ones included (the
+    search spans sessions: a stage cut off by the end of one continues in the next)."""
 
     def __init__(self, results: str):
         self.path = os.path.join(results, "stages.json")
         self.times = json.load(open(self.path, encoding="utf-8")) if os.path.isfile(self.path) else {}
 
-    def add(self, stage: str, seconds: float):
+    def add(self, stage: str, seconds: float, interrupted: bool = False):
         from fairseq_plugins.provenance import available_cores, cpu_model, git_revision
 
         entry = self.times.setdefault(stage, {"seconds": 0.0, "runs": []})
         entry["seconds"] += seconds
-        entry["runs"].append({"seconds": round(seconds, 1), "git": git_revision(), "cores": available_cores(),
-                              "cpu": cpu_model(), "threads": os.environ.get("OMP_NUM_THREADS") or "torch's default"})
+        run = {"seconds": round(seconds, 1), "git": git_revision(), "cores": available_cores(),
+               "cpu": cpu_model(), "threads": os.environ.get("OMP_NUM_THREADS") or "torch's default"}
+        entry["runs"].append({**run, "interrupted": True} if interrupted else run)
         write_json(self.path, self.times)
 
 
 def timed(stages: Stages, name: str, function, *args):
-    started = time.time()
-    result = function(*args)
-    stages.add(name, time.time() - started)
-    return result
+    """``function(*args)``, its wall time added to ``name`` in ``stages``, also when it fails or is stopped
+    (Ctrl-C, or SIGTERM, which ``main`` turns into an exception)."""
+    started, finished = time.time(), False
+    try:
+        result = function(*args)
+        finished = True
+        return result
+    finally:
+        stages.add(name, time.time() - started, interrupted=not finished)
+
+
+def stop_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def search_cli(ctx: Context, *argv: str) -> dict:
@@ -275,7 +288,8 @@ def plot(rows: Dict[str, dict], path: str):
     save_png(figure, path)
 
 
-def render(ctx: Optional[Context], results: str, command: str, plot_path: Optional[str]) -> str:
+def render(ctx: Optional[Context], results: str, command: str, plot_path: Optional[str],
+           supernet_results: str = SUPERNET_RESULTS) -> str:
     lines = [REPORT_BEGIN, "", "## Measured: the search on Multi30k de-en (ranking, evolution, trained from scratch)", ""]
     runs = load_runs(results)
     stages = json.load(open(os.path.join(results, "stages.json"), encoding="utf-8")) if os.path.isfile(
@@ -294,9 +308,17 @@ def render(ctx: Optional[Context], results: str, command: str, plot_path: Option
         budgets = json.load(open(budgets_path, encoding="utf-8"))
         lines.append("* Latency budgets (ms, measured inside the supernet): " + ", ".join(
             f"{name} {value}" for name, value in budgets["budgets"].items()) + ".")
+    supernet_path = os.path.join(supernet_results, "supernet.json")
+    if os.path.isfile(supernet_path):
+        supernet = json.load(open(supernet_path, encoding="utf-8"))
+        stages = {"supernet": {"seconds": supernet["process_seconds"], "runs": [supernet]}, **stages}
     if stages:
-        lines.append("* CPU wall time of each stage: " + ", ".join(
-            f"{name} {entry['seconds'] / 3600:.2f} h" for name, entry in stages.items()) + ".")
+        lines.append("* Wall time of each stage on the machines its runs name (the supernet: `supernet.json` of "
+                     "`benchmarks/supernet_ranking.py`): " + ", ".join(
+                         f"{name} {entry['seconds'] / 3600:.2f} h"
+                         + (f" ({sum(1 for r in entry['runs'] if r.get('interrupted'))} runs interrupted)"
+                            if any(r.get("interrupted") for r in entry["runs"]) else "")
+                         for name, entry in stages.items()) + ".")
     lines.append("")
     rows = summary(runs)
     if rows:
@@ -355,16 +377,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=os.path.abspath(args.work_dir), quick=False)
     if not args.report_only:
         require_committed(args.allow_dirty, "benchmarks/search_multi30k.py")
+        signal.signal(signal.SIGTERM, stop_on_sigterm)  # a stopped stage still records its time
         prepare(ctx, SUITE)
         times = Stages(args.results)
         supernet_ctx = Context(data_root=ctx.data_root, work_dir=os.path.abspath(args.supernet_work_dir), quick=False)
         checkpoint = os.path.join(supernet_ranking.supernet_dir(supernet_ctx), "checkpoint_last.pt")
-        if "supernet" in stages:
+        if "supernet" in stages:  # (its time: supernet.json, where supernet_ranking.py records it)
             prepare(supernet_ctx, SUITE)
-            supernet_results = os.path.join(REPO, "benchmarks", "results", "supernet_multi30k")
-            os.makedirs(supernet_results, exist_ok=True)
-            timed(times, "supernet", supernet_ranking.train_supernet, supernet_ctx, supernet_results,
-                  supernet_ranking.SUPERNET_UPDATES)
+            os.makedirs(SUPERNET_RESULTS, exist_ok=True)
+            supernet_ranking.train_supernet(supernet_ctx, SUPERNET_RESULTS, supernet_ranking.SUPERNET_UPDATES)
         if set(stages) - {"supernet", "train"} and not os.path.isfile(checkpoint):
             raise SystemExit(f"error: {relative(checkpoint)}: no supernet (run the supernet stage)")
         if "collect" in stages:

@@ -46,8 +46,43 @@ def test_the_report_summarises_seeds_and_plots_every_point(tmp_path):
             if seed == 1:
                 record["latency"] = {"latency_ms": latency, "stdev_ms": 1.0, "gflops": 0.5}
             (results / "train" / f"{name}_seed{seed}.json").write_text(json.dumps(record))
-    (results / "stages.json").write_text(json.dumps({"collect": {"seconds": 7200.0, "runs": []}}))
-    report = run.render(None, str(results), "python benchmarks/search_multi30k.py", str(tmp_path / "pareto.png"))
+    (results / "stages.json").write_text(json.dumps({"collect": {"seconds": 7200.0, "runs": [{"interrupted": True}, {}]}}))
+    (tmp_path / "supernet").mkdir()
+    (tmp_path / "supernet" / "supernet.json").write_text(json.dumps({"process_seconds": 5400.0}))
+    report = run.render(None, str(results), "python benchmarks/search_multi30k.py", str(tmp_path / "pareto.png"),
+                        str(tmp_path / "supernet"))
     assert "| softmax | sss / sss / sss | 1,000 | 0.500 | 100.0 ± 1.0 | 28.00, 28.40, 28.20 | 28.20 ± 0.20 | - |" in report
     assert "found_softmax_x0.5 matches softmax (28.00 vs 28.20 BLEU, spread 0.20) at 0.55x its latency" in report
-    assert "collect 2.00 h" in report and (tmp_path / "pareto.png").stat().st_size > 5000
+    assert "supernet 1.50 h, collect 2.00 h (1 runs interrupted)." in report and (tmp_path / "pareto.png").stat().st_size > 5000
+
+
+def test_a_stage_records_its_time_also_when_stopped(tmp_path):
+    """The search spans sessions: a stage cut off (Ctrl-C, SIGTERM at the end of a session) keeps its time."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    stages = run.Stages(str(tmp_path))
+    assert run.timed(stages, "rank", lambda x: x + 1, 1) == 2
+
+    def stopped():
+        raise KeyboardInterrupt
+
+    try:
+        run.timed(stages, "collect", stopped)
+    except KeyboardInterrupt:
+        pass
+    times = json.loads((tmp_path / "stages.json").read_text())
+    assert [r.get("interrupted", False) for r in times["rank"]["runs"]] == [False]
+    assert [r.get("interrupted", False) for r in times["collect"]["runs"]] == [True]
+    # SIGTERM, as main() handles it
+    script = ("import signal, sys, time; from benchmarks import search_multi30k as run; "
+              "signal.signal(signal.SIGTERM, run.stop_on_sigterm); stages = run.Stages(sys.argv[1]); "
+              "run.timed(stages, 'train', lambda: (print('started', flush=True), time.sleep(60)))")
+    process = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                               cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert process.stdout.readline().strip() == "started"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    assert json.loads((tmp_path / "stages.json").read_text())["train"]["runs"][0]["interrupted"] is True
