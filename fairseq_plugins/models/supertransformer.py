@@ -3,18 +3,19 @@ weight-sharing supernet over a search space (``--search-space``), the SuperTrans
 Transformers with the attention kind of every sub-layer as one more choice (the mixed-attention paper's
 search, Liu et al., Table 1).
 
-Weight sharing as HAT: the supernet holds, per parameter, one container as large as the largest shape
-any architecture of the space gives it; a sub-network's parameter is the leading slice of its container
-along every dimension (embeddings, projections, FFNs, layer norms), and a sub-network with fewer layers
-uses the first ones. A parameter that a kind declares as equal parts concatenated along its last dimension
+Weight sharing as HAT: the supernet holds, per parameter, one container as large as the largest shape any
+architecture of the space gives it; a sub-network's parameter is the leading slice of its container along
+every dimension (embeddings, projections, FFNs, layer norms), and a sub-network with fewer layers uses the
+first ones. A parameter that a kind declares as equal parts concatenated along its last dimension
 (``concatenated_parameters``: BET's score weight [w_H ; w_K]) takes the leading slice of each part, so that
-a part shares weights with the same part of every other sub-network. Head counts: with the space's ``head_dim: sliced`` a sub-layer of width e and h heads
-uses the leading e x e block of its projections, split into h heads; with ``head_dim: fixed`` every head
-has the space's head dimension d_h and the sub-layer uses the leading h d_h rows (q, k, v) and columns
-(output projection), the first h heads. The sub-network itself is the ordinary ``mixed_transformer`` (``mixed_transformer_lm``)
-model of its ``Architecture``, run with ``torch.func.functional_call`` on the slices: the code that runs inside the
-supernet is the code of the exported model, so both compute the same function by construction, and the
-gradients of a training step reach exactly the slices the sampled sub-network uses.
+a part shares weights with the same part of every other sub-network. Head counts: with the space's
+``head_dim: sliced`` a sub-layer of width e and h heads uses the leading e x e block of its projections,
+split into h heads; with ``head_dim: fixed`` every head has the space's head dimension d_h and the sub-layer
+uses the leading h d_h rows (q, k, v) and columns (output projection), the first h heads. The sub-network
+itself is the ordinary ``mixed_transformer`` (``mixed_transformer_lm``) model of its ``Architecture``, run
+with ``torch.func.functional_call`` on the slices: the code that runs inside the supernet is the code of the
+exported model, so both compute the same function by construction, and the gradients of a training step
+reach exactly the slices the sampled sub-network uses.
 
 Attention kinds whose only parameters are the q/k/v/out projections (softmax, cosFormer: those of
 fairseq's MultiheadAttention) share one set of projection containers per sub-layer, so a sub-layer keeps
@@ -256,8 +257,11 @@ class SupernetBase(BaseFairseqModel):
 
     def _sliced_parameters(self, template: nn.Module, keys: Dict[str, str]) -> Dict[str, torch.Tensor]:
         """Every parameter name of ``template`` (tied ones included) -> its slice of its container."""
-        return {name: self.weights[_container_name(keys[name])][self.container_index(_container_name(keys[name]), parameter.shape)]
-                for name, parameter in template.named_parameters(remove_duplicate=False)}
+        sliced = {}
+        for name, parameter in template.named_parameters(remove_duplicate=False):
+            key = _container_name(keys[name])
+            sliced[name] = self.weights[key][self.container_index(key, parameter.shape)]
+        return sliced
 
     def subnetwork(self, architecture: Optional[Architecture] = None) -> BaseFairseqModel:
         """A standalone model (``STANDALONE``) of ``architecture`` (default: ``active``) holding copies of
