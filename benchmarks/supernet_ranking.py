@@ -120,13 +120,24 @@ def train_supernet(ctx: Context, results: str, updates: int) -> dict:
 
     result = {"command": shell_line(env, command), "updates": training["updates"], "params": training["params"],
               "checkpoint_sha256": file_sha256(os.path.join(save_dir, "checkpoint_last.pt")),
-              "train_seconds": sum(float(s) for s in re.findall(r"done training in ([0-9.]+) seconds", text)),
-              "process_seconds": round(elapsed, 1), "validations": supernet_validations(text),
+              **training_time(text), "process_seconds": round(elapsed, 1), "validations": supernet_validations(text),
               "space": relative(SPACE), **provenance()}
     if result["updates"] != updates:
         raise SystemExit(f"error: the supernet stopped at {result['updates']} updates, not {updates} (see its train.log)")
     write_json(path, result, sort_keys=True)
     return result
+
+
+def training_time(text: str) -> dict:
+    """The training's wall time from its log, over every run of it (a session may end before the supernet
+    does; the next run resumes from checkpoint_last.pt): fairseq's ``wall`` of the last epoch, which each
+    run resumes from the checkpoint's (so the time a stopped run spent after its last checkpoint, trained
+    again by the next, is not in it), and how many runs it took."""
+    walls = re.findall(r"\| train \| epoch .*\| wall ([0-9.]+)", text)
+    runs = len(re.findall(r"\| fairseq_cli\.train \| task: ", text))
+    if not walls:
+        raise SystemExit("error: the supernet's train.log has no end of an epoch ('| train | epoch ... | wall')")
+    return {"train_seconds": float(walls[-1]), "runs": runs}
 
 
 def supernet_dir(ctx: Context) -> str:
@@ -280,6 +291,11 @@ def describe(architecture: dict) -> str:
     return ", ".join(parts)
 
 
+def run_count(supernet: dict) -> str:
+    runs = supernet.get("runs", 1)
+    return f", over {runs} runs, each resuming the last one's checkpoint" if runs > 1 else ""
+
+
 def render(results: str, command: str, scratch_updates: Optional[int] = None) -> str:
     lines = [REPORT_BEGIN, "", "## Measured: can the supernet rank architectures? (Multi30k de-en)", ""]
     supernet_path = os.path.join(results, "supernet.json")
@@ -302,7 +318,7 @@ def render(results: str, command: str, scratch_updates: Optional[int] = None) ->
         "### The supernet", "",
         f"`{supernet['command']}` (space `{supernet['space']}`, the sandwich rule: the largest, the smallest and two "
         f"sampled sub-networks per update): {supernet['updates']} updates in {supernet['train_seconds'] / 60:.1f} min "
-        f"(fairseq's `done training`), {supernet['params']:,} parameters in the supernet's containers.", "",
+        f"(fairseq's wall clock{run_count(supernet)}), {supernet['params']:,} parameters in the supernet's containers.", "",
         "| update | valid loss, largest (bits) | valid loss, smallest (bits) |", "| ---: | ---: | ---: |"]
     lines += [f"| {v['update']} | {v['largest_loss']:.3f} | {v['smallest_loss']:.3f} |" for v in supernet["validations"]]
     lines += ["", "### Inherited against trained-from-scratch validation loss", ""]

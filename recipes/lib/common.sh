@@ -9,6 +9,8 @@
 #                       SYNTAX_HINTS=1: checkpoints/<dataset>/<preset>_sg)
 #   NUM_GPUS            GPUs to train on          (default: all visible; 0 = CPU)
 #   CPU_PROCS           CPU data-parallel ranks   (default 1; >1 uses fairseq-plugins-cpu-train)
+#   CPU_MALLOC          CPU runs: keep (default: freed memory stays in the process, glibc's
+#                       MALLOC_MMAP_MAX_=0 and MALLOC_TRIM_THRESHOLD_ unless set) or glibc (its defaults)
 #   FP16                1 = --fp16 on GPU         (default 1 on GPU)
 #   MAX_TOKENS          tokens per batch per GPU/process
 #   TOKENS_PER_UPDATE   target tokens per update; UPDATE_FREQ defaults to
@@ -96,12 +98,32 @@ wants_help() {
     return 1
 }
 
+# CPU runs: glibc gives every freed block above its mmap threshold (activations, logits: tens of MB) back
+# to the kernel and page-faults it in again, zeroed, at the next step: a Multi30k supernet update spent a
+# third of its CPU time in the kernel that way. CPU_MALLOC=keep keeps freed memory in the process (no
+# mmap for large blocks, no trimming of the heap), so the process stays at its peak memory; glibc = its
+# defaults. Values of the two variables already in the environment win.
+cpu_malloc_setup() {
+    case "${CPU_MALLOC:-keep}" in
+        keep)
+            export MALLOC_MMAP_MAX_="${MALLOC_MMAP_MAX_-0}"
+            export MALLOC_TRIM_THRESHOLD_="${MALLOC_TRIM_THRESHOLD_-68719476736}"
+            ;;
+        glibc) ;;
+        *)
+            echo "error: CPU_MALLOC must be keep or glibc, got '$CPU_MALLOC'" >&2
+            exit 2
+            ;;
+    esac
+}
+
 # Sets DEVICE_ARGS (training), EVAL_DEVICE_ARGS (generate/eval-lm), LAUNCH
-# (command prefix) and WORKERS (data-parallel ranks).
+# (command prefix) and WORKERS (data-parallel ranks); CPU runs: cpu_malloc_setup.
 device_setup() {
     : "${NUM_GPUS:=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)}"
     : "${CPU_PROCS:=1}"
     LAUNCH=(fairseq_cli train)
+    [ "$NUM_GPUS" -gt 0 ] || cpu_malloc_setup
     if [ "$NUM_GPUS" -gt 0 ]; then
         DEVICE_ARGS=(--distributed-world-size "$NUM_GPUS")
         EVAL_DEVICE_ARGS=()

@@ -48,10 +48,25 @@ def test_the_supernet_validations_of_every_run_of_the_log():
         {"update": 242, "largest_loss": 7.25, "smallest_loss": 8.125}]
 
 
-def write_results(results, architectures, inherited, scratch):
+def test_the_training_time_is_fairseqs_wall_clock_over_resumed_runs():
+    # a run stopped after epoch 2 (its time after the checkpoint is lost), then resumed: fairseq's wall
+    # continues from the checkpoint's; 'done training' is printed by the last run only
+    log = """2026-11-27 | INFO | fairseq_cli.train | task: SupernetTranslationTask
+2026-11-27 | INFO | train | epoch 001 | loss 11.1 | num_updates 121 | train_wall 457 | wall 463
+2026-11-27 | INFO | train | epoch 002 | loss 7.9 | num_updates 242 | train_wall 508 | wall 976
+2026-11-27 | INFO | fairseq_cli.train | task: SupernetTranslationTask
+2026-11-27 | INFO | train | epoch 003 | loss 6.7 | num_updates 363 | train_wall 400 | wall 1390
+2026-11-27 | INFO | fairseq_cli.train | done training in 420.0 seconds
+"""
+    assert ranking.training_time(log) == {"train_seconds": 1390.0, "runs": 2}
+    with pytest.raises(SystemExit, match="no end of an epoch"):
+        ranking.training_time(log.splitlines()[0])
+
+
+def write_results(results, architectures, inherited, scratch, runs=1):
     machine = {"git": "abc123", "cores": 2, "cpu": "cpu", "threads": "OMP_NUM_THREADS=1", "load_average": "0"}
     (results / "supernet.json").write_text(json.dumps({
-        "command": "recipes/multi30k/supernet.sh", "updates": 242, "checkpoint_sha256": "ab", "params": 1234567, "train_seconds": 600.0,
+        "command": "recipes/multi30k/supernet.sh", "updates": 242, "checkpoint_sha256": "ab", "params": 1234567, "train_seconds": 600.0, "runs": runs,
         "space": "search_spaces/multi30k_cpu.yaml",
         "validations": ranking.supernet_validations(LOG), **machine}))
     lines = [json.dumps({"index": i, "architecture": a}) for i, a in enumerate(architectures)]
@@ -70,9 +85,12 @@ def test_the_report_shows_both_losses_and_the_rank_correlation(tmp_path):
     write_results(tmp_path, architectures, [5.0, 4.0, 3.0, 2.0], [6.0, 5.5, 4.5, 4.0])
     report = ranking.render(str(tmp_path), "python benchmarks/supernet_ranking.py")
     assert report.startswith(ranking.REPORT_BEGIN) and report.rstrip().endswith(ranking.REPORT_END)
-    assert "| 242 | 7.250 | 8.125 |" in report and "242 updates in 10.0 min" in report
+    assert "| 242 | 7.250 | 8.125 |" in report and "242 updates in 10.0 min (fairseq's wall clock)" in report
     assert "**Kendall's tau** between the inherited and the from-scratch order over 4 architectures: **1.000**" in report
     assert "| 0 | " + ranking.describe(architectures[0]) + " | 1,000 | 5.000 | 6.000 | 4.500 | 5.500 | 60 s |" in report
+    write_results(tmp_path, architectures, [5.0, 4.0, 3.0, 2.0], [6.0, 5.5, 4.5, 4.0], runs=2)
+    assert "242 updates in 10.0 min (fairseq's wall clock, over 2 runs, each resuming the last one's checkpoint)" in \
+        ranking.render(str(tmp_path), "python benchmarks/supernet_ranking.py")
     # a stage not finished for every architecture: no tau yet, the missing cells say so
     write_results(tmp_path, architectures, [5.0, 4.0], [6.0])
     report = ranking.render(str(tmp_path), "python benchmarks/supernet_ranking.py")
