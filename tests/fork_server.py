@@ -24,7 +24,9 @@ or process group (launchers that signal the group of their ranks), or no server.
 variable that differs: a test process that changes its environment for good slows every later command).
 
 Not reproduced: a fresh interpreter's own hash seed (the children share the server's, so the order of
-a set of strings is the same in every command of a worker) and its start-up flags (``sys.orig_argv``).
+a set of strings is the same in every command of a worker), its start-up flags (``sys.orig_argv``) and
+glibc's malloc settings (``MALLOC_*``, read once when a process starts: the recipes' ``CPU_MALLOC=keep``
+does not reach a forked child; they change its speed and memory, never what it computes).
 """
 import json
 import os

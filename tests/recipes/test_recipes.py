@@ -477,3 +477,25 @@ def test_readme_recipe_commands_name_scripts_and_presets_that_exist():
             assert f"--arch {preset or 'mixed_transformer'}" in result.stdout or preset is None, command
             trained.add(os.path.basename(os.path.dirname(script)))
     assert trained == {"iwslt14_de_en", "wmt14_en_de", "wmt17_en_de", "multi30k", "wikitext103", "wikitext2", "enwik8"}
+
+
+def test_cpu_runs_keep_freed_memory_unless_told_otherwise(tmp_path):
+    """CPU_MALLOC=keep (the default on CPU): the training process runs with glibc's MALLOC_MMAP_MAX_=0 and a
+    trim threshold above any heap; glibc leaves glibc's defaults; values in the environment win."""
+    fake = tmp_path / "python"  # the interpreter the recipe launches: says what its environment holds
+    fake.write_text('#!/bin/sh\necho "mmap_max=${MALLOC_MMAP_MAX_-unset} trim=${MALLOC_TRIM_THRESHOLD_-unset} $2"\n')
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "CPU_MALLOC"}
+    env.update(NUM_GPUS="0", PYTHON=str(fake), DATA_BIN=str(tmp_path), SAVE_DIR=str(tmp_path / "ck"))
+
+    def train(**overrides):
+        return subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "train.sh")], capture_output=True, text=True,
+                              env=dict(env, **overrides), cwd=tmp_path)
+
+    launched = train().stdout
+    assert "mmap_max=0 trim=68719476736 import sys; from fairseq_cli.train import cli_main" in launched
+    assert "mmap_max=unset trim=unset import sys; from fairseq_cli.train" in train(CPU_MALLOC="glibc").stdout
+    assert "mmap_max=7 trim=68719476736 import sys" in train(MALLOC_MMAP_MAX_="7").stdout
+    bad = train(CPU_MALLOC="tcmalloc")
+    assert bad.returncode == 2 and "error: CPU_MALLOC must be keep or glibc, got 'tcmalloc'" in bad.stderr
+    assert "mmap_max" not in bad.stdout
