@@ -130,14 +130,14 @@ def train_supernet(ctx: Context, results: str, updates: int) -> dict:
 
 def training_time(text: str) -> dict:
     """The training's wall time from its log, over every run of it (a session may end before the supernet
-    does; the next run resumes from checkpoint_last.pt): fairseq's ``wall`` of the last epoch, which each
-    run resumes from the checkpoint's (so the time a stopped run spent after its last checkpoint, trained
-    again by the next, is not in it), and how many runs it took."""
-    walls = re.findall(r"\| train \| epoch .*\| wall ([0-9.]+)", text)
-    runs = len(re.findall(r"\| fairseq_cli\.train \| task: ", text))
+    does; the next run resumes from checkpoint_last.pt, and fairseq's clock starts again at 0): the sum of
+    each run's last ``wall`` (a stopped run's time after its last checkpoint, trained again by the next run,
+    is spent and counted), and how many runs it took."""
+    runs = re.split(r"^.*\| fairseq_cli\.train \| task: .*$", text, flags=re.M)[1:]
+    walls = [float(found[-1]) for found in (re.findall(r"(?:\| wall |\bwall=)([0-9.]+)", run) for run in runs) if found]
     if not walls:
-        raise SystemExit("error: the supernet's train.log has no end of an epoch ('| train | epoch ... | wall')")
-    return {"train_seconds": float(walls[-1]), "runs": runs}
+        raise SystemExit("error: the supernet's train.log has no training time ('wall' of fairseq's progress lines)")
+    return {"train_seconds": sum(walls), "runs": len(runs)}
 
 
 def supernet_dir(ctx: Context) -> str:

@@ -49,17 +49,19 @@ def test_the_supernet_validations_of_every_run_of_the_log():
 
 
 def test_the_training_time_is_fairseqs_wall_clock_over_resumed_runs():
-    # a run stopped after epoch 2 (its time after the checkpoint is lost), then resumed: fairseq's wall
-    # continues from the checkpoint's; 'done training' is printed by the last run only
+    # a run stopped during epoch 3 (its last progress line at 1010 s), then resumed from the checkpoint of
+    # epoch 2: fairseq's clock starts again; 'done training' is printed by the last run only
     log = """2026-11-27 | INFO | fairseq_cli.train | task: SupernetTranslationTask
 2026-11-27 | INFO | train | epoch 001 | loss 11.1 | num_updates 121 | train_wall 457 | wall 463
 2026-11-27 | INFO | train | epoch 002 | loss 7.9 | num_updates 242 | train_wall 508 | wall 976
+2026-11-27 | INFO | train_inner | epoch 003:     8 / 121 loss=6.9, num_updates=250, train_wall=30, wall=1010
 2026-11-27 | INFO | fairseq_cli.train | task: SupernetTranslationTask
-2026-11-27 | INFO | train | epoch 003 | loss 6.7 | num_updates 363 | train_wall 400 | wall 1390
+2026-11-27 | INFO | train_inner | epoch 003:     2 / 121 loss=6.9, num_updates=244, train_wall=7, wall=9
+2026-11-27 | INFO | train | epoch 003 | loss 6.7 | num_updates 363 | train_wall 400 | wall 410
 2026-11-27 | INFO | fairseq_cli.train | done training in 420.0 seconds
 """
-    assert ranking.training_time(log) == {"train_seconds": 1390.0, "runs": 2}
-    with pytest.raises(SystemExit, match="no end of an epoch"):
+    assert ranking.training_time(log) == {"train_seconds": 1420.0, "runs": 2}
+    with pytest.raises(SystemExit, match="no training time"):
         ranking.training_time(log.splitlines()[0])
 
 
