@@ -311,7 +311,8 @@ def render(ctx: Optional[Context], results: str, command: str, plot_path: Option
     supernet_path = os.path.join(supernet_results, "supernet.json")
     if os.path.isfile(supernet_path):
         supernet = json.load(open(supernet_path, encoding="utf-8"))
-        stages = {"supernet": {"seconds": supernet["process_seconds"], "runs": [supernet]}, **stages}
+        # (train_seconds: every run of a resumed supernet; process_seconds is the last run's only)
+        stages = {"supernet": {"seconds": supernet["train_seconds"], "runs": [supernet]}, **stages}
     if stages:
         lines.append("* Wall time of each stage on the machines its runs name (the supernet: `supernet.json` of "
                      "`benchmarks/supernet_ranking.py`): " + ", ".join(

@@ -48,7 +48,7 @@ def test_the_report_summarises_seeds_and_plots_every_point(tmp_path):
             (results / "train" / f"{name}_seed{seed}.json").write_text(json.dumps(record))
     (results / "stages.json").write_text(json.dumps({"collect": {"seconds": 7200.0, "runs": [{"interrupted": True}, {}]}}))
     (tmp_path / "supernet").mkdir()
-    (tmp_path / "supernet" / "supernet.json").write_text(json.dumps({"process_seconds": 5400.0}))
+    (tmp_path / "supernet" / "supernet.json").write_text(json.dumps({"train_seconds": 5400.0, "process_seconds": 1800.0, "runs": 3}))
     report = run.render(None, str(results), "python benchmarks/search_multi30k.py", str(tmp_path / "pareto.png"),
                         str(tmp_path / "supernet"))
     assert "| softmax | sss / sss / sss | 1,000 | 0.500 | 100.0 ± 1.0 | 28.00, 28.40, 28.20 | 28.20 ± 0.20 | - |" in report
