@@ -347,9 +347,33 @@ def render(results: str, command: str, scratch_updates: Optional[int] = None) ->
         lines += [f"**Kendall's tau** between the inherited and the from-scratch order over {len(complete)} architectures: "
                   f"**{tau:.3f}** (p = {p:.3g}) on the loss, {tau_nll:.3f} (p = {p_nll:.3g}) on the NLL "
                   "(`scipy.stats.kendalltau`, tau-b; 1: the same order, 0: unrelated).", ""]
+        lines += width_taus(complete)
     else:
         lines += [f"Kendall's tau: not yet ({len(complete)} of {len(architectures)} architectures have both losses).", ""]
     return "\n".join(lines + [REPORT_END, ""])
+
+
+def width_taus(complete) -> List[str]:
+    """Kendall's tau inside each embedding width with at least 3 architectures: whether the supernet also orders
+    architectures of one width (a high overall tau can come from the widths alone, which few-update training
+    from scratch separates most)."""
+    groups: Dict[tuple, list] = {}
+    for architecture, inherited, scratch in complete:
+        width = (architecture.get("encoder_embed_dim") or 0, architecture["decoder_embed_dim"])
+        groups.setdefault(width, []).append((inherited, scratch))
+    cells = []
+    for (encoder_width, decoder_width), pairs in sorted(groups.items()):
+        if len(pairs) < 3:
+            continue
+        width = f"d {encoder_width or None}/{decoder_width}"
+        tau, p = kendall_tau([i["loss"] for i, _ in pairs], [s["loss"] for _, s in pairs])
+        tau_nll, p_nll = kendall_tau([i["nll_loss"] for i, _ in pairs], [s["nll_loss"] for _, s in pairs])
+        cells.append(f"{width} ({len(pairs)} architectures): {tau:.3f} (p = {p:.3g}) on the loss, {tau_nll:.3f} "
+                     f"(p = {p_nll:.3g}) on the NLL")
+    if len(groups) < 2 or not cells:
+        return []
+    return ["Inside one embedding width (the overall tau also counts the pairs of different widths): "
+            + "; ".join(cells) + ".", ""]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

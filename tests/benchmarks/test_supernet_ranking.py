@@ -126,3 +126,20 @@ def test_an_unknown_stage_is_a_usage_error_naming_the_stages(script, tmp_path, c
         module.main(["--stages", f"{module.STAGES[0]},nope", "--results", str(tmp_path / "results"), "--report-only"])
     assert exit_info.value.code == 2
     assert f"--stages: unknown nope (stages: {', '.join(module.STAGES)})" in capsys.readouterr().err
+
+
+def test_the_report_gives_the_rank_correlation_inside_each_embedding_width():
+    def entry(width, inherited, scratch):
+        return ({"encoder_embed_dim": width, "decoder_embed_dim": width}, {"loss": inherited, "nll_loss": inherited},
+                {"loss": scratch, "nll_loss": scratch - 1})
+    # the wider architectures all train better from scratch (overall tau high), but inside width 128 the
+    # supernet's order is reversed: the per-width line shows it
+    complete = [entry(96, 5.0, 7.0), entry(96, 4.0, 6.5), entry(96, 3.0, 6.0),
+                entry(128, 1.0, 5.0), entry(128, 2.0, 4.5), entry(128, 3.5, 4.0), entry(256, 0.5, 3.0)]
+    lines = ranking.width_taus(complete)
+    assert lines[0].startswith("Inside one embedding width (the overall tau also counts the pairs of different widths): "
+                               "d 96/96 (3 architectures): 1.000 (p = ")
+    assert "d 128/128 (3 architectures): -1.000 (p = " in lines[0] and "d 256/256" not in lines[0]
+    assert lines[0].index("d 96/96") < lines[0].index("d 128/128") and lines[1] == ""
+    # one width only: the overall tau says it all
+    assert ranking.width_taus(complete[:3]) == []
