@@ -274,13 +274,26 @@ def kendall_tau(first: Sequence[float], second: Sequence[float]):
     return kendall(first, second)
 
 
+def width(architecture: dict) -> str:
+    """The embedding widths, encoder/decoder (``None`` for a language model's encoder)."""
+    return f"d {architecture.get('encoder_embed_dim')}/{architecture['decoder_embed_dim']}"
+
+
+def order_agreement(pairs) -> str:
+    """Kendall's tau between the inherited and the from-scratch order of (inherited, scratch) records, on the
+    label-smoothed loss and on the NLL, with their p-values."""
+    tau, p = kendall_tau([i["loss"] for i, _ in pairs], [s["loss"] for _, s in pairs])
+    tau_nll, p_nll = kendall_tau([i["nll_loss"] for i, _ in pairs], [s["nll_loss"] for _, s in pairs])
+    return f"{tau:.3f} (p = {p:.3g}) on the loss, {tau_nll:.3f} (p = {p_nll:.3g}) on the NLL"
+
+
 def describe(architecture: dict) -> str:
     """A compact line: widths, depths and the kinds of every sub-layer (s = softmax, c = cosformer ...)."""
     def letters(layers, field):
         return "".join(layer[field][0] for layer in layers)
 
     encoder, decoder = architecture.get("encoder_layers", []), architecture["decoder_layers"]
-    parts = [f"d {architecture.get('encoder_embed_dim')}/{architecture['decoder_embed_dim']}",
+    parts = [width(architecture),
              f"{len(encoder)}+{len(decoder)} layers",
              f"enc {letters(encoder, 'attention_kind')}", f"dec {letters(decoder, 'attention_kind')}"]
     if decoder and "cross_attention_kind" in decoder[0]:
@@ -342,11 +355,9 @@ def render(results: str, command: str, scratch_updates: Optional[int] = None) ->
                          f"{cell(s, 'train_seconds', '.0f') + ' s' if s else '-'} |")
         lines.append("")
     if len(complete) >= 3:
-        tau, p = kendall_tau([i["loss"] for _, i, _ in complete], [s["loss"] for _, _, s in complete])
-        tau_nll, p_nll = kendall_tau([i["nll_loss"] for _, i, _ in complete], [s["nll_loss"] for _, _, s in complete])
+        overall = order_agreement([(i, s) for _, i, s in complete])
         lines += [f"**Kendall's tau** between the inherited and the from-scratch order over {len(complete)} architectures: "
-                  f"**{tau:.3f}** (p = {p:.3g}) on the loss, {tau_nll:.3f} (p = {p_nll:.3g}) on the NLL "
-                  "(`scipy.stats.kendalltau`, tau-b; 1: the same order, 0: unrelated).", ""]
+                  f"**{overall.replace(' (p', '** (p', 1)} (`scipy.stats.kendalltau`, tau-b; 1: the same order, 0: unrelated).", ""]
         lines += width_taus(complete)
     else:
         lines += [f"Kendall's tau: not yet ({len(complete)} of {len(architectures)} architectures have both losses).", ""]
@@ -357,19 +368,14 @@ def width_taus(complete) -> List[str]:
     """Kendall's tau inside each embedding width with at least 3 architectures: whether the supernet also orders
     architectures of one width (a high overall tau can come from the widths alone, which few-update training
     from scratch separates most)."""
-    groups: Dict[tuple, list] = {}
+    groups: Dict[str, list] = {}
+    numeric: Dict[str, tuple] = {}  # (the widths in increasing order; a language model has no encoder width)
     for architecture, inherited, scratch in complete:
-        width = (architecture.get("encoder_embed_dim") or 0, architecture["decoder_embed_dim"])
-        groups.setdefault(width, []).append((inherited, scratch))
-    cells = []
-    for (encoder_width, decoder_width), pairs in sorted(groups.items()):
-        if len(pairs) < 3:
-            continue
-        width = f"d {encoder_width or None}/{decoder_width}"
-        tau, p = kendall_tau([i["loss"] for i, _ in pairs], [s["loss"] for _, s in pairs])
-        tau_nll, p_nll = kendall_tau([i["nll_loss"] for i, _ in pairs], [s["nll_loss"] for _, s in pairs])
-        cells.append(f"{width} ({len(pairs)} architectures): {tau:.3f} (p = {p:.3g}) on the loss, {tau_nll:.3f} "
-                     f"(p = {p_nll:.3g}) on the NLL")
+        label = width(architecture)
+        groups.setdefault(label, []).append((inherited, scratch))
+        numeric[label] = (architecture.get("encoder_embed_dim") or 0, architecture["decoder_embed_dim"])
+    cells = [f"{label} ({len(pairs)} architectures): {order_agreement(pairs)}"
+             for label, pairs in sorted(groups.items(), key=lambda item: numeric[item[0]]) if len(pairs) >= 3]
     if len(groups) < 2 or not cells:
         return []
     return ["Inside one embedding width (the overall tau also counts the pairs of different widths): "
