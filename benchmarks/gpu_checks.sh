@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The checks of docs/gpu.md on one CUDA device, in one go (a lent GPU is short-lived: every
+# part has its own time limit and writes its log to OUT_DIR as it goes, so what finished
+# survives a part that did not).
+#
+#   DATA_BIN=work_dirs/data-bin/multi30k.de-en bash benchmarks/gpu_checks.sh OUT_DIR
+#
+# 1. benchmarks/device_check.py: every kind in every placement, float32 on the device against
+#    float64 on the CPU, step-by-step decoding against the full pass, bf16 and fp16 autocast
+#    at T = 200 (longer than every chunk and window).
+# 2. At the same time (the GPU has room; nothing here is timed): the Multi30k recipe trains
+#    PRESET (default cosformer_iwslt_de_en: cosFormer in every layer, decoder included) twice,
+#    once with the recipe's GPU default --fp16 and once with --amp (FP16=0), MAX_UPDATE
+#    updates each, then beam-searches test2016 with each (generate.sh, fp16 on the GPU; its
+#    output follows the training log).
+# 3. Alone, so that the timings are not disturbed: benchmarks/attention_speed.py --device cuda
+#    (every kind against fairseq's softmax attention, PyTorch's fused kernel) at LENGTHS.
+# Needs: a CUDA device, this checkout's Python requirements (fairseq-fixed ...), and the
+# Multi30k binaries of recipes/multi30k/prepare.sh in DATA_BIN.
+set -uo pipefail
+OUT_DIR=${1:?usage: DATA_BIN=DIR bash benchmarks/gpu_checks.sh OUT_DIR}
+: "${DATA_BIN:?DATA_BIN: the prepared Multi30k binaries (recipes/multi30k/prepare.sh)}"
+: "${PYTHON:=python3}" "${PRESET:=cosformer_iwslt_de_en}" "${MAX_UPDATE:=1000}" "${LENGTHS:=1024,4096,16384}"
+: "${CHECK_TIMEOUT:=240}" "${TRAIN_TIMEOUT:=240}" "${GENERATE_TIMEOUT:=100}" "${SPEED_TIMEOUT:=200}"
+OUT_DIR=$(realpath -m "$OUT_DIR") DATA_BIN=$(realpath -m "$DATA_BIN")
+export PYTHON DATA_BIN PYTHONUNBUFFERED=1
+mkdir -p "$OUT_DIR"
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+{
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    nproc
+} > "$OUT_DIR/environment.txt" 2>&1
+# Stop at once when the environment cannot run the checks (a lent GPU's minutes are few).
+"$PYTHON" -c "import sys, torch, fairseq, fairseq_plugins; print('python', sys.version.split()[0], 'torch', torch.__version__,
+'cuda', torch.version.cuda, 'fairseq', fairseq.__version__, torch.cuda.get_device_name())" >> "$OUT_DIR/environment.txt" 2>&1 \
+    || { tail -n 20 "$OUT_DIR/environment.txt"; exit 3; }
+
+train_and_generate() {  # NAME FP16 [EXTRA_ARGS]
+    local name=$1 fp16=$2 extra=${3:-}
+    local save="$PWD/checkpoints/gpu_checks/$name"
+    FP16=$fp16 EXTRA_ARGS="$extra --no-epoch-checkpoints" SAVE_DIR="$save" MAX_UPDATE=$MAX_UPDATE WARMUP=400 \
+        LOG_INTERVAL=100 NUM_GPUS=1 timeout "$TRAIN_TIMEOUT" bash recipes/multi30k/train.sh "$PRESET" \
+        > "$OUT_DIR/train_$name.log" 2>&1 || { echo "train $name: exit $?" >> "$OUT_DIR/train_$name.log"; return 1; }
+    SAVE_DIR="$save" SUBSETS=test NUM_GPUS=1 FP16=1 OUT_DIR="$save/generate" timeout "$GENERATE_TIMEOUT" \
+        bash recipes/multi30k/generate.sh "$PRESET" >> "$OUT_DIR/train_$name.log" 2>&1 \
+        || echo "generate $name: exit $?" >> "$OUT_DIR/train_$name.log"
+}
+
+started=$(date +%s)
+timeout "$CHECK_TIMEOUT" "$PYTHON" benchmarks/device_check.py --device cuda > "$OUT_DIR/device_check.md" 2>&1 &
+check=$!
+train_and_generate fp16 1 &
+fp16=$!
+train_and_generate amp 0 --amp &
+amp=$!
+wait "$check"; echo "device_check: exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/device_check.md"
+wait "$fp16" "$amp"
+echo "phase 1 (check + training): $(( $(date +%s) - started )) s" >> "$OUT_DIR/environment.txt"
+
+started=$(date +%s)
+timeout "$SPEED_TIMEOUT" "$PYTHON" benchmarks/attention_speed.py --device cuda --lengths "$LENGTHS" --sweep '' \
+    --decode-prefixes 128,1024,4096 --output "$OUT_DIR/attention_speed_cuda.md" > "$OUT_DIR/attention_speed.log" 2>&1
+echo "attention_speed: exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/attention_speed.log"
