@@ -1,14 +1,50 @@
 """What several attention kinds share: masks, the float32-at-least
-compute dtype, argument checks of self-attention-only kinds, padding
-bookkeeping and the projections of the module-level naive references.
+compute dtype, the choice of fused-attention backends, argument checks of
+self-attention-only kinds, padding bookkeeping and the projections of the
+module-level naive references.
 (``BaseAttention`` in ``registry.py`` holds the shared module helpers: head
 splitting, projection initialisation, step padding, input checks.)"""
-from typing import Optional
+import contextlib
+from typing import Iterator, List, Optional
 
 import torch
 import torch.nn.functional as F
 from fairseq import utils
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+# The device types where without_cudnn_attention acts: cuDNN's attention exists on CUDA only.
+CUDNN_DEVICE_TYPES = ("cuda",)
+
+
+def backends_without_cudnn() -> Optional[List[SDPBackend]]:
+    """The ``scaled_dot_product_attention`` backends enabled now (``torch.backends.cuda``'s
+    switches, an enclosing ``sdpa_kernel`` included) except cuDNN; None when nothing is to change
+    (cuDNN is off already, or it is the only backend enabled: then someone chose it)."""
+    cuda = torch.backends.cuda
+    if not cuda.cudnn_sdp_enabled():
+        return None
+    kept = [backend for backend, enabled in ((SDPBackend.FLASH_ATTENTION, cuda.flash_sdp_enabled()),
+                                             (SDPBackend.EFFICIENT_ATTENTION, cuda.mem_efficient_sdp_enabled()),
+                                             (SDPBackend.MATH, cuda.math_sdp_enabled())) if enabled]
+    return kept or None
+
+
+@contextlib.contextmanager
+def without_cudnn_attention(device: torch.device) -> Iterator[None]:
+    """Keeps PyTorch's cuDNN backend out of ``scaled_dot_product_attention`` on CUDA (the
+    backends otherwise enabled stay so; nothing changes elsewhere). Why: on an H100 with torch
+    2.11, where PyTorch prefers cuDNN for fp16/bf16, its backward gave input gradients about 40x
+    less accurate than the flash, memory-efficient and math backends (relative error 1.6-1.9e-2
+    against 4.5e-4 at head width 16), and one run 1.9 (docs/gpu.md; known: pytorch/pytorch#150700,
+    #196678). The backward runs the forward's backend, so wrapping the forward pass suffices."""
+    kept = backends_without_cudnn() if device.type in CUDNN_DEVICE_TYPES else None
+    if kept is None:
+        yield
+        return
+    with sdpa_kernel(kept):
+        yield
 
 
 def at_least_float32(dtype: torch.dtype) -> torch.dtype:

@@ -265,6 +265,37 @@ def test_every_parameter_receives_gradient(kind, variant, placement):
         assert torch.isfinite(param.grad).all() and param.grad.abs().sum() > 0, f"{name} got a zero or non-finite gradient"
 
 
+# Kinds whose full pass with default options runs torch's scaled_dot_product_attention (softmax: fairseq's fast path):
+# the check below must see their calls, so that it cannot pass by seeing none.
+FUSED_ATTENTION_KINDS = ("softmax", "bet")
+
+
+@pytest.mark.parametrize("kind,variant,placement", CASES)
+def test_fused_attention_never_runs_cudnn(kind, variant, placement, monkeypatch):
+    """Every scaled_dot_product_attention call of a full pass (training, with padding) runs with
+    PyTorch's cuDNN backend off (``without_cudnn_attention``: its gradients were wrong on an H100,
+    docs/gpu.md). The guard acts on CUDA only; here it is made to act on the CPU to see it."""
+    from fairseq_plugins.modules import shared
+
+    monkeypatch.setattr(shared, "CUDNN_DEVICE_TYPES", ("cpu",))
+    cudnn_on_at_call = []
+    fused = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        cudnn_on_at_call.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    module = make(kind, variant, placement, dtype=torch.float32).train()
+    query, memory = inputs(placement, dtype=torch.float32)
+    for pad in (None, padding_for(placement, memory.size(0))):
+        call(module, query, memory, pad)
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # restored after the pass
+    assert not any(cudnn_on_at_call), f"{sum(cudnn_on_at_call)} of {len(cudnn_on_at_call)} fused calls ran with cuDNN on"
+    if kind in FUSED_ATTENTION_KINDS and variant is None and placement != ENCODER_DECODER:
+        assert cudnn_on_at_call, "no fused attention call seen: the check saw nothing"
+
+
 @pytest.mark.parametrize("kind,variant,placement", CASES)
 def test_attention_weights_are_distributions(kind, variant, placement):
     module = make(kind, variant, placement)

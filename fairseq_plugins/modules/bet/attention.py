@@ -60,7 +60,8 @@ from torch import Tensor, nn
 
 from ..options import AttentionContext
 from ..registry import DECODER_SELF, AttentionConfigError, BaseAttention, register_attention
-from ..shared import at_least_float32, causal_visibility, check_self_attention_key, masked_softmax, padding_so_far
+from ..shared import (at_least_float32, causal_visibility, check_self_attention_key, masked_softmax, padding_so_far,
+                      without_cudnn_attention)
 from .costs import BET_COSTS
 from .naive import naive_attention, naive_token_scores
 from .options import SCORE_WEIGHTS, BetOptions
@@ -218,16 +219,20 @@ class BetAttention(BaseAttention):
         src_len = k_all.size(2)
         pad_all = padding_so_far(buffer.get("prev_key_padding_mask"), key_padding_mask, bsz, src_len - tgt_len, tgt_len)
 
-        causal = causal_visibility(tgt_len, src_len, pad_all, False, query.device).unsqueeze(1)
-        visible = causal if not self.diag_free else causal_visibility(tgt_len, src_len, pad_all, True, query.device).unsqueeze(1)
+        def masks():  # B x 1 x T x S bool (1 x 1 x T x S without padding): T^2 bytes each, built only where used
+            causal = causal_visibility(tgt_len, src_len, pad_all, False, query.device).unsqueeze(1)
+            return causal, causal if not self.diag_free else causal_visibility(tgt_len, src_len, pad_all, True, query.device).unsqueeze(1)
+
         prev_scores = buffer.get("prev_score")
         if not need_weights and incremental_state is None:
-            if pad_all is None or bool((pad_all[:, 1:].int() >= pad_all[:, :-1].int()).all()):
-                out, token_scores = self._fused_right_padded(q, k_all, v_all)
-            else:
-                out, token_scores = self._fused(q, k_all, v_all, causal, visible)
+            with without_cudnn_attention(q.device):
+                if pad_all is None or bool((pad_all[:, 1:].int() >= pad_all[:, :-1].int()).all()):
+                    out, token_scores = self._fused_right_padded(q, k_all, v_all)
+                else:
+                    out, token_scores = self._fused(q, k_all, v_all, *masks())
             attn_prime = None
         else:
+            causal, visible = masks()
             scores = q @ k_all.transpose(-1, -2)  # B,H,T,S: Q K^T / sqrt(d_h)
             attn = masked_softmax(scores, causal)  # eq. 6, A (float32 for half inputs)
             hidden = attn.to(v_all.dtype) @ v_all  # eq. 6, H = A V of the T new tokens

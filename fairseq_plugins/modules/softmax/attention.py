@@ -33,7 +33,8 @@ from ..registry import (
     ConformanceVariant,
     register_attention,
 )
-from ..shared import causal_additive_mask, causal_visibility, masked_softmax, module_output, module_projections
+from ..shared import (causal_additive_mask, causal_visibility, masked_softmax, module_output, module_projections,
+                      without_cudnn_attention)
 from .costs import SOFTMAX_COSTS
 from .naive import naive_attention
 from .options import SoftmaxOptions, check_diag_options
@@ -193,18 +194,19 @@ class SoftmaxAttention(MultiheadAttention):
             # heads even when per-head weights are asked for; static_kv=True,
             # a no-op without incremental state, selects its explicit path.
             static_kv = True
-        return super().forward(
-            query,
-            key,
-            value,
-            key_padding_mask=key_padding_mask,
-            incremental_state=incremental_state,
-            need_weights=need_weights,
-            static_kv=static_kv,
-            attn_mask=attn_mask,
-            before_softmax=before_softmax,
-            need_head_weights=need_head_weights,
-        )
+        with without_cudnn_attention(query.device):  # fairseq's fast path runs scaled_dot_product_attention
+            return super().forward(
+                query,
+                key,
+                value,
+                key_padding_mask=key_padding_mask,
+                incremental_state=incremental_state,
+                need_weights=need_weights,
+                static_kv=static_kv,
+                attn_mask=attn_mask,
+                before_softmax=before_softmax,
+                need_head_weights=need_head_weights,
+            )
 
     def _forward_changed_diagonal(
         self, query, key, value, key_padding_mask, incremental_state, need_weights, static_kv, attn_mask, need_head_weights
