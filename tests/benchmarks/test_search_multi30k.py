@@ -86,3 +86,14 @@ def test_a_stage_records_its_time_also_when_stopped(tmp_path):
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 128 + signal.SIGTERM
     assert json.loads((tmp_path / "stages.json").read_text())["train"]["runs"][0]["interrupted"] is True
+
+
+def test_budgets_follow_BUDGETS_without_measuring_the_layouts_again(tmp_path):
+    layouts = {name: {"latency_ms": 100.0 + i} for i, name in enumerate(run.LAYOUTS)}
+    stale = {"layouts": layouts, "budgets": {"softmax_x0.5": 50.0}}
+    (tmp_path / "budgets.json").write_text(json.dumps(stale))
+    # a missing checkpoint: measuring would fail, so the budgets come from the stored latencies
+    result = run.measure_layouts(str(tmp_path), str(tmp_path / "missing.pt"))
+    assert list(run.LAYOUTS)[0] == "softmax" and list(run.LAYOUTS)[3] == "mformer"  # 100 and 103 ms
+    assert result == {"layouts": layouts, "budgets": {"mformer_x1": 103.0, "softmax_x0.75": 75.0, "softmax_x0.6": 60.0}}
+    assert json.loads((tmp_path / "budgets.json").read_text()) == result
