@@ -35,10 +35,10 @@ def backends_without_cudnn() -> Optional[List[SDPBackend]]:
 def without_cudnn_attention(device: torch.device) -> Iterator[None]:
     """Keeps PyTorch's cuDNN backend out of ``scaled_dot_product_attention`` on CUDA (the
     backends otherwise enabled stay so; nothing changes elsewhere). Why: on an H100 with torch
-    2.11, where PyTorch prefers cuDNN for fp16/bf16, its backward gave input gradients about 40x
-    less accurate than the flash, memory-efficient and math backends (relative error 1.6-1.9e-2
-    against 4.5e-4 at head width 16), and one run 1.9 (docs/gpu.md; known: pytorch/pytorch#150700,
-    #196678). The backward runs the forward's backend, so wrapping the forward pass suffices."""
+    2.11, where PyTorch prefers cuDNN for fp16/bf16, its backward gave input gradients 20-50x less
+    accurate than the flash, memory-efficient and math backends (fp16: relative error 1.5-1.8e-2
+    against 3.8-8.1e-4, head width 16), and in one run 1.9 (docs/gpu.md; known:
+    pytorch/pytorch#150700, #196678). The backward runs the forward's backend, so wrapping the forward pass suffices."""
     kept = backends_without_cudnn() if device.type in CUDNN_DEVICE_TYPES else None
     if kept is None:
         yield
