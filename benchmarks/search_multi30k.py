@@ -91,11 +91,11 @@ class Stages:
         self.times = json.load(open(self.path, encoding="utf-8")) if os.path.isfile(self.path) else {}
 
     def add(self, stage: str, seconds: float, interrupted: bool = False):
-        from fairseq_plugins.provenance import available_cores, cpu_model, git_revision
+        from benchmarks.provenance import available_cores, cpu_model, measured_revision
 
         entry = self.times.setdefault(stage, {"seconds": 0.0, "runs": []})
         entry["seconds"] += seconds
-        run = {"seconds": round(seconds, 1), "git": git_revision(), "cores": available_cores(),
+        run = {"seconds": round(seconds, 1), "git": measured_revision(), "cores": available_cores(),
                "cpu": cpu_model(), "threads": os.environ.get("OMP_NUM_THREADS") or "torch's default"}
         entry["runs"].append({**run, "interrupted": True} if interrupted else run)
         write_json(self.path, self.times)
@@ -299,6 +299,41 @@ def plot(rows: Dict[str, dict], path: str):
     save_png(figure, path)
 
 
+def duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
+
+
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def evolution_lines(results: str) -> List[str]:
+    """One line per budget searched (``evolve_*/result.json``): the search's length, the best architecture
+    within the budget, its predicted and measured latency, and how many measured candidates met the budget."""
+    found = [(folder[len("evolve_"):], json.load(open(os.path.join(results, folder, "result.json"), encoding="utf-8")))
+             for folder in sorted(os.listdir(results))
+             if folder.startswith("evolve_") and os.path.isfile(os.path.join(results, folder, "result.json"))]
+    if not found:
+        return []
+    s = found[0][1]["settings"]
+    lines = [f"* Evolution (population {s['population']}, {s['parents']} parents, {s['mutations']} mutations with per-gene "
+             f"probability {s['mutation_probability']}, {s['crossovers']} crossovers, at most {s['iterations']} iterations, "
+             f"stopped after {s['patience']} without improvement; fitness: the loss ranker; the latency predicted by the "
+             "latency regressor, then the final candidates measured):"]
+    for name, result in found:
+        best, confirmed = result["best"], result["confirmed_latency"]
+        measured = next((c for c in confirmed if c["architecture"] == best["architecture"]), None)
+        measured_text = f"measured {measured['latency_ms']:.1f} ± {measured['stdev_ms']:.1f} ms" if measured else "not measured"
+        history = result["history"]
+        lines.append(
+            f"  * {name} ({result['constraints']['--latency-ms']} ms): {count(len(history), 'iteration')}"
+            f"{' (stopped early)' if result['stopped_early'] else ''}, {history[-1]['evaluated']:,} architectures evaluated; "
+            f"best: {supernet_ranking.describe(best['architecture'])}; {best['mparams']:.2f} M parameters, "
+            f"{best['gflops']:.3f} GFLOPs; latency predicted {best['latency_ms']:.1f} ms, {measured_text}; "
+            f"{sum(c['within_budget'] for c in confirmed)} of {len(confirmed)} measured candidates within the budget.")
+    return lines
+
+
 def render(ctx: Optional[Context], results: str, command: str, plot_path: Optional[str],
            supernet_results: str = SUPERNET_RESULTS) -> str:
     lines = [REPORT_BEGIN, "", "## Measured: the search on Multi30k de-en (ranking, evolution, trained from scratch)", ""]
@@ -319,6 +354,7 @@ def render(ctx: Optional[Context], results: str, command: str, plot_path: Option
         budgets = json.load(open(budgets_path, encoding="utf-8"))
         lines.append("* Latency budgets (ms, measured inside the supernet): " + ", ".join(
             f"{name} {value}" for name, value in budgets["budgets"].items()) + ".")
+    lines += evolution_lines(results)
     supernet_path = os.path.join(supernet_results, "supernet.json")
     if os.path.isfile(supernet_path):
         supernet = json.load(open(supernet_path, encoding="utf-8"))
@@ -327,8 +363,8 @@ def render(ctx: Optional[Context], results: str, command: str, plot_path: Option
     if stages:
         lines.append("* Wall time of each stage on the machines its runs name (the supernet: `supernet.json` of "
                      "`benchmarks/supernet_ranking.py`): " + ", ".join(
-                         f"{name} {entry['seconds'] / 3600:.2f} h"
-                         + (f" ({sum(1 for r in entry['runs'] if r.get('interrupted'))} runs interrupted)"
+                         f"{name} {duration(entry['seconds'])}"
+                         + (f" ({count(sum(1 for r in entry['runs'] if r.get('interrupted')), 'run')} interrupted)"
                             if any(r.get("interrupted") for r in entry["runs"]) else "")
                          for name, entry in stages.items()) + ".")
     lines.append("")

@@ -37,7 +37,8 @@ from typing import Dict, List, Optional, Sequence
 if __package__ in (None, ""):  # run by path: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.provenance import REPO, available_cores, cpu_model, git_revision, load_average, require_committed  # noqa: E402
+from benchmarks.provenance import (REPO, available_cores, cpu_model, load_average, measured_revision,  # noqa: E402
+                                   require_committed)
 from benchmarks.quality import (SUITES, Context, _pipe_fields, parse_train_log, prepare, recipe_env,  # noqa: E402
                                 relative, shell_line, write_report)
 from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
@@ -63,7 +64,7 @@ def log(message: str):
 
 
 def provenance() -> Dict[str, str]:
-    return {"git": git_revision(), "cores": available_cores(), "cpu": cpu_model(), "load_average": load_average(),
+    return {"git": measured_revision(), "cores": available_cores(), "cpu": cpu_model(), "load_average": load_average(),
             "threads": os.environ.get("OMP_NUM_THREADS") or f"torch's default ({available_cores()} cores)",
             "finished": datetime.datetime.now().isoformat(timespec="seconds")}
 

@@ -53,7 +53,7 @@ def test_the_report_summarises_seeds_and_plots_every_point(tmp_path):
                         str(tmp_path / "supernet"))
     assert "| softmax | sss / sss / sss | 1,000 | 0.500 | 100.0 ± 1.0 | 28.00, 28.40, 28.20 | 28.20 ± 0.20 | - |" in report
     assert "found_softmax_x0.5 matches softmax (28.00 vs 28.20 BLEU, spread 0.20) at 0.55x its latency" in report
-    assert "supernet 1.50 h, collect 2.00 h (1 runs interrupted)." in report and (tmp_path / "pareto.png").stat().st_size > 5000
+    assert "supernet 1.50 h, collect 2.00 h (1 run interrupted)." in report and (tmp_path / "pareto.png").stat().st_size > 5000
 
 
 def test_a_stage_records_its_time_also_when_stopped(tmp_path):
@@ -97,3 +97,27 @@ def test_budgets_follow_BUDGETS_without_measuring_the_layouts_again(tmp_path):
     assert list(run.LAYOUTS)[0] == "softmax" and list(run.LAYOUTS)[3] == "mformer"  # 100 and 103 ms
     assert result == {"layouts": layouts, "budgets": {"mformer_x1": 103.0, "softmax_x0.75": 75.0, "softmax_x0.6": 60.0}}
     assert json.loads((tmp_path / "budgets.json").read_text()) == result
+
+
+def test_the_report_gives_each_budget_its_best_measured_architecture(tmp_path):
+    best = run.layout_architecture("mformer").to_dict()
+    other = run.layout_architecture("softmax").to_dict()
+    folder = tmp_path / "evolve_softmax_x0.6"
+    folder.mkdir()
+    (folder / "result.json").write_text(json.dumps({
+        "settings": {"population": 125, "parents": 25, "mutations": 50, "mutation_probability": 0.3, "crossovers": 50,
+                     "iterations": 30, "patience": 5},
+        "constraints": {"--latency-ms": 156.1}, "stopped_early": True,
+        "history": [{"evaluated": 125}, {"evaluated": 195}],
+        "best": {"architecture": best, "fitness": 2.4, "latency_ms": 154.4, "gflops": 0.079, "mparams": 2.213},
+        "confirmed_latency": [
+            {"architecture": other, "latency_ms": 169.9, "stdev_ms": 15.0, "within_budget": False},
+            {"architecture": best, "latency_ms": 130.3, "stdev_ms": 1.9, "within_budget": True}]}))
+    (line,) = [line for line in run.evolution_lines(str(tmp_path)) if line.startswith("  * ")]
+    assert line.startswith("  * softmax_x0.6 (156.1 ms): 2 iterations (stopped early), 195 architectures evaluated; best: d 128/128")
+    assert "2.21 M parameters, 0.079 GFLOPs; latency predicted 154.4 ms, measured 130.3 ± 1.9 ms; 1 of 2 measured" in line
+    assert run.evolution_lines(str(tmp_path / "evolve_softmax_x0.6")) == []  # no evolve_* folder: no lines
+
+
+def test_stage_durations_read_in_their_unit():
+    assert [run.duration(s) for s in (11.9, 162.1, 2266.3, 8604.0)] == ["12 s", "2.7 min", "37.8 min", "2.39 h"]
