@@ -1,0 +1,44 @@
+"""The GPU tools (benchmarks/sdpa_backends.py, benchmarks/gpu_checks.sh) on a machine without one: they
+refuse clearly, and sdpa_backends.py's whole loop runs with CUDA faked by the CPU (forced backends the
+CPU lacks say so instead of stopping the run)."""
+import os
+import re
+import subprocess
+
+import pytest
+import torch
+
+from benchmarks import sdpa_backends
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_sdpa_backends_needs_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        sdpa_backends.main(["--lengths", "8"])
+
+
+def test_sdpa_backends_reports_every_case_and_backend(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "the CPU, as a stand-in")
+    monkeypatch.setattr(torch.Tensor, "cuda", lambda self, *args, **kwargs: self)
+    monkeypatch.setattr(torch.nn.Module, "cuda", lambda self, *args, **kwargs: self)
+    assert sdpa_backends.main(["--lengths", "8"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    cases = {line.split(" T=")[0] for line in lines}
+    assert {"softmax", "bet", "bet[no_diag_free]"} <= cases
+    assert len(lines) == len(cases) * 2 * len(sdpa_backends.ROWS)  # both paddings, every row
+    for line in lines:
+        if " fp32 MATH:" in line:  # float32 against float64: every output and gradient close
+            errors = [float(value) for value in re.findall(r"=(\d\.\de[-+]\d+)", line)]
+            assert errors and max(errors) < 1e-4, line
+    assert any("CUDNN_ATTENTION: cannot run" in line for line in lines)  # no cuDNN on the CPU: said, not fatal
+
+
+def test_gpu_checks_sh_names_what_is_missing(tmp_path):
+    env = {key: value for key, value in os.environ.items() if key != "DATA_BIN"}
+    result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_checks.sh"), str(tmp_path / "out")],
+                            env=env, capture_output=True, text=True)
+    assert result.returncode != 0 and "DATA_BIN" in result.stderr and "prepare.sh" in result.stderr
+    assert not (tmp_path / "out").exists()
