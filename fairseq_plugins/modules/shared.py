@@ -5,7 +5,7 @@ module-level naive references.
 (``BaseAttention`` in ``registry.py`` holds the shared module helpers: head
 splitting, projection initialisation, step padding, input checks.)"""
 import contextlib
-from typing import Iterator, List, Optional
+from typing import ContextManager, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -31,20 +31,22 @@ def backends_without_cudnn() -> Optional[List[SDPBackend]]:
     return kept or None
 
 
-@contextlib.contextmanager
-def without_cudnn_attention(device: torch.device) -> Iterator[None]:
-    """Keeps PyTorch's cuDNN backend out of ``scaled_dot_product_attention`` on CUDA (the
-    backends otherwise enabled stay so; nothing changes elsewhere). Why: on an H100 with torch
-    2.11, where PyTorch prefers cuDNN for fp16/bf16, its backward gave input gradients 20-50x less
-    accurate than the flash, memory-efficient and math backends (fp16: relative error 1.5-1.8e-2
-    against 3.8-8.1e-4, head width 16), and in one run 1.9 (docs/gpu.md; known:
-    pytorch/pytorch#150700, #196678). The backward runs the forward's backend, so wrapping the forward pass suffices."""
-    kept = backends_without_cudnn() if device.type in CUDNN_DEVICE_TYPES else None
-    if kept is None:
-        yield
-        return
-    with sdpa_kernel(kept):
-        yield
+# what without_cudnn_attention returns where nothing is to change (reusable, unlike a generator's context)
+_UNCHANGED = contextlib.nullcontext()
+
+
+def without_cudnn_attention(device: torch.device) -> ContextManager[None]:
+    """A context that keeps PyTorch's cuDNN backend out of ``scaled_dot_product_attention`` on CUDA
+    (the backends otherwise enabled stay so; nothing changes elsewhere, at the cost of one check per
+    call). Why: on an H100 with torch 2.11, where PyTorch prefers cuDNN for fp16/bf16, its backward
+    gave input gradients 20-50x less accurate than the flash, memory-efficient and math backends
+    (fp16: relative error 1.5-1.8e-2 against 3.8-8.1e-4, head width 16), and in one run 1.9
+    (docs/gpu.md; known: pytorch/pytorch#150700, #196678). The backward runs the forward's backend,
+    so wrapping the forward pass suffices."""
+    if device.type not in CUDNN_DEVICE_TYPES:
+        return _UNCHANGED
+    kept = backends_without_cudnn()
+    return _UNCHANGED if kept is None else sdpa_kernel(kept)
 
 
 def at_least_float32(dtype: torch.dtype) -> torch.dtype:
