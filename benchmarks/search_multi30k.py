@@ -194,8 +194,10 @@ def candidates(results: str) -> Dict[str, dict]:
 
 
 def train(ctx: Context, results: str, seeds: Sequence[int]):
-    for name, architecture in candidates(results).items():
-        for seed in seeds:
+    # seed by seed: a stage cut off by the end of a session has trained every architecture once before any twice
+    found = candidates(results)
+    for seed in seeds:
+        for name, architecture in found.items():
             path = os.path.join(results, "train", f"{name}_seed{seed}.json")
             if os.path.isfile(path):
                 continue

@@ -121,3 +121,29 @@ def test_the_report_gives_each_budget_its_best_measured_architecture(tmp_path):
 
 def test_stage_durations_read_in_their_unit():
     assert [run.duration(s) for s in (11.9, 162.1, 2266.3, 8604.0)] == ["12 s", "2.7 min", "37.8 min", "2.39 h"]
+
+
+def test_training_goes_seed_by_seed_so_a_cut_off_stage_has_trained_every_architecture(tmp_path, monkeypatch):
+    """With (a, seed 1) trained, the next training is (b, seed 1), not (a, seed 2)."""
+    import types
+
+    results = tmp_path / "results"
+    (results / "train").mkdir(parents=True)
+    (results / "train" / "a_seed1.json").write_text("{}")
+    monkeypatch.setattr(run, "candidates", lambda results: {"a": {"x": 1}, "b": {"x": 2}})
+    monkeypatch.setattr(run, "recipe_env", lambda ctx, suite, extra: dict(extra))
+    started = []
+
+    class Started(Exception):
+        pass
+
+    def first_training(suite, env, command, record):
+        started.append((command[-1], env["SEED"]))
+        raise Started
+
+    ctx = types.SimpleNamespace(work_dir=str(tmp_path / "work"), run=first_training)
+    try:
+        run.train(ctx, str(results), [1, 2])
+    except Started:
+        pass
+    assert started == [(str(tmp_path / "work" / "architectures" / "b.json"), "1")]
