@@ -52,6 +52,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -271,16 +272,42 @@ class Context:
         inherited = {k: v for k, v in os.environ.items() if k not in RECIPE_VARIABLES}
         full_env = {**inherited, "PYTHON": self.python, **env}
         full_env["PATH"] = os.path.dirname(self.python) + os.pathsep + full_env.get("PATH", "")
-        result = subprocess.run(list(argv), cwd=REPO, env=full_env, text=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)
+        # Its own process group, stopped whole when this run is (Ctrl-C, or SIGTERM turned into an exception
+        # at the end of a session): a recipe's fairseq process must not train on, orphaned, beside later runs.
+        process = subprocess.Popen(list(argv), cwd=REPO, env=full_env, text=True, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            stdout, _ = process.communicate()
+        except BaseException:
+            stop_process_group(process)
+            raise
         if log_path:
             os.makedirs(os.path.dirname(log_path), exist_ok=True)
             with open(log_path, "a", encoding="utf-8") as f:
-                f.write(result.stdout)
-        if result.returncode != 0:
-            tail = "\n".join(result.stdout.splitlines()[-25:])
-            raise SystemExit(f"error: `{shell_line(env, argv)}` failed (exit {result.returncode}):\n{tail}")
-        return result.stdout
+                f.write(stdout)
+        if process.returncode != 0:
+            tail = "\n".join(stdout.splitlines()[-25:])
+            raise SystemExit(f"error: `{shell_line(env, argv)}` failed (exit {process.returncode}):\n{tail}")
+        return stdout
+
+
+def stop_process_group(process: subprocess.Popen, grace_seconds: float = 10.0):
+    """SIGTERM to every process of ``process``'s group (its own session), SIGKILL to what is left after
+    ``grace_seconds``; returns when the group is empty (``process`` reaped)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:  # the whole group has ended
+            process.poll()
+            return
+        deadline = time.time() + grace_seconds
+        while time.time() < deadline:
+            process.poll()  # reap the direct child: a zombie still counts as a member of the group
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 def quick_sample(source: str, destination: str, lines: int):

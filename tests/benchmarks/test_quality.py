@@ -437,3 +437,31 @@ def test_a_measurement_records_the_revision_checked_at_its_start(monkeypatch):
 def test_changed_paths_names_a_revision_git_does_not_know():
     with pytest.raises(RuntimeError, match="git diff --name-only no-such-revision"):
         provenance.changed_paths("no-such-revision")
+
+
+def test_a_stopped_run_stops_the_whole_command_it_started(tmp_path):
+    """SIGTERM to a benchmark (as at the end of a session) also ends what its command started (a recipe's
+    fairseq process under bash), instead of leaving it to train on, orphaned."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "grandchild.pid"
+    script = ("import signal, sys; from benchmarks import quality; "
+              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(143)); "
+              "ctx = quality.Context(data_root='.', work_dir='.', quick=False); "
+              f"ctx.run('s', {{}}, ['bash', '-c', 'sleep 120 & echo $! > {pid_file}; wait'], record=False)")
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=quality.REPO)
+    deadline = time.time() + 60
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.time() < deadline:
+        time.sleep(0.05)
+    grandchild = int(pid_file.read_text())
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=60) == 143
+    try:
+        os.kill(grandchild, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive, "the command's own child survived the stopped run"
