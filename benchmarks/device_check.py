@@ -47,7 +47,8 @@ TOL = 1e-4  # float32 on the device against float64 on the CPU, relative to the 
 AMP_TOL = {torch.bfloat16: 8 * 2.0**-8, torch.float16: 8 * 2.0**-11}
 
 
-class _Cfg:
+class ModelConfig:
+    """The model options build_attention reads, at the sizes of these checks (keyword arguments override)."""
     max_target_positions = 256
     max_source_positions = 256
     cosformer_max_positions = None
@@ -58,7 +59,8 @@ class _Cfg:
             setattr(self, name, value)
 
 
-def _pad(placement, length):
+def padding_for(placement, length):
+    """Row 1 padded: right padding for decoder self-attention (fairseq targets), left elsewhere (sources)."""
     pad = torch.zeros(BSZ, length, dtype=torch.bool)
     if placement == DECODER_SELF:
         pad[1, length - 7:] = True  # right padding (fairseq targets)
@@ -115,13 +117,13 @@ def _rel(a, b):
 
 def check_kind(kind, placement, device, overrides=None):
     torch.manual_seed(0)
-    reference = build_attention(kind, placement, EMBED, HEADS, _Cfg(**(overrides or {}))).double().eval()
+    reference = build_attention(kind, placement, EMBED, HEADS, ModelConfig(**(overrides or {}))).double().eval()
     on_device = copy.deepcopy(reference).float().to(device).eval()
     cross = placement == ENCODER_DECODER
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(TGT, BSZ, EMBED, generator=gen, dtype=torch.float64)
     memory = torch.randn(SRC, BSZ, EMBED, generator=gen, dtype=torch.float64) if cross else None
-    pad = _pad(placement, SRC if cross else TGT)
+    pad = padding_for(placement, SRC if cross else TGT)
     out_ref, grads_ref = _run(reference, x, memory, pad, cross)
     out_dev, grads_dev = _run(
         on_device, x.float().to(device), None if memory is None else memory.float().to(device), pad.to(device), cross
@@ -151,7 +153,7 @@ def speed(device, lengths, kinds):
     results = []
     for kind in kinds:
         for length in lengths:
-            cfg = _Cfg()
+            cfg = ModelConfig()
             cfg.max_target_positions = cfg.cosformer_max_positions = max(lengths)
             cfg.extractor_lags = 128
             torch.manual_seed(0)

@@ -24,7 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 if __package__ in (None, ""):  # run by path: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import device_check  # noqa: E402  (its sizes, padding and configuration)
+from benchmarks import device_check  # noqa: E402  (its sizes, padding and model configuration, public for this)
 from fairseq_plugins.modules import ATTENTION_REGISTRY, DECODER_SELF, build_attention  # noqa: E402
 
 KINDS = ("softmax", "bet")
@@ -81,13 +81,13 @@ def main(argv=None):
                 for padded in (True, False):
                     torch.manual_seed(0)
                     reference = build_attention(kind, DECODER_SELF, device_check.EMBED, device_check.HEADS,
-                                                device_check._Cfg(**overrides)).double().train()
+                                                device_check.ModelConfig(**overrides)).double().train()
                     with torch.no_grad():
                         for param in reference.parameters():
                             param.copy_(param.to(torch.float16))
                     x = torch.randn(length, device_check.BSZ, device_check.EMBED, generator=torch.Generator().manual_seed(1),
                                     dtype=torch.float64).to(torch.float16).double()
-                    pad = device_check._pad(DECODER_SELF, length) if padded else None
+                    pad = device_check.padding_for(DECODER_SELF, length) if padded else None
                     expected = gradients(reference, x, pad)
                     on_device = copy.deepcopy(reference).float().cuda()
                     xd, padd = x.float().cuda(), None if pad is None else pad.cuda()
