@@ -8,13 +8,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIRTY_MARK = " (with uncommitted changes)"
 
 
-def git_revision() -> str:
-    """HEAD's short hash, marked when tracked files have uncommitted changes; "unknown" outside git."""
+def git_revision(checkout: str = REPO) -> str:
+    """HEAD's short hash of ``checkout`` (default: the one the package runs from), marked when tracked files
+    have uncommitted changes; "unknown" outside git."""
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True,
+        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=checkout, capture_output=True, text=True,
                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
-                               text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=checkout,
+                               capture_output=True, text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return (rev or "unknown") + (DIRTY_MARK if dirty else "")

@@ -1,0 +1,329 @@
+#!/usr/bin/env python
+"""Did a change make any kind slower? Times two checkouts of this project *interleaved*, in one run.
+
+``compare_speed_reports.py`` compares whole reports of ``attention_speed.py`` taken one after the other; on a
+machine whose speed drifts by more than the tolerance within minutes (a shared VM), the same code's ratios
+then differ between its own reports by more than the 5 % to be decided. Here the drift cancels: one worker
+process per checkout (``--before`` and ``--after``), each building its layers with its *own* checkout's
+``benchmarks/attention_speed.py`` (``Cell`` for forward+backward, ``build`` for decoding: the measurement of
+``make bench-speed``), and the two take turns, one measurement at a time, while the other waits. Only one
+runs at any time, with all its threads.
+
+Each round measures, for every T and kind, one forward+backward of BEFORE and one of AFTER back to back (which
+side goes first alternates between rounds), then, for every decoding prefix and kind, ``--decode-steps``
+single-token steps of each side from a fresh prefix state (their median). Per round and cell this gives
+
+    change = (after_kind / before_kind) / (after_reference / before_reference)
+
+the change of the kind's time relative to the reference kind's (the issue's "ratio to softmax"; positive:
+slower relative to it), each factor a ratio of two measurements taken seconds apart. Reported per cell:
+the median change over the rounds with a distribution-free confidence interval of the median (order
+statistics of the rounds, binomial coverage; at least 10 rounds for 95 %), the change of the kind's own time
+(after / before), and a verdict against ``--tolerance``:
+
+- *slower*: the whole interval is above the tolerance (exit status 1);
+- *unresolved*: the interval contains the tolerance (exit status 2 when nothing is slower): more rounds;
+- *within*: the whole interval is at or below the tolerance.
+
+    git worktree add /tmp/before REV
+    python benchmarks/paired_speed.py --before /tmp/before --output docs/speed_change.md
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+KINDS = ("softmax", "bet", "cosformer", "extractor_she", "extractor_he", "extractor_we", "extractor_me")
+SLOWER, UNRESOLVED, WITHIN = "slower", "unresolved", "within"
+
+
+# ---------------------------------------------------------------------------
+# Worker side: one process per checkout, answering one JSON request per line.
+# ---------------------------------------------------------------------------
+
+
+def load_speed_module(checkout: str):
+    """``checkout``'s benchmarks/attention_speed.py, loaded by its path with ``checkout`` first on sys.path, so
+    that it and the ``fairseq_plugins`` it imports are that checkout's (checked: a package installed elsewhere,
+    e.g. an editable install of another checkout, would otherwise measure the wrong code)."""
+    import importlib.util
+
+    path = os.path.join(checkout, "benchmarks", "attention_speed.py")
+    if not os.path.isfile(path):
+        raise SystemExit(f"error: {checkout}: no benchmarks/attention_speed.py (not a checkout of this project?)")
+    sys.path.insert(0, checkout)
+    spec = importlib.util.spec_from_file_location("attention_speed", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    import fairseq_plugins
+
+    loaded = os.path.realpath(os.path.dirname(fairseq_plugins.__file__))
+    if not loaded.startswith(os.path.realpath(checkout) + os.sep):
+        raise SystemExit(f"error: the worker for {checkout} imported fairseq_plugins from {loaded}, not from that "
+                         "checkout")
+    return module, loaded
+
+
+class Worker:
+    """The measurements of one checkout, kept between requests (layers, inputs, decoding prefixes)."""
+
+    def __init__(self, checkout: str, threads: int):
+        import torch
+
+        torch.set_num_threads(threads)
+        self.torch = torch
+        self.speed, self.package = load_speed_module(checkout)
+        self.cells, self.decoders, self.prefixes = {}, {}, {}
+
+    def hello(self, request):
+        return {"package": self.package, "torch": self.torch.__version__, "threads": self.torch.get_num_threads()}
+
+    def time(self, request):
+        """One timed forward+backward of (kind, T); a new cell first takes one untimed run (its warm-up)."""
+        key = (request["kind"], request["length"])
+        if key not in self.cells:
+            self.torch.manual_seed(0)
+            self.cells[key] = self.speed.Cell(*key)
+            self.cells[key].step()
+        return {"seconds": self.cells[key].timed_step()}
+
+    def decode(self, request):
+        """The median time per token of ``steps`` single-token steps (after ``warmup`` untimed ones) from a
+        fresh incremental state that took a prefix of ``prefix`` tokens in one call: every round decodes
+        after the same prefix length."""
+        kind, prefix = request["kind"], request["prefix"]
+        torch, speed = self.torch, self.speed
+        if kind not in self.decoders:
+            self.decoders[kind] = speed.build(kind).eval()
+        module = self.decoders[kind]
+        if prefix not in self.prefixes:
+            generator = torch.Generator().manual_seed(prefix)
+            self.prefixes[prefix] = (torch.randn(prefix, 1, speed.EMBED_DIM, generator=generator),
+                                     torch.randn(request["warmup"] + request["steps"], 1, 1, speed.EMBED_DIM,
+                                                 generator=generator))
+        x, tokens = self.prefixes[prefix]
+        state, times = {}, []
+        with torch.no_grad():
+            mask = speed.future_mask(prefix) if getattr(module, "uses_future_mask", False) else None
+            module(x, x, x, incremental_state=state, attn_mask=mask, need_weights=False)
+            for step, token in enumerate(tokens[:request["warmup"] + request["steps"]]):
+                start = time.perf_counter()
+                module(token, token, token, incremental_state=state, need_weights=False)
+                if step >= request["warmup"]:
+                    times.append(time.perf_counter() - start)
+        return {"seconds": statistics.median(times)}
+
+
+def serve(checkout: str, threads: int) -> None:
+    """Answer requests from stdin on the original stdout; whatever the libraries print goes to stderr."""
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    worker = Worker(checkout, threads)
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            reply = getattr(worker, request["op"])(request)
+        except Exception as exc:  # reported to the driver, which stops with it
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        replies.write(json.dumps(reply) + "\n")
+
+
+# ---------------------------------------------------------------------------
+# Driver side
+# ---------------------------------------------------------------------------
+
+
+class Side:
+    """A worker process of one checkout and its requests."""
+
+    def __init__(self, label: str, checkout: str, threads: int):
+        self.label, self.checkout = label, checkout
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", checkout,
+                                         "--threads", str(threads)],
+                                        cwd=checkout, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(self, **request) -> dict:
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"error: the {self.label} worker ({self.checkout}) stopped (exit status "
+                             f"{self.process.wait()}); its messages are above")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise SystemExit(f"error: {self.label} ({self.checkout}), request {request}: {reply['error']}")
+        return reply
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            self.process.wait(timeout=60)
+
+
+def median_interval(values: Sequence[float], confidence: float) -> Tuple[float, float, float]:
+    """(low, high, coverage): the distribution-free interval [x_(k), x_(n+1-k)] for the median of ``values``
+    with the largest k whose coverage 1 - 2 P(Binomial(n, 1/2) < k) is still >= ``confidence`` (k >= 1: with
+    fewer values than ``rounds_needed`` the interval is the whole range, whose coverage is then below the
+    confidence asked; the command line refuses that)."""
+    ordered, n = sorted(values), len(values)
+    tail = lambda k: sum(math.comb(n, i) for i in range(k)) / 2 ** n  # P(B < k)  # noqa: E731
+    k = 1
+    while k < (n + 1) // 2 and 1 - 2 * tail(k + 1) >= confidence:
+        k += 1
+    return ordered[k - 1], ordered[n - k], 1 - 2 * tail(k)
+
+
+def rounds_needed(confidence: float) -> int:
+    """The fewest rounds whose widest interval (min .. max) covers the median with ``confidence``."""
+    if not 0 < confidence < 1:
+        raise SystemExit(f"error: --confidence {confidence:g}: expected a number between 0 and 1")
+    n = 1
+    while 1 - 2 / 2 ** n < confidence:
+        n += 1
+    return n
+
+
+def verdict(low: float, high: float, tolerance: float) -> str:
+    return SLOWER if low > tolerance else (UNRESOLVED if high > tolerance else WITHIN)
+
+
+def summarise(pairs: Dict[Tuple[str, int, str], List[Tuple[float, float]]], reference: str, tolerance: float,
+              confidence: float) -> List[dict]:
+    """Rows per (section, T or prefix, kind other than the reference) from the rounds' (before, after) times."""
+    rows = []
+    for (section, size, kind), rounds in pairs.items():
+        base = pairs.get((section, size, reference))
+        if kind == reference or base is None:
+            continue
+        changes = [(a / b) / (ra / rb) - 1 for (b, a), (rb, ra) in zip(rounds, base)]
+        own = [a / b - 1 for b, a in rounds]
+        low, high, coverage = median_interval(changes, confidence)
+        rows.append({"section": section, "size": size, "kind": kind, "rounds": len(changes),
+                     "before": statistics.median(b for b, _ in rounds), "after": statistics.median(a for _, a in rounds),
+                     "change": statistics.median(changes), "low": low, "high": high, "coverage": coverage,
+                     "own_change": statistics.median(own), "verdict": verdict(low, high, tolerance)})
+    return rows
+
+
+def measure(sides: Sequence[Side], kinds: Sequence[str], lengths: Sequence[int], prefixes: Sequence[int],
+            rounds: int, decode_steps: int, decode_warmup: int, log=print):
+    """(section, size, kind) -> [(before seconds, after seconds) per round], interleaved as the module says."""
+    pairs: Dict[Tuple[str, int, str], List[Tuple[float, float]]] = {}
+    requests = [("forward+backward", length, kind, {"op": "time", "kind": kind, "length": length})
+                for length in lengths for kind in kinds]
+    requests += [("decoding per token", prefix, kind, {"op": "decode", "kind": kind, "prefix": prefix,
+                                                       "steps": decode_steps, "warmup": decode_warmup})
+                 for prefix in prefixes for kind in kinds]
+    for index in range(rounds):
+        order = list(sides) if index % 2 == 0 else list(reversed(sides))
+        started = time.monotonic()
+        for section, size, kind, request in requests:
+            seconds = {side.label: side.ask(**request)["seconds"] for side in order}
+            pairs.setdefault((section, size, kind), []).append((seconds["before"], seconds["after"]))
+        log(f"[paired-speed] round {index + 1}/{rounds}: {time.monotonic() - started:.0f} s")
+    return pairs
+
+
+def render(rows: List[dict], header: List[str], reference: str, tolerance: float) -> str:
+    from benchmarks.attention_speed import fmt_time
+
+    lines = header + ["", f"| measured | T / prefix | kind | before | after | time / {reference}: change (median) | "
+                          "interval (coverage) | own time: change | verdict |",
+                      "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | --- |"]
+    for row in rows:
+        mark = {SLOWER: f"**slower by more than {tolerance:.0%}**", UNRESOLVED: "unresolved", WITHIN: "within"}
+        lines.append(f"| {row['section']} | {row['size']} | {row['kind']} | {fmt_time(row['before'])} | "
+                     f"{fmt_time(row['after'])} | {row['change']:+.1%} | {row['low']:+.1%} .. {row['high']:+.1%} "
+                     f"({row['coverage']:.1%}) | {row['own_change']:+.1%} | {mark[row['verdict']]} |")
+    counts = {v: sum(row["verdict"] == v for row in rows) for v in (WITHIN, UNRESOLVED, SLOWER)}
+    lines += ["", f"{counts[WITHIN]} within, {counts[UNRESOLVED]} unresolved, {counts[SLOWER]} slower, of {len(rows)} "
+                  f"cells (tolerance {tolerance:.0%} on the time relative to {reference})."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", help="checkout of the revision before the change (e.g. a git worktree)")
+    parser.add_argument("--after", default=ROOT, help="checkout of the revision after it (default: this one)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="kinds to compare, comma-separated (default: %(default)s)")
+    parser.add_argument("--reference", default="softmax", help="the kind the times are relative to (default: %(default)s)")
+    parser.add_argument("--lengths", default="4096,8192", help="forward+backward T, comma-separated (default: %(default)s)")
+    parser.add_argument("--prefixes", default="128,1024,4096",
+                        help="decoding prefixes, comma-separated; empty: no decoding (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=10, help="rounds (default: %(default)s; 10 for a 95%% interval)")
+    parser.add_argument("--decode-steps", type=int, default=50, help="timed steps per decoding cell and round (default: %(default)s)")
+    parser.add_argument("--decode-warmup", type=int, default=5, help="untimed steps before them (default: %(default)s)")
+    parser.add_argument("--tolerance", type=float, default=0.05, help="allowed slow-down relative to the reference (default: %(default)s)")
+    parser.add_argument("--confidence", type=float, default=0.95, help="coverage of the intervals (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads of each worker (default: the cores available)")
+    parser.add_argument("--output", help="also write the report (markdown) here")
+    parser.add_argument("--serve", metavar="CHECKOUT", help=argparse.SUPPRESS)  # a worker (started by the driver)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve(args.serve, args.threads)
+        return 0
+
+    from fairseq_plugins.files import atomic_output
+    from fairseq_plugins.provenance import available_cores, cpu_model, git_revision, load_average
+
+    if not args.before:
+        parser.error("--before is required: a checkout of the revision before the change")
+    ints = lambda text: [int(x) for x in text.split(",") if x.strip()]  # noqa: E731
+    kinds, lengths, prefixes = [k.strip() for k in args.kinds.split(",") if k.strip()], ints(args.lengths), ints(args.prefixes)
+    if args.reference not in kinds:
+        parser.error(f"--reference {args.reference} must be one of --kinds ({', '.join(kinds)})")
+    needed = rounds_needed(args.confidence)
+    if args.rounds < needed:
+        parser.error(f"--rounds {args.rounds}: an interval of the median over so few rounds covers less than "
+                     f"--confidence {args.confidence:g}; that needs at least {needed} rounds")
+    threads = args.threads or available_cores()
+    checkouts = {"before": os.path.abspath(args.before), "after": os.path.abspath(args.after)}
+    for label, checkout in checkouts.items():
+        if not os.path.isfile(os.path.join(checkout, "benchmarks", "attention_speed.py")):
+            parser.error(f"--{label} {checkout}: no benchmarks/attention_speed.py (not a checkout of this project?)")
+    revisions = {label: git_revision(checkout) for label, checkout in checkouts.items()}
+    load_start, started = load_average(), time.monotonic()
+    sides = [Side(label, checkout, threads) for label, checkout in checkouts.items()]
+    try:
+        hello = {side.label: side.ask(op="hello") for side in sides}
+        pairs = measure(sides, kinds, lengths, prefixes, args.rounds, args.decode_steps, args.decode_warmup,
+                        log=lambda text: print(text, file=sys.stderr, flush=True))
+    finally:
+        for side in sides:
+            side.close()
+    rows = summarise(pairs, args.reference, args.tolerance, args.confidence)
+    command = "python benchmarks/paired_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    header = ["# Speed before and after a change, interleaved (CPU)", "",
+              "Generated by `benchmarks/paired_speed.py` (its docstring says how it measures):", "",
+              "```", command, "```", ""]
+    header += [f"- {label}: `{checkouts[label]}` at git {revisions[label]} (fairseq_plugins from "
+               f"`{hello[label]['package']}`), torch {hello[label]['torch']}, {hello[label]['threads']} threads"
+               for label in ("before", "after")]
+    header += [f"- {available_cores()} cores ({cpu_model()}); load average {load_start} at the start and "
+               f"{load_average()} at the end; run time {(time.monotonic() - started) / 60:.1f} min",
+               f"- {args.rounds} rounds; decoding: median of {args.decode_steps} steps after {args.decode_warmup} "
+               "untimed ones, from a fresh prefix state each round; before/after: medians over the rounds"]
+    text = render(rows, header, args.reference, args.tolerance)
+    print(text)
+    if args.output:
+        with atomic_output(args.output) as f:
+            f.write(text)
+    verdicts = {row["verdict"] for row in rows}
+    return 1 if SLOWER in verdicts else (2 if UNRESOLVED in verdicts else 0)
+
+
+if __name__ == "__main__":
+    if "--serve" not in sys.argv and os.path.dirname(os.path.abspath(__file__)) == os.path.abspath(sys.path[0]):
+        sys.path[0] = ROOT  # run by path: the checkout, not benchmarks/, is the import root
+    elif "--serve" in sys.argv and os.path.abspath(sys.path[0]) == HERE:
+        del sys.path[0]  # a worker imports only its own checkout (load_speed_module puts it first)
+    sys.exit(main())
