@@ -29,6 +29,7 @@ Stages, each resumable (a finished stage is read back from ``--results``, commit
 import argparse
 import json
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -83,34 +84,43 @@ def layout_architecture(name: str):
 
 
 class Stages:
-    """Wall time of every stage, accumulated over runs (``stages.json``), interrupted ones included (the
-    search spans sessions: a stage cut off by the end of one continues in the next)."""
+    """Wall and CPU time of every stage, accumulated over runs (``stages.json``), interrupted ones included (the
+    search spans sessions: a stage cut off by the end of one continues in the next). CPU time: user + system
+    of this process and the commands it ran (``cpu_seconds``; runs before 2026-11-27 recorded wall time only)."""
 
     def __init__(self, results: str):
         self.path = os.path.join(results, "stages.json")
         self.times = json.load(open(self.path, encoding="utf-8")) if os.path.isfile(self.path) else {}
 
-    def add(self, stage: str, seconds: float, interrupted: bool = False):
+    def add(self, stage: str, seconds: float, cpu_seconds: float, interrupted: bool = False):
         from benchmarks.provenance import available_cores, cpu_model, measured_revision
 
         entry = self.times.setdefault(stage, {"seconds": 0.0, "runs": []})
         entry["seconds"] += seconds
-        run = {"seconds": round(seconds, 1), "git": measured_revision(), "cores": available_cores(),
+        entry["cpu_seconds"] = entry.get("cpu_seconds", 0.0) + cpu_seconds
+        run = {"seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1), "git": measured_revision(),
+               "cores": available_cores(),
                "cpu": cpu_model(), "threads": os.environ.get("OMP_NUM_THREADS") or "torch's default"}
         entry["runs"].append({**run, "interrupted": True} if interrupted else run)
         write_json(self.path, self.times)
 
 
+def cpu_time() -> float:
+    """User + system seconds of this process and of its finished commands (and theirs, waited for in turn)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def timed(stages: Stages, name: str, function, *args):
-    """``function(*args)``, its wall time added to ``name`` in ``stages``, also when it fails or is stopped
-    (Ctrl-C, or SIGTERM, which ``main`` turns into an exception)."""
-    started, finished = time.time(), False
+    """``function(*args)``, its wall and CPU time added to ``name`` in ``stages``, also when it fails or is
+    stopped (Ctrl-C, or SIGTERM, which ``main`` turns into an exception)."""
+    started, cpu_started, finished = time.time(), cpu_time(), False
     try:
         result = function(*args)
         finished = True
         return result
     finally:
-        stages.add(name, time.time() - started, interrupted=not finished)
+        stages.add(name, time.time() - started, cpu_time() - cpu_started, interrupted=not finished)
 
 
 def stop_on_sigterm(signum, frame):
@@ -305,6 +315,21 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
 
 
+def stage_time(name: str, entry: dict) -> str:
+    """"train 2.10 h (CPU 3.50 h in 12 of 21 runs; 1 run interrupted)": the wall time of every run, the CPU time
+    of the runs that recorded it."""
+    runs = entry["runs"]
+    notes = []
+    with_cpu = [run for run in runs if "cpu_seconds" in run]
+    if with_cpu:
+        notes.append(f"CPU {duration(sum(run['cpu_seconds'] for run in with_cpu))}"
+                     + ("" if len(with_cpu) == len(runs) else f" in {len(with_cpu)} of {count(len(runs), 'run')}"))
+    interrupted = sum(1 for run in runs if run.get("interrupted"))
+    if interrupted:
+        notes.append(f"{count(interrupted, 'run')} interrupted")
+    return f"{name} {duration(entry['seconds'])}" + (f" ({'; '.join(notes)})" if notes else "")
+
+
 def count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
@@ -363,12 +388,10 @@ def render(ctx: Optional[Context], results: str, command: str, plot_path: Option
         # (train_seconds: every run of a resumed supernet; process_seconds is the last run's only)
         stages = {"supernet": {"seconds": supernet["train_seconds"], "runs": [supernet]}, **stages}
     if stages:
-        lines.append("* Wall time of each stage on the machines its runs name (the supernet: `supernet.json` of "
-                     "`benchmarks/supernet_ranking.py`): " + ", ".join(
-                         f"{name} {duration(entry['seconds'])}"
-                         + (f" ({count(sum(1 for r in entry['runs'] if r.get('interrupted')), 'run')} interrupted)"
-                            if any(r.get("interrupted") for r in entry["runs"]) else "")
-                         for name, entry in stages.items()) + ".")
+        lines.append("* Time of each stage on the machines its runs name, wall (and CPU: user + system of the stage's "
+                     "processes, recorded since 2026-11-27; the supernet: `supernet.json` of "
+                     "`benchmarks/supernet_ranking.py`): " + ", ".join(stage_time(name, entry) for name, entry in stages.items())
+                     + ".")
     lines.append("")
     rows = summary(runs)
     if rows:

@@ -58,6 +58,7 @@ def test_the_report_summarises_seeds_and_plots_every_point(tmp_path):
 
 def test_a_stage_records_its_time_also_when_stopped(tmp_path):
     """The search spans sessions: a stage cut off (Ctrl-C, SIGTERM at the end of a session) keeps its time."""
+    import functools
     import os
     import signal
     import subprocess
@@ -65,6 +66,11 @@ def test_a_stage_records_its_time_also_when_stopped(tmp_path):
 
     stages = run.Stages(str(tmp_path))
     assert run.timed(stages, "rank", lambda x: x + 1, 1) == 2
+    # CPU time counts the stage's commands: one that spins until it has used 0.5 s of CPU (a real child process:
+    # the test suite's sys.executable hands commands to its fork server, whose children are not this process's)
+    python = os.environ.get("FAIRSEQ_PLUGINS_TEST_FRESH_PYTHON", sys.executable)
+    spin = "import time\nwhile time.process_time() < 0.5: pass"
+    run.timed(stages, "budgets", functools.partial(subprocess.run, [python, "-c", spin], check=True))
 
     def stopped():
         raise KeyboardInterrupt
@@ -75,6 +81,8 @@ def test_a_stage_records_its_time_also_when_stopped(tmp_path):
         pass
     times = json.loads((tmp_path / "stages.json").read_text())
     assert [r.get("interrupted", False) for r in times["rank"]["runs"]] == [False]
+    budgets = times["budgets"]["runs"][0]
+    assert budgets["cpu_seconds"] >= 0.5 and times["budgets"]["cpu_seconds"] >= 0.5 and budgets["seconds"] > 0
     assert [r.get("interrupted", False) for r in times["collect"]["runs"]] == [True]
     # SIGTERM, as main() handles it
     script = ("import signal, sys, time; from benchmarks import search_multi30k as run; "
@@ -121,6 +129,13 @@ def test_the_report_gives_each_budget_its_best_measured_architecture(tmp_path):
 
 def test_stage_durations_read_in_their_unit():
     assert [run.duration(s) for s in (11.9, 162.1, 2266.3, 8604.0)] == ["12 s", "2.7 min", "37.8 min", "2.39 h"]
+    # the CPU time of the runs that recorded it, said as such
+    entry = {"seconds": 7300.0, "runs": [{"seconds": 100.0, "interrupted": True},
+                                         {"seconds": 7200.0, "cpu_seconds": 12600.0}]}
+    assert run.stage_time("train", entry) == "train 2.03 h (CPU 3.50 h in 1 of 2 runs; 1 run interrupted)"
+    entry["runs"][0]["cpu_seconds"] = 90.0
+    assert run.stage_time("train", entry) == "train 2.03 h (CPU 3.52 h; 1 run interrupted)"
+    assert run.stage_time("rank", {"seconds": 11.9, "runs": [{"seconds": 11.9}]}) == "rank 12 s"
 
 
 def test_training_goes_seed_by_seed_so_a_cut_off_stage_has_trained_every_architecture(tmp_path, monkeypatch):
