@@ -16,14 +16,21 @@ single-token steps of each side from a fresh prefix state (their median). Per ro
     change = (after_kind / before_kind) / (after_reference / before_reference)
 
 the change of the kind's time relative to the reference kind's (the issue's "ratio to softmax"; positive:
-slower relative to it), each factor a ratio of two measurements taken seconds apart. Reported per cell:
-the median change over the rounds with a distribution-free confidence interval of the median (order
-statistics of the rounds, binomial coverage; at least 10 rounds for 95 %), the change of the kind's own time
-(after / before), and a verdict against ``--tolerance``:
+slower relative to it), each factor a ratio of two measurements taken seconds apart; for the reference
+itself, its own after / before - 1 (a slower reference would otherwise make every other kind look faster).
+Reported per cell: the median change over the rounds with a distribution-free confidence interval of the
+median (order statistics of the rounds, binomial coverage: 6 rounds give [min, max] at 96.9 %, 10 give the
+second smallest .. second largest at 97.9 %), the change of the kind's own time, and a verdict against
+``--tolerance``:
 
-- *slower*: the whole interval is above the tolerance (exit status 1);
-- *unresolved*: the interval contains the tolerance (exit status 2 when nothing is slower): more rounds;
-- *within*: the whole interval is at or below the tolerance.
+- *slower*: the whole interval is above the tolerance (exit status 3);
+- *unresolved*: the interval contains the tolerance (exit status 4 when nothing is slower): more rounds;
+- *within*: the whole interval is at or below the tolerance (exit status 0 when every cell is).
+
+Errors exit with 1 (a failed worker) or 2 (a bad option). The intervals hold per cell: over many cells, a
+few may miss the true change by chance. The workers are started afresh every ``--restart-every`` rounds (new
+processes, layers and inputs), so that what belongs to one process (its allocator, where its tensors lie)
+varies between rounds too; one untimed run of every new cell comes first.
 
     git worktree add /tmp/before REV
     python benchmarks/paired_speed.py --before /tmp/before --output docs/speed_change.md
@@ -36,12 +43,14 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 from typing import Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KINDS = ("softmax", "bet", "cosformer", "extractor_she", "extractor_he", "extractor_we", "extractor_me")
 SLOWER, UNRESOLVED, WITHIN = "slower", "unresolved", "within"
+EXIT_STATUS = {WITHIN: 0, SLOWER: 3, UNRESOLVED: 4}  # 1 and 2: errors (a failed worker, a bad option)
 
 
 # ---------------------------------------------------------------------------
@@ -61,6 +70,7 @@ def load_speed_module(checkout: str):
     sys.path.insert(0, checkout)
     spec = importlib.util.spec_from_file_location("attention_speed", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["attention_speed"] = module  # as an import would (dataclasses and pickle look it up)
     spec.loader.exec_module(module)
     import fairseq_plugins
 
@@ -121,17 +131,17 @@ class Worker:
         return {"seconds": statistics.median(times)}
 
 
-def serve(checkout: str, threads: int) -> None:
-    """Answer requests from stdin on the original stdout; whatever the libraries print goes to stderr."""
-    replies = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+def serve(checkout: str, threads: int, reply_fd: int) -> None:
+    """Answer requests from stdin on the pipe ``reply_fd``, so that nothing a library prints can get in the way
+    (the driver sends the worker's stdout to its stderr)."""
+    replies = os.fdopen(reply_fd, "w", buffering=1)
     worker = Worker(checkout, threads)
     for line in sys.stdin:
         request = json.loads(line)
         try:
             reply = getattr(worker, request["op"])(request)
-        except Exception as exc:  # reported to the driver, which stops with it
+        except Exception as exc:  # reported to the driver, which stops with it; the traceback goes to stderr
+            traceback.print_exc()
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         replies.write(json.dumps(reply) + "\n")
 
@@ -147,26 +157,43 @@ class Side:
     def __init__(self, label: str, checkout: str, threads: int):
         self.label, self.checkout = label, checkout
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        read_end, write_end = os.pipe()  # the worker's replies (pass_fds keeps the descriptor's number)
         self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", checkout,
-                                         "--threads", str(threads)],
-                                        cwd=checkout, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                         "--threads", str(threads), "--reply-fd", str(write_end)],
+                                        cwd=checkout, env=env, stdin=subprocess.PIPE, stdout=sys.stderr.fileno(),
+                                        text=True, pass_fds=(write_end,))
+        os.close(write_end)
+        self.replies = os.fdopen(read_end, "r")
+
+    def stopped(self) -> SystemExit:
+        status = self.process.wait()
+        why = "was killed (out of memory?)" if status in (-9, 137) else f"stopped (exit status {status})"
+        return SystemExit(f"error: the {self.label} worker ({self.checkout}) {why}; its messages are above")
 
     def ask(self, **request) -> dict:
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        except OSError:  # a broken pipe: the worker is gone
+            raise self.stopped() from None
+        line = self.replies.readline()
         if not line:
-            raise SystemExit(f"error: the {self.label} worker ({self.checkout}) stopped (exit status "
-                             f"{self.process.wait()}); its messages are above")
+            raise self.stopped()
         reply = json.loads(line)
         if "error" in reply:
-            raise SystemExit(f"error: {self.label} ({self.checkout}), request {request}: {reply['error']}")
+            raise SystemExit(f"error: {self.label} ({self.checkout}), request {request}: {reply['error']} "
+                             "(the worker's traceback is above)")
         return reply
 
     def close(self):
         if self.process.poll() is None:
-            self.process.stdin.close()
-            self.process.wait(timeout=60)
+            try:
+                self.process.stdin.close()
+                self.process.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+        self.replies.close()
 
 
 def median_interval(values: Sequence[float], confidence: float) -> Tuple[float, float, float]:
@@ -198,14 +225,15 @@ def verdict(low: float, high: float, tolerance: float) -> str:
 
 def summarise(pairs: Dict[Tuple[str, int, str], List[Tuple[float, float]]], reference: str, tolerance: float,
               confidence: float) -> List[dict]:
-    """Rows per (section, T or prefix, kind other than the reference) from the rounds' (before, after) times."""
+    """Rows per (section, T or prefix, kind) from the rounds' (before, after) times: a kind's change relative to
+    the reference in the same round; the reference's own change (after / before)."""
     rows = []
     for (section, size, kind), rounds in pairs.items():
         base = pairs.get((section, size, reference))
-        if kind == reference or base is None:
+        if base is None:
             continue
-        changes = [(a / b) / (ra / rb) - 1 for (b, a), (rb, ra) in zip(rounds, base)]
         own = [a / b - 1 for b, a in rounds]
+        changes = own if kind == reference else [(a / b) / (ra / rb) - 1 for (b, a), (rb, ra) in zip(rounds, base)]
         low, high, coverage = median_interval(changes, confidence)
         rows.append({"section": section, "size": size, "kind": kind, "rounds": len(changes),
                      "before": statistics.median(b for b, _ in rounds), "after": statistics.median(a for _, a in rounds),
@@ -214,30 +242,46 @@ def summarise(pairs: Dict[Tuple[str, int, str], List[Tuple[float, float]]], refe
     return rows
 
 
-def measure(sides: Sequence[Side], kinds: Sequence[str], lengths: Sequence[int], prefixes: Sequence[int],
-            rounds: int, decode_steps: int, decode_warmup: int, log=print):
-    """(section, size, kind) -> [(before seconds, after seconds) per round], interleaved as the module says."""
+def measure(start, kinds: Sequence[str], lengths: Sequence[int], prefixes: Sequence[int], rounds: int,
+            restart_every: int, decode_steps: int, decode_warmup: int, repeats: int = 1, log=print):
+    """(section, size, kind) -> [(before seconds, after seconds) per round], interleaved as the module says;
+    ``start()`` starts the two workers (before, after), again every ``restart_every`` rounds (0: never). With
+    ``repeats`` > 1 the two sides take turns that many times per cell and round, and each keeps its fastest:
+    what another process on the machine does can only add time to a measurement, never take it away."""
     pairs: Dict[Tuple[str, int, str], List[Tuple[float, float]]] = {}
+    sides = None
     requests = [("forward+backward", length, kind, {"op": "time", "kind": kind, "length": length})
                 for length in lengths for kind in kinds]
     requests += [("decoding per token", prefix, kind, {"op": "decode", "kind": kind, "prefix": prefix,
                                                        "steps": decode_steps, "warmup": decode_warmup})
                  for prefix in prefixes for kind in kinds]
-    for index in range(rounds):
-        order = list(sides) if index % 2 == 0 else list(reversed(sides))
-        started = time.monotonic()
-        for section, size, kind, request in requests:
-            seconds = {side.label: side.ask(**request)["seconds"] for side in order}
-            pairs.setdefault((section, size, kind), []).append((seconds["before"], seconds["after"]))
-        log(f"[paired-speed] round {index + 1}/{rounds}: {time.monotonic() - started:.0f} s")
+    try:
+        for index in range(rounds):
+            if sides is None or (restart_every and index % restart_every == 0 and index):
+                for side in sides or ():
+                    side.close()
+                sides = None
+                sides = start()
+            order = list(sides) if index % 2 == 0 else list(reversed(sides))
+            started = time.monotonic()
+            for section, size, kind, request in requests:
+                seconds = {side.label: [] for side in order}
+                for _ in range(repeats):
+                    for side in order:
+                        seconds[side.label].append(side.ask(**request)["seconds"])
+                pairs.setdefault((section, size, kind), []).append((min(seconds["before"]), min(seconds["after"])))
+            log(f"[paired-speed] round {index + 1}/{rounds}: {time.monotonic() - started:.0f} s")
+    finally:
+        for side in sides or ():
+            side.close()
     return pairs
 
 
 def render(rows: List[dict], header: List[str], reference: str, tolerance: float) -> str:
     from benchmarks.attention_speed import fmt_time
 
-    lines = header + ["", f"| measured | T / prefix | kind | before | after | time / {reference}: change (median) | "
-                          "interval (coverage) | own time: change | verdict |",
+    lines = header + ["", f"| measured | T / prefix | kind | before | after | time / {reference}: change (median; "
+                          f"{reference}: its own time) | interval (coverage) | own time: change | verdict |",
                       "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | --- |"]
     for row in rows:
         mark = {SLOWER: f"**slower by more than {tolerance:.0%}**", UNRESOLVED: "unresolved", WITHIN: "within"}
@@ -246,7 +290,8 @@ def render(rows: List[dict], header: List[str], reference: str, tolerance: float
                      f"({row['coverage']:.1%}) | {row['own_change']:+.1%} | {mark[row['verdict']]} |")
     counts = {v: sum(row["verdict"] == v for row in rows) for v in (WITHIN, UNRESOLVED, SLOWER)}
     lines += ["", f"{counts[WITHIN]} within, {counts[UNRESOLVED]} unresolved, {counts[SLOWER]} slower, of {len(rows)} "
-                  f"cells (tolerance {tolerance:.0%} on the time relative to {reference})."]
+                  f"cells (tolerance {tolerance:.0%} on the time relative to {reference}, and on {reference}'s own time). "
+                  "Each interval holds for its cell: over many cells, a few may miss the true change by chance."]
     return "\n".join(lines) + "\n"
 
 
@@ -259,17 +304,24 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", default="4096,8192", help="forward+backward T, comma-separated (default: %(default)s)")
     parser.add_argument("--prefixes", default="128,1024,4096",
                         help="decoding prefixes, comma-separated; empty: no decoding (default: %(default)s)")
-    parser.add_argument("--rounds", type=int, default=10, help="rounds (default: %(default)s; 10 for a 95%% interval)")
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="rounds, an even number (default: %(default)s; 6 give a 95%% interval of min .. max)")
+    parser.add_argument("--restart-every", type=int, default=5,
+                        help="start the workers afresh every N rounds; 0: never (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="turns per cell and round, each side keeping its fastest (default: %(default)s)")
     parser.add_argument("--decode-steps", type=int, default=50, help="timed steps per decoding cell and round (default: %(default)s)")
     parser.add_argument("--decode-warmup", type=int, default=5, help="untimed steps before them (default: %(default)s)")
     parser.add_argument("--tolerance", type=float, default=0.05, help="allowed slow-down relative to the reference (default: %(default)s)")
     parser.add_argument("--confidence", type=float, default=0.95, help="coverage of the intervals (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads of each worker (default: the cores available)")
     parser.add_argument("--output", help="also write the report (markdown) here")
+    parser.add_argument("--json", help="also write every round's times here (JSON), to analyse them again")
     parser.add_argument("--serve", metavar="CHECKOUT", help=argparse.SUPPRESS)  # a worker (started by the driver)
+    parser.add_argument("--reply-fd", type=int, help=argparse.SUPPRESS)  # the worker's pipe to the driver
     args = parser.parse_args(argv)
     if args.serve:
-        serve(args.serve, args.threads)
+        serve(args.serve, args.threads, args.reply_fd)
         return 0
 
     from fairseq_plugins.files import atomic_output
@@ -277,10 +329,27 @@ def main(argv=None) -> int:
 
     if not args.before:
         parser.error("--before is required: a checkout of the revision before the change")
-    ints = lambda text: [int(x) for x in text.split(",") if x.strip()]  # noqa: E731
-    kinds, lengths, prefixes = [k.strip() for k in args.kinds.split(",") if k.strip()], ints(args.lengths), ints(args.prefixes)
+    def ints(option: str, text: str) -> List[int]:
+        try:
+            values = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            parser.error(f"{option} {text!r}: expected positive integers, comma-separated")
+        if any(value <= 0 for value in values):
+            parser.error(f"{option} {text!r}: expected positive integers, comma-separated")
+        return values
+
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    lengths, prefixes = ints("--lengths", args.lengths), ints("--prefixes", args.prefixes)
     if args.reference not in kinds:
         parser.error(f"--reference {args.reference} must be one of --kinds ({', '.join(kinds)})")
+    if not lengths and not prefixes:
+        parser.error("nothing to measure: --lengths and --prefixes are both empty")
+    if args.rounds % 2:
+        parser.error(f"--rounds {args.rounds}: expected an even number (each side goes first in half the rounds)")
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: expected at least 1")
+    if args.restart_every < 0:
+        parser.error(f"--restart-every {args.restart_every}: expected 0 (never) or a number of rounds")
     needed = rounds_needed(args.confidence)
     if args.rounds < needed:
         parser.error(f"--rounds {args.rounds}: an interval of the median over so few rounds covers less than "
@@ -292,14 +361,22 @@ def main(argv=None) -> int:
             parser.error(f"--{label} {checkout}: no benchmarks/attention_speed.py (not a checkout of this project?)")
     revisions = {label: git_revision(checkout) for label, checkout in checkouts.items()}
     load_start, started = load_average(), time.monotonic()
-    sides = [Side(label, checkout, threads) for label, checkout in checkouts.items()]
-    try:
-        hello = {side.label: side.ask(op="hello") for side in sides}
-        pairs = measure(sides, kinds, lengths, prefixes, args.rounds, args.decode_steps, args.decode_warmup,
-                        log=lambda text: print(text, file=sys.stderr, flush=True))
-    finally:
-        for side in sides:
-            side.close()
+    hello = {}
+
+    def start():
+        sides = []
+        try:
+            for label, checkout in checkouts.items():
+                sides.append(Side(label, checkout, threads))
+            hello.update({side.label: side.ask(op="hello") for side in sides})
+        except BaseException:
+            for side in sides:
+                side.close()
+            raise
+        return sides
+
+    pairs = measure(start, kinds, lengths, prefixes, args.rounds, args.restart_every, args.decode_steps,
+                    args.decode_warmup, args.repeats, log=lambda text: print(text, file=sys.stderr, flush=True))
     rows = summarise(pairs, args.reference, args.tolerance, args.confidence)
     command = "python benchmarks/paired_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
     header = ["# Speed before and after a change, interleaved (CPU)", "",
@@ -310,15 +387,23 @@ def main(argv=None) -> int:
                for label in ("before", "after")]
     header += [f"- {available_cores()} cores ({cpu_model()}); load average {load_start} at the start and "
                f"{load_average()} at the end; run time {(time.monotonic() - started) / 60:.1f} min",
-               f"- {args.rounds} rounds; decoding: median of {args.decode_steps} steps after {args.decode_warmup} "
-               "untimed ones, from a fresh prefix state each round; before/after: medians over the rounds"]
+               f"- {args.rounds} rounds, the workers started afresh "
+               + (f"every {args.restart_every} rounds" if args.restart_every else "once")
+               + (f"; each side's fastest of {args.repeats} turns per cell and round" if args.repeats > 1 else "")
+               + f"; decoding: median of {args.decode_steps} steps after {args.decode_warmup} untimed ones, from a fresh "
+               "prefix state each round; before/after: medians over the rounds"]
     text = render(rows, header, args.reference, args.tolerance)
     print(text)
     if args.output:
         with atomic_output(args.output) as f:
             f.write(text)
+    if args.json:
+        with atomic_output(args.json) as f:
+            json.dump({"command": command, "revisions": revisions, "checkouts": checkouts,
+                       "cells": [{"section": section, "size": size, "kind": kind, "before_after_seconds": rounds}
+                                 for (section, size, kind), rounds in pairs.items()]}, f, indent=1)
     verdicts = {row["verdict"] for row in rows}
-    return 1 if SLOWER in verdicts else (2 if UNRESOLVED in verdicts else 0)
+    return EXIT_STATUS[SLOWER if SLOWER in verdicts else UNRESOLVED if UNRESOLVED in verdicts else WITHIN]
 
 
 if __name__ == "__main__":

@@ -334,6 +334,33 @@ def count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def collection_lines(results: str) -> List[str]:
+    """What ``collect`` gathered: architectures sampled per target, and the latency samples dropped because their
+    spread stayed above the limit after the re-measurements (their records are kept, marked ``dropped``)."""
+    lines = []
+    for what in ("loss", "latency"):
+        path = os.path.join(results, f"{what}.jsonl")
+        if not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        header = next((r for r in records if r.get("record") == "collection"), {})
+        samples = [r for r in records if r.get("record") != "collection"]
+        dropped = sum(1 for r in samples if r.get("dropped"))
+        text = f"* Collected ({what}): {len(samples)} sampled architectures"
+        if what == "latency":
+            settings = header.get("latency", {})
+            text += (f", each measured {settings.get('repeats', '?')} times after {settings.get('warmup', '?')} warm-up runs "
+                     f"(beam {settings.get('beam', '?')}, {settings.get('source_length', '?')} source tokens, "
+                     f"{settings.get('decoder_steps', '?')} decoder steps, {settings.get('threads', '?')} threads); "
+                     f"{dropped} dropped (spread, stdev / trimmed mean, still above {header.get('max_spread', '?')} after "
+                     f"{header.get('remeasure', '?')} re-measurements), so {len(samples) - dropped} used")
+        else:
+            text += f", inherited {header.get('subset', 'valid')} loss"
+        lines.append(text + ".")
+    return lines
+
+
 def evolution_lines(results: str) -> List[str]:
     """One line per budget searched (``evolve_*/result.json``): the search's length, the best architecture
     within the budget, its predicted and measured latency, and how many measured candidates met the budget."""
@@ -369,6 +396,7 @@ def render(ctx: Optional[Context], results: str, command: str, plot_path: Option
         os.path.join(results, "stages.json")) else {}
     lines += [f"Rendered by `{command}` from `{relative(results)}/` (committed stage results; each records its revision, "
               "machine and command).", ""]
+    lines += collection_lines(results)
     for target in ("loss", "latency"):
         report = os.path.join(results, f"ranker_{target}", "report.json")
         if os.path.isfile(report):

@@ -1,6 +1,6 @@
 """benchmarks/paired_speed.py: the interval of the median and the verdicts on known values, the change relative
 to the reference on synthetic paired times, and the interleaved run of two checkouts end to end (tiny cells)."""
-import math
+import json
 import os
 import subprocess
 import sys
@@ -31,45 +31,104 @@ def test_verdicts_compare_the_whole_interval_with_the_tolerance():
 
 
 def test_the_change_is_relative_to_the_reference_of_the_same_round():
-    # the machine is twice as fast in round 2 for both sides; the kind is 10 % slower after, softmax unchanged
-    rounds = 6
-    speed = [1.0 if i % 2 == 0 else 0.5 for i in range(rounds)]
-    pairs = {("forward+backward", 4096, "softmax"): [(2.0 * s, 2.0 * s) for s in speed],
-             ("forward+backward", 4096, "other"): [(1.0 * s, 1.1 * s) for s in speed],
-             # decoding: both got 10 % slower, so relative to softmax nothing changed
-             ("decoding per token", 128, "softmax"): [(1e-3 * s, 1.1e-3 * s) for s in speed],
-             ("decoding per token", 128, "other"): [(5e-4 * s, 5.5e-4 * s) for s in speed]}
-    rows = paired_speed.summarise(pairs, "softmax", 0.05, 0.95)  # before: medians over the rounds (0.75 s)
-    assert [(r["section"], r["size"], r["kind"]) for r in rows] == [("forward+backward", 4096, "other"),
-                                                                   ("decoding per token", 128, "other")]
-    slower, same = rows
+    # the machine's speed differs between rounds and between the before and after slot of a round (both kinds
+    # alike): only pairing each kind with the reference of its own round gives exactly +10 %
+    before_speed = [1.0, 0.5, 1.0, 0.5, 1.0, 0.5]
+    after_speed = [1.2, 0.45, 0.9, 0.6, 1.0, 0.5]  # after / before per round: 1.2, 0.9, 0.9, 1.2, 1.0, 1.0
+    slots = list(zip(before_speed, after_speed))
+    pairs = {("forward+backward", 4096, "softmax"): [(2.0 * b, 2.0 * a) for b, a in slots],
+             ("forward+backward", 4096, "other"): [(1.0 * b, 1.1 * a) for b, a in slots],
+             # decoding: both got 10 % slower, so relative to softmax nothing changed, but softmax itself did
+             ("decoding per token", 128, "softmax"): [(1e-3, 1.1e-3)] * 6,
+             ("decoding per token", 128, "other"): [(5e-4, 5.5e-4)] * 6}
+    rows = {(r["section"], r["kind"]): r for r in paired_speed.summarise(pairs, "softmax", 0.05, 0.95)}
+    assert sorted(rows) == [("decoding per token", "other"), ("decoding per token", "softmax"),
+                            ("forward+backward", "other"), ("forward+backward", "softmax")]
+    slower = rows["forward+backward", "other"]
     assert slower["change"] == pytest.approx(0.1) and slower["low"] == pytest.approx(0.1)
-    assert slower["verdict"] == paired_speed.SLOWER and slower["rounds"] == rounds
+    assert slower["verdict"] == paired_speed.SLOWER and slower["rounds"] == 6
+    # the reference's own change: -10 % .. +20 % over the rounds, median 0: unresolved at 5 %
+    reference = rows["forward+backward", "softmax"]
+    assert reference["change"] == pytest.approx(0.0) and (reference["low"], reference["high"]) == pytest.approx((-0.1, 0.2))
+    assert reference["verdict"] == paired_speed.UNRESOLVED
+    same = rows["decoding per token", "other"]
     assert same["change"] == pytest.approx(0.0) and same["own_change"] == pytest.approx(0.1)
     assert same["verdict"] == paired_speed.WITHIN
-    text = paired_speed.render(rows, ["# title"], "softmax", 0.05)
+    assert rows["decoding per token", "softmax"]["verdict"] == paired_speed.SLOWER
+    text = paired_speed.render([slower], ["# title"], "softmax", 0.05)
+    # before/after: medians over the rounds (1.0 * 0.5 .. 1.0; 1.1 * 0.45 .. 1.2)
     assert "| forward+backward | 4096 | other | 750.0 ms | 825.0 ms | +10.0% | +10.0% .. +10.0% (96.9%) | +10.0% | " \
            "**slower by more than 5%** |" in text
-    assert "1 within, 0 unresolved, 1 slower, of 2 cells" in text
+    assert "0 within, 0 unresolved, 1 slower, of 1 cells" in text
+
+
+def fake_checkout(folder, seconds):
+    """A checkout whose attention_speed.py times every forward+backward at ``seconds[kind]`` (no torch work)."""
+    (folder / "fairseq_plugins").mkdir(parents=True)
+    (folder / "fairseq_plugins" / "__init__.py").write_text("")
+    (folder / "benchmarks").mkdir()
+    (folder / "benchmarks" / "attention_speed.py").write_text(f"""
+print("a library that prints to stdout")
+EMBED_DIM = 4
+SECONDS = {seconds!r}
+
+
+class Cell:
+    def __init__(self, kind, length):
+        self.kind = kind
+
+    def step(self):
+        pass
+
+    def timed_step(self):  # every other run twice as slow: --repeats 2 keeps the fast one
+        self.runs = getattr(self, "runs", 0) + 1
+        return SECONDS[self.kind] * (1 + self.runs % 2)
+""")
+    return str(folder)
+
+
+def test_the_sides_measure_their_own_checkouts_in_their_places(tmp_path):
+    """Deterministic: two fake checkouts with fixed times; "other" is 20 % slower in the after checkout."""
+    before = fake_checkout(tmp_path / "before", {"softmax": 1.0, "other": 0.5})
+    after = fake_checkout(tmp_path / "after", {"softmax": 1.0, "other": 0.6})
+    output = tmp_path / "change.md"
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "paired_speed.py"), "--before", before, "--after", after,
+               "--kinds", "softmax,other", "--lengths", "32", "--prefixes", "", "--rounds", "6", "--restart-every", "2",
+               "--repeats", "2", "--threads", "1", "--output", str(output), "--json", str(tmp_path / "times.json")]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == paired_speed.EXIT_STATUS[paired_speed.SLOWER], result.stderr
+    text = output.read_text()
+    for checkout in (before, after):
+        assert f"(fairseq_plugins from `{os.path.join(os.path.realpath(checkout), 'fairseq_plugins')}`)" in text
+    assert "| forward+backward | 32 | other | 500.0 ms | 600.0 ms | +20.0% | +20.0% .. +20.0% (96.9%) | +20.0% | " \
+           "**slower by more than 5%** |" in text
+    assert "| forward+backward | 32 | softmax | 1.00 s | 1.00 s | +0.0% |" in text
+    assert "the workers started afresh every 2 rounds; each side's fastest of 2 turns per cell and round" in text
+    cells = json.loads((tmp_path / "times.json").read_text())["cells"]
+    assert [(c["kind"], c["before_after_seconds"]) for c in cells] == [("softmax", [[1.0, 1.0]] * 6), ("other", [[0.5, 0.6]] * 6)]
+    # three starts of each worker, whose prints went to stderr, not into the replies
+    assert result.stderr.count("a library that prints to stdout") == 6 and "round 6/6" in result.stderr
 
 
 def test_two_checkouts_run_interleaved_end_to_end(tmp_path):
     output = tmp_path / "change.md"
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "paired_speed.py"), "--before", ROOT,
                "--kinds", "softmax,extractor_me", "--lengths", "32", "--prefixes", "8", "--rounds", "2",
-               "--confidence", "0.5", "--decode-steps", "2", "--decode-warmup", "1", "--threads", "1",
+               "--restart-every", "0", "--confidence", "0.5", "--decode-steps", "2", "--decode-warmup", "1", "--threads", "1",
                "--output", str(output)]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    # the verdict is a timing (this machine's noise): any of the three, never a crash
-    assert result.returncode in (0, 1, 2), result.stderr
+    # the verdict is a timing (this machine's noise): any of the three; errors would exit with 1 or 2
+    assert result.returncode in paired_speed.EXIT_STATUS.values(), result.stderr
     text = output.read_text()
     package = os.path.join(os.path.realpath(ROOT), "fairseq_plugins")
     assert text.count(f"(fairseq_plugins from `{package}`)") == 2
     assert "round 2/2" in result.stderr
     rows = [line for line in text.splitlines() if line.startswith("| forward+backward") or line.startswith("| decoding")]
-    assert [row.split(" | ")[:3] for row in rows] == [["| forward+backward", "32", "extractor_me"],
+    assert [row.split(" | ")[:3] for row in rows] == [["| forward+backward", "32", "softmax"],
+                                                      ["| forward+backward", "32", "extractor_me"],
+                                                      ["| decoding per token", "8", "softmax"],
                                                       ["| decoding per token", "8", "extractor_me"]]
-    assert "(50.0%)" in rows[0]
+    assert all("(50.0%)" in row for row in rows)
 
 
 def test_bad_checkouts_and_too_few_rounds_are_refused(tmp_path, monkeypatch, capsys):
@@ -77,8 +136,17 @@ def test_bad_checkouts_and_too_few_rounds_are_refused(tmp_path, monkeypatch, cap
         paired_speed.main(["--before", str(tmp_path)])
     assert f"--before {tmp_path}: no benchmarks/attention_speed.py" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        paired_speed.main(["--before", ROOT, "--rounds", "5"])
-    assert "--rounds 5: an interval of the median over so few rounds covers less than --confidence 0.95; " \
+        paired_speed.main(["--before", ROOT, "--rounds", "7"])
+    assert "--rounds 7: expected an even number" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        paired_speed.main(["--before", ROOT, "--lengths", "4096,big"])
+    assert "--lengths '4096,big': expected positive integers, comma-separated" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        paired_speed.main(["--before", ROOT, "--lengths", "", "--prefixes", ""])
+    assert "nothing to measure" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        paired_speed.main(["--before", ROOT, "--rounds", "4"])
+    assert "--rounds 4: an interval of the median over so few rounds covers less than --confidence 0.95; " \
            "that needs at least 6 rounds" in capsys.readouterr().err
     # a checkout whose worker would measure another checkout's package (here: the one already imported)
     (tmp_path / "benchmarks").mkdir()
@@ -88,4 +156,4 @@ def test_bad_checkouts_and_too_few_rounds_are_refused(tmp_path, monkeypatch, cap
 
     with pytest.raises(SystemExit, match=f"the worker for {tmp_path} imported fairseq_plugins from .*, not from that checkout"):
         paired_speed.load_speed_module(str(tmp_path))
-    assert math.isfinite(paired_speed.rounds_needed(0.99))
+    assert paired_speed.rounds_needed(0.99) == 8  # 1 - 2/128 < 99 % <= 1 - 2/256

@@ -47,12 +47,19 @@ def test_the_report_summarises_seeds_and_plots_every_point(tmp_path):
                 record["latency"] = {"latency_ms": latency, "stdev_ms": 1.0, "gflops": 0.5}
             (results / "train" / f"{name}_seed{seed}.json").write_text(json.dumps(record))
     (results / "stages.json").write_text(json.dumps({"collect": {"seconds": 7200.0, "runs": [{"interrupted": True}, {}]}}))
+    header = {"record": "collection", "what": "latency", "max_spread": 0.1, "remeasure": 2,
+              "latency": {"beam": 5, "decoder_steps": 30, "repeats": 10, "source_length": 30, "threads": 2, "warmup": 3}}
+    samples = [{"latency_ms": 1.0}, {"latency_ms": 2.0, "dropped": True}, {"latency_ms": 3.0}]
+    (results / "latency.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [header] + samples))
     (tmp_path / "supernet").mkdir()
     (tmp_path / "supernet" / "supernet.json").write_text(json.dumps({"train_seconds": 5400.0, "process_seconds": 1800.0, "runs": 3}))
     report = run.render(None, str(results), "python benchmarks/search_multi30k.py", str(tmp_path / "pareto.png"),
                         str(tmp_path / "supernet"))
     assert "| softmax | sss / sss / sss | 1,000 | 0.500 | 100.0 ± 1.0 | 28.00, 28.40, 28.20 | 28.20 ± 0.20 | - |" in report
     assert "found_softmax_x0.5 matches softmax (28.00 vs 28.20 BLEU, spread 0.20) at 0.55x its latency" in report
+    assert ("* Collected (latency): 3 sampled architectures, each measured 10 times after 3 warm-up runs (beam 5, 30 "
+            "source tokens, 30 decoder steps, 2 threads); 1 dropped (spread, stdev / trimmed mean, still above 0.1 after 2 "
+            "re-measurements), so 2 used.") in report
     assert "supernet 1.50 h, collect 2.00 h (1 run interrupted)." in report and (tmp_path / "pareto.png").stat().st_size > 5000
 
 
