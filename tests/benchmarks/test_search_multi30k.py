@@ -31,8 +31,13 @@ def test_the_target_on_known_numbers():
     # within the spread but at 0.8x: not by the first rule; it beats cosFormer (cheaper) by more than the spread
     verdict = run.target_verdict(rows(27.8, 80.0))
     assert "matches" not in verdict and "beats every hand-written layout of equal or lower latency (cosformer_everywhere)" in verdict
-    # far below softmax and not better than the cheaper layout: missed
-    assert "**missed**" in run.target_verdict(rows(25.1, 60.0))
+    # far below softmax and not better than the cheaper layout: missed, with the numbers of both rules
+    verdict = run.target_verdict(rows(25.1, 60.0))
+    assert "**missed**" in verdict
+    assert ("found_softmax_x0.5: -2.90 BLEU against softmax (spread 0.30) at 0.60x its latency; against the hand-written "
+            "layouts as fast or faster: cosformer_everywhere +0.10 (spread 0.30).") in verdict
+    assert "found_softmax_x0.5: -2.90 BLEU against softmax (spread 0.30) at 0.40x its latency; no hand-written layout " \
+           "is as fast." in run.target_verdict(rows(25.1, 40.0))
 
 
 def test_the_report_summarises_seeds_and_plots_every_point(tmp_path):
