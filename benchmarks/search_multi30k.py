@@ -294,8 +294,8 @@ def target_verdict(rows: Dict[str, dict]) -> str:
     if hits:
         return "; ".join(hits)
     return ("**missed**: no found architecture meets it at this budget of updates and seeds. "
-            + " ".join(why_missed(name, row, base, rows) for name, row in rows.items()
-                       if name.startswith("found_") and row["latency_ms"] is not None))
+            + ". ".join(why_missed(name, row, base, rows) for name, row in rows.items()
+                        if name.startswith("found_") and row["latency_ms"] is not None))
 
 
 def why_missed(name: str, row: dict, base: dict, rows: Dict[str, dict]) -> str:
@@ -305,10 +305,10 @@ def why_missed(name: str, row: dict, base: dict, rows: Dict[str, dict]) -> str:
             f"{row['latency_ms'] / base['latency_ms']:.2f}x its latency")
     cheaper = [n for n, r in rows.items() if n in LAYOUTS and r["latency_ms"] is not None and r["latency_ms"] <= row["latency_ms"]]
     if not cheaper:
-        return text + "; no hand-written layout is as fast."
+        return text + "; no hand-written layout is as fast"
     return text + "; against the hand-written layouts as fast or faster: " + ", ".join(
         f"{n} {row['bleu_mean'] - rows[n]['bleu_mean']:+.2f} (spread {max(row['bleu_std'], rows[n]['bleu_std']):.2f})"
-        for n in cheaper) + "."
+        for n in cheaper)
 
 
 def plot(rows: Dict[str, dict], path: str):
