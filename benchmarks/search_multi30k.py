@@ -319,8 +319,10 @@ def plot(rows: Dict[str, dict], path: str):
             if row[key] is None:
                 continue
             marker = "*" if name.startswith("found_") else "o"
-            axis.errorbar(row[key], row["bleu_mean"], yerr=row["bleu_std"], fmt=marker, markersize=9 if marker == "*" else 6, capsize=3)
-            axis.annotate(name, (row[key], row["bleu_mean"]), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            # labelled through the legend: points of similar cost and BLEU overlap, their text labels would too
+            axis.errorbar(row[key], row["bleu_mean"], yerr=row["bleu_std"], fmt=marker, markersize=9 if marker == "*" else 6,
+                          capsize=3, label=name)
+        axis.legend(fontsize=7, loc="best")
         axis.set_xlabel(label)
         axis.set_ylabel("sacreBLEU, test 2016 (mean ± std over seeds)")
         axis.grid(alpha=0.3)
