@@ -89,17 +89,21 @@ class Cell:
 
 def test_the_sides_measure_their_own_checkouts_in_their_places(tmp_path):
     """Deterministic: two fake checkouts with fixed times; "other" is 20 % slower in the after checkout."""
-    before = fake_checkout(tmp_path / "before", {"softmax": 1.0, "other": 0.5})
-    after = fake_checkout(tmp_path / "after", {"softmax": 1.0, "other": 0.6})
+    fake_checkout(tmp_path / "before", {"softmax": 1.0, "other": 0.5})
+    fake_checkout(tmp_path / "after", {"softmax": 1.0, "other": 0.6})
     output = tmp_path / "change.md"
-    command = [sys.executable, os.path.join(ROOT, "benchmarks", "paired_speed.py"), "--before", before, "--after", after,
+    # paths as typed relative to the working directory (tmp_path), as the docstring shows
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "paired_speed.py"), "--before", "before", "--after", "after",
                "--kinds", "softmax,other", "--lengths", "32", "--prefixes", "", "--rounds", "6", "--restart-every", "2",
-               "--repeats", "2", "--threads", "1", "--output", str(output), "--json", str(tmp_path / "times.json")]
+               "--repeats", "2", "--threads", "1", "--output", "change.md", "--json", "times.json"]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == paired_speed.EXIT_STATUS[paired_speed.SLOWER], result.stderr
     text = output.read_text()
-    for checkout in (before, after):
-        assert f"(fairseq_plugins from `{os.path.join(os.path.realpath(checkout), 'fairseq_plugins')}`)" in text
+    # each side's package, named relative to the after-checkout (no folder of the measuring machine)
+    assert "- before: `../before` at git " in text and "(fairseq_plugins from `../before/fairseq_plugins`)" in text
+    assert "- after: `.` at git " in text and "(fairseq_plugins from `fairseq_plugins`)" in text
+    assert str(tmp_path) not in text
+    assert json.loads((tmp_path / "times.json").read_text())["checkouts"] == {"before": "../before", "after": "."}
     assert "| forward+backward | 32 | other | 500.0 ms | 600.0 ms | +20.0% | +20.0% .. +20.0% (96.9%) | +20.0% | " \
            "**slower by more than 5%** |" in text
     assert "| forward+backward | 32 | softmax | 1.00 s | 1.00 s | +0.0% |" in text
@@ -120,8 +124,7 @@ def test_two_checkouts_run_interleaved_end_to_end(tmp_path):
     # the verdict is a timing (this machine's noise): any of the three; errors would exit with 1 or 2
     assert result.returncode in paired_speed.EXIT_STATUS.values(), result.stderr
     text = output.read_text()
-    package = os.path.join(os.path.realpath(ROOT), "fairseq_plugins")
-    assert text.count(f"(fairseq_plugins from `{package}`)") == 2
+    assert text.count("(fairseq_plugins from `fairseq_plugins`)") == 2  # --before is --after: this checkout
     assert "round 2/2" in result.stderr
     rows = [line for line in text.splitlines() if line.startswith("| forward+backward") or line.startswith("| decoding")]
     assert [row.split(" | ")[:3] for row in rows] == [["| forward+backward", "32", "softmax"],
