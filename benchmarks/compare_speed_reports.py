@@ -6,12 +6,15 @@ For every kind and every T of the forward+backward table (and every prefix of th
 the kind's time relative to the reference kind's in the same report (the load and the machine's speed cancel
 out, as the issue's "ratio to softmax" asks), the median over the reports given for each side, and prints
 the change of that ratio from BEFORE to AFTER: positive = the kind got slower relative to the reference.
-A change beyond ``--tolerance`` (default 5 %) is marked, and the exit status is 1 when any is.
+A change beyond ``--tolerance`` (default 5 %) is marked, and the exit status is 3 when any is. The reference
+is, by default, the kind the reports' own ratios are to (the first ratio column of the forward+backward table,
+``softmax / ...``, the registry's ratio reference when they were made).
 
 With two or more reports on a side, the same code's ratio also differs between its reports: the *spread* of a
 cell (the larger over both sides of max / min - 1) is what this machine's noise alone moves it. A change beyond
-the tolerance but within the spread cannot be told from that noise: it is marked as unresolved (exit status 2
-when nothing is slower), and more reports per side, or a quieter machine, are needed to decide it.
+the tolerance but within the spread cannot be told from that noise: it is marked as unresolved (exit status 4
+when nothing is slower), and more reports per side, or a quieter machine, are needed to decide it. Errors exit
+with 1 (a report that cannot be read) or 2 (a bad option).
 
     git worktree add /tmp/before REV
     (cd /tmp/before && python benchmarks/attention_speed.py --lengths 4096,8192 ... --output /tmp/before1.md)
@@ -35,9 +38,8 @@ def seconds(cell: str) -> Optional[float]:
     return float(match.group(1)) * UNITS[match.group(2)] if match else None
 
 
-def table(text: str, heading: str, source: str) -> Dict[Tuple[int, str], float]:
-    """(T or prefix, kind) -> seconds, from the markdown table under ``heading`` (columns whose header has no
-    "/" are kinds; ratio columns are left out)."""
+def table_rows(text: str, heading: str, source: str) -> List[List[str]]:
+    """The cells of the markdown table under ``heading``: the header row, then the data rows."""
     lines = text.splitlines()
     try:
         start = lines.index(heading)
@@ -53,14 +55,39 @@ def table(text: str, heading: str, source: str) -> Dict[Tuple[int, str], float]:
             break
     if len(rows) < 3:
         raise SystemExit(f"error: {source}: the section {heading!r} has no table rows")
-    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[:1] + rows[2:]]
+
+
+def table(text: str, heading: str, source: str) -> Dict[Tuple[int, str], float]:
+    """(T or prefix, kind) -> seconds, from the markdown table under ``heading`` (columns whose header has no
+    "/" are kinds; ratio columns are left out)."""
+    header, *rows = table_rows(text, heading, source)
     values = {}
-    for row in rows[2:]:
-        cells = [cell.strip() for cell in row.strip("|").split("|")]
+    for cells in rows:
         for name, cell in zip(header[1:], cells[1:]):
             if "/" not in name and seconds(cell) is not None:
                 values[(int(cells[0]), name)] = seconds(cell)
     return values
+
+
+def report_reference(reports: List[str]) -> str:
+    """The kind the reports' ratios are to: the numerator of the first ratio column ("A / B") of their
+    forward+backward table whose A is a kind column; every report must name the same one."""
+    found = {}
+    for path in reports:
+        with open(path, encoding="utf-8") as f:
+            header = table_rows(f.read(), TIME_SECTION, path)[0]
+        kinds = {name for name in header[1:] if "/" not in name}
+        found[path] = next((name.split("/")[0].strip() for name in header[1:]
+                            if "/" in name and name.split("/")[0].strip() in kinds), None)
+    if None in found.values():
+        missing = ", ".join(path for path, reference in found.items() if reference is None)
+        raise SystemExit(f"error: --reference: {missing}: no ratio column in the forward+backward table to take the "
+                         "reference kind from; name it")
+    if len(set(found.values())) > 1:
+        raise SystemExit("error: --reference: the reports' ratios are to different kinds ("
+                         + ", ".join(f"{path}: {reference}" for path, reference in found.items()) + "); name one")
+    return next(iter(found.values()))
 
 
 def relative_times(reports: List[str], heading: str, reference: str) -> Dict[Tuple[int, str], List[float]]:
@@ -82,6 +109,7 @@ def spread(ratios: List[float]) -> Optional[float]:
 
 
 SLOWER, UNRESOLVED, WITHIN = "slower", "unresolved", "within"
+EXIT_STATUS = {WITHIN: 0, SLOWER: 3, UNRESOLVED: 4}  # 1 and 2: errors (a report that cannot be read, an option)
 
 
 def compare(before: List[str], after: List[str], reference: str, tolerance: float, lengths: Optional[List[int]]):
@@ -108,15 +136,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", action="append", required=True, help="report of the revision before (repeatable)")
     parser.add_argument("--after", action="append", required=True, help="report of the revision after (repeatable)")
-    parser.add_argument("--reference", default="softmax", help="the kind the times are relative to (default: %(default)s)")
+    parser.add_argument("--reference", help="the kind the times are relative to (default: the one the reports' "
+                                            "ratio columns are to)")
     parser.add_argument("--tolerance", type=float, default=0.05, help="allowed slow-down of a ratio (default: %(default)s)")
     parser.add_argument("--lengths", help="forward+backward lengths to compare (comma-separated; default: all common ones)")
     args = parser.parse_args(argv)
     lengths = [int(t) for t in args.lengths.split(",")] if args.lengths else None
-    rows = compare(args.before, args.after, args.reference, args.tolerance, lengths)
+    reference = args.reference or report_reference(args.before + args.after)
+    rows = compare(args.before, args.after, reference, args.tolerance, lengths)
     if not rows:
         raise SystemExit("error: the reports have no (T, kind) cell in common")
-    print(f"| measured | T / prefix | kind | time / {args.reference} before | after | change | same-code spread |")
+    print(f"| measured | T / prefix | kind | time / {reference} before | after | change | same-code spread |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
     for label, length, kind, old, new, change, noise, verdict in rows:
         mark = {SLOWER: f" **slower by more than {args.tolerance:.0%}**",
@@ -129,7 +159,7 @@ def main(argv=None) -> int:
         print(f"\n{len(noisy)} of {len(rows)} cells moved by more than {args.tolerance:.0%} between reports of the same code "
               f"(largest {max(row[6] for row in noisy):.1%}): at this tolerance they need more reports per side or a "
               "quieter machine.")
-    return 1 if SLOWER in verdicts else (2 if UNRESOLVED in verdicts else 0)
+    return EXIT_STATUS[SLOWER if SLOWER in verdicts else UNRESOLVED if UNRESOLVED in verdicts else WITHIN]
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ process per checkout (``--before`` and ``--after``), each building its layers wi
 ``make bench-speed``), and the two take turns, one measurement at a time, while the other waits. Only one
 runs at any time, with all its threads.
 
+The kinds compared are, by default, every kind both checkouts' attention_speed.py measure (their
+``DECODE_KINDS``: the registered kinds; the report names any that only one side has), relative to the after
+checkout's ratio reference (the registry's); ``--kinds`` and ``--reference`` choose others.
+
 Each round measures, for every T and kind, one forward+backward of BEFORE and one of AFTER back to back (which
 side goes first alternates between rounds), then, for every decoding prefix and kind, ``--decode-steps``
 single-token steps of each side from a fresh prefix state (their median). Per round and cell this gives
@@ -52,7 +56,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-KINDS = ("softmax", "bet", "cosformer", "extractor_she", "extractor_he", "extractor_we", "extractor_me")
 SLOWER, UNRESOLVED, WITHIN = "slower", "unresolved", "within"
 EXIT_STATUS = {WITHIN: 0, SLOWER: 3, UNRESOLVED: 4}  # 1 and 2: errors (a failed worker, a bad option)
 
@@ -97,7 +100,13 @@ class Worker:
         self.cells, self.decoders, self.prefixes = {}, {}, {}
 
     def hello(self, request):
-        return {"package": self.package, "torch": self.torch.__version__, "threads": self.torch.get_num_threads()}
+        """Where the package came from, and what this checkout measures by default: ``DECODE_KINDS`` of its
+        attention_speed.py (its registered kinds, which decode step by step; baselines left out) and the kind
+        its ratios are to (``ratio_reference``; None where the module has none, as before the registry)."""
+        kinds = list(getattr(self.speed, "DECODE_KINDS", ()))
+        ratio_reference = getattr(self.speed, "ratio_reference", None)
+        return {"package": self.package, "torch": self.torch.__version__, "threads": self.torch.get_num_threads(),
+                "kinds": kinds, "reference": ratio_reference(kinds) if ratio_reference else None}
 
     def time(self, request):
         """One timed forward+backward of (kind, T); a new cell first takes one untimed run (its warm-up)."""
@@ -246,6 +255,35 @@ def summarise(pairs: Dict[Tuple[str, int, str], List[Tuple[float, float]]], refe
     return rows
 
 
+def choose_kinds(requested: Optional[List[str]], reference: Optional[str], hello: Dict[str, dict]):
+    """(kinds, reference, one-sided) from the workers' hello: the kinds both checkouts measure (in the after
+    checkout's order) unless ``--kinds`` names them, the after checkout's ratio reference unless
+    ``--reference`` names one, and the kinds only one side measures (not compared: said in the report).
+    Raises ValueError naming the option."""
+    listed = {label: hello[label]["kinds"] for label in ("before", "after")}
+    if requested is None:
+        for label, kinds in listed.items():
+            if not kinds:
+                raise ValueError(f"--kinds: the {label} checkout's benchmarks/attention_speed.py has no DECODE_KINDS "
+                                 "to compare; name the kinds")
+        kinds = [kind for kind in listed["after"] if kind in listed["before"]]
+        one_sided = {label: [kind for kind in listed[label] if kind not in kinds] for label in listed}
+    else:
+        kinds, one_sided = requested, {}
+        for label, known in listed.items():
+            missing = [kind for kind in kinds if known and kind not in known]
+            if missing:
+                raise ValueError(f"--kinds: the {label} checkout does not measure {', '.join(missing)} (its "
+                                 f"attention_speed.py's DECODE_KINDS: {', '.join(known)})")
+    reference = reference or hello["after"]["reference"]
+    if reference is None:
+        raise ValueError("--reference: the after checkout's attention_speed.py names no ratio reference; name the "
+                         "kind the times are relative to")
+    if reference not in kinds:
+        raise ValueError(f"--reference {reference} must be one of --kinds ({', '.join(kinds)})")
+    return kinds, reference, one_sided
+
+
 def measure(start, kinds: Sequence[str], lengths: Sequence[int], prefixes: Sequence[int], rounds: int,
             restart_every: int, decode_steps: int, decode_warmup: int, repeats: int = 1, log=print):
     """(section, size, kind) -> [(before seconds, after seconds) per round], interleaved as the module says;
@@ -303,8 +341,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", help="checkout of the revision before the change (e.g. a git worktree)")
     parser.add_argument("--after", default=ROOT, help="checkout of the revision after it (default: this one)")
-    parser.add_argument("--kinds", default=",".join(KINDS), help="kinds to compare, comma-separated (default: %(default)s)")
-    parser.add_argument("--reference", default="softmax", help="the kind the times are relative to (default: %(default)s)")
+    parser.add_argument("--kinds", help="kinds to compare, comma-separated (default: every kind both checkouts' "
+                                        "attention_speed.py measure, its DECODE_KINDS)")
+    parser.add_argument("--reference", help="the kind the times are relative to (default: the after checkout's "
+                                            "ratio reference, from its registry)")
     parser.add_argument("--lengths", default="4096,8192", help="forward+backward T, comma-separated (default: %(default)s)")
     parser.add_argument("--prefixes", default="128,1024,4096",
                         help="decoding prefixes, comma-separated; empty: no decoding (default: %(default)s)")
@@ -342,10 +382,10 @@ def main(argv=None) -> int:
             parser.error(f"{option} {text!r}: expected positive integers, comma-separated")
         return values
 
-    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    requested = [k.strip() for k in args.kinds.split(",") if k.strip()] if args.kinds is not None else None
+    if requested == []:
+        parser.error("--kinds is empty: name the kinds to compare, or leave it out for every kind both checkouts measure")
     lengths, prefixes = ints("--lengths", args.lengths), ints("--prefixes", args.prefixes)
-    if args.reference not in kinds:
-        parser.error(f"--reference {args.reference} must be one of --kinds ({', '.join(kinds)})")
     if not lengths and not prefixes:
         parser.error("nothing to measure: --lengths and --prefixes are both empty")
     if args.rounds % 2:
@@ -385,9 +425,21 @@ def main(argv=None) -> int:
             raise
         return sides
 
-    pairs = measure(start, kinds, lengths, prefixes, args.rounds, args.restart_every, args.decode_steps,
+    # The first workers tell what each checkout measures; they then take the first rounds.
+    started_sides = [start()]
+    try:
+        kinds, reference, one_sided = choose_kinds(requested, args.reference, hello)
+    except ValueError as exc:
+        for side in started_sides.pop():
+            side.close()
+        parser.error(str(exc))
+
+    def workers():  # the first pair, then fresh ones
+        return started_sides.pop() if started_sides else start()
+
+    pairs = measure(workers, kinds, lengths, prefixes, args.rounds, args.restart_every, args.decode_steps,
                     args.decode_warmup, args.repeats, log=lambda text: print(text, file=sys.stderr, flush=True))
-    rows = summarise(pairs, args.reference, args.tolerance, args.confidence)
+    rows = summarise(pairs, reference, args.tolerance, args.confidence)
     command = "python benchmarks/paired_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
     header = ["# Speed before and after a change, interleaved (CPU)", "",
               "Generated by `benchmarks/paired_speed.py` (its docstring says how it measures):", "",
@@ -395,6 +447,10 @@ def main(argv=None) -> int:
     header += [f"- {label}: `{shown(checkouts[label])}` at git {revisions[label]} (fairseq_plugins from "
                f"`{shown(hello[label]['package'])}`), torch {hello[label]['torch']}, {hello[label]['threads']} threads"
                for label in ("before", "after")]
+    if requested is None:
+        left_out = "; ".join(f"{', '.join(one_sided[label])} ({label} only)" for label in one_sided if one_sided[label])
+        header += [f"- kinds: every kind both checkouts measure ({', '.join(kinds)}), relative to {reference}"
+                   + (f"; measured by one checkout only, not compared: {left_out}" if left_out else "")]
     header += [f"- {available_cores()} cores ({cpu_model()}); load average {load_start} at the start and "
                f"{load_average()} at the end; run time {(time.monotonic() - started) / 60:.1f} min",
                f"- {args.rounds} rounds, the workers started afresh "
@@ -402,7 +458,7 @@ def main(argv=None) -> int:
                + (f"; each side's fastest of {args.repeats} turns per cell and round" if args.repeats > 1 else "")
                + f"; decoding: median of {args.decode_steps} steps after {args.decode_warmup} untimed ones, from a fresh "
                "prefix state each round; before/after: medians over the rounds"]
-    text = render(rows, header, args.reference, args.tolerance)
+    text = render(rows, header, reference, args.tolerance)
     print(text)
     if args.output:
         with atomic_output(args.output) as f:

@@ -54,6 +54,12 @@ def at_least_float32(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+def as_dtype(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """``x`` in ``dtype``, with no torch call where it is in it already: on decoding's per-token path every
+    call counts (``x.to(dtype)`` of a tensor already in ``dtype`` returns it too, through the dispatcher)."""
+    return x if x.dtype == dtype else x.to(dtype)
+
+
 # ------------------------------------------------------------------ masks ---
 def causal_additive_mask(tgt_len: int, src_len: int, like: Tensor) -> Tensor:
     """fairseq's future mask: -inf above the diagonal, aligned to the last query."""

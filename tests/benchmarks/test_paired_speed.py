@@ -62,8 +62,9 @@ def test_the_change_is_relative_to_the_reference_of_the_same_round():
     assert "0 within, 0 unresolved, 1 slower, of 1 cells" in text
 
 
-def fake_checkout(folder, seconds):
-    """A checkout whose attention_speed.py times every forward+backward at ``seconds[kind]`` (no torch work)."""
+def fake_checkout(folder, seconds, reference="softmax"):
+    """A checkout whose attention_speed.py times every forward+backward at ``seconds[kind]`` (no torch work),
+    measures the kinds of ``seconds`` by default, and has ``reference`` as its ratio reference."""
     (folder / "fairseq_plugins").mkdir(parents=True)
     (folder / "fairseq_plugins" / "__init__.py").write_text("")
     (folder / "benchmarks").mkdir()
@@ -71,6 +72,11 @@ def fake_checkout(folder, seconds):
 print("a library that prints to stdout")
 EMBED_DIM = 4
 SECONDS = {seconds!r}
+DECODE_KINDS = tuple(SECONDS)
+
+
+def ratio_reference(kinds):
+    return {reference!r}
 
 
 class Cell:
@@ -89,12 +95,13 @@ class Cell:
 
 def test_the_sides_measure_their_own_checkouts_in_their_places(tmp_path):
     """Deterministic: two fake checkouts with fixed times; "other" is 20 % slower in the after checkout."""
-    fake_checkout(tmp_path / "before", {"softmax": 1.0, "other": 0.5})
-    fake_checkout(tmp_path / "after", {"softmax": 1.0, "other": 0.6})
+    fake_checkout(tmp_path / "before", {"softmax": 1.0, "gone": 2.0, "other": 0.5})
+    fake_checkout(tmp_path / "after", {"softmax": 1.0, "other": 0.6, "new": 3.0})
     output = tmp_path / "change.md"
-    # paths as typed relative to the working directory (tmp_path), as the docstring shows
+    # paths as typed relative to the working directory (tmp_path), as the docstring shows; the kinds and the
+    # reference are the checkouts' own (no --kinds, no --reference)
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "paired_speed.py"), "--before", "before", "--after", "after",
-               "--kinds", "softmax,other", "--lengths", "32", "--prefixes", "", "--rounds", "6", "--restart-every", "2",
+               "--lengths", "32", "--prefixes", "", "--rounds", "6", "--restart-every", "2",
                "--repeats", "2", "--threads", "1", "--output", "change.md", "--json", "times.json"]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == paired_speed.EXIT_STATUS[paired_speed.SLOWER], result.stderr
@@ -103,6 +110,8 @@ def test_the_sides_measure_their_own_checkouts_in_their_places(tmp_path):
     assert "- before: `../before` at git " in text and "(fairseq_plugins from `../before/fairseq_plugins`)" in text
     assert "- after: `.` at git " in text and "(fairseq_plugins from `fairseq_plugins`)" in text
     assert str(tmp_path) not in text
+    assert "- kinds: every kind both checkouts measure (softmax, other), relative to softmax; measured by one " \
+           "checkout only, not compared: gone (before only); new (after only)" in text
     assert json.loads((tmp_path / "times.json").read_text())["checkouts"] == {"before": "../before", "after": "."}
     assert "| forward+backward | 32 | other | 500.0 ms | 600.0 ms | +20.0% | +20.0% .. +20.0% (96.9%) | +20.0% | " \
            "**slower by more than 5%** |" in text
@@ -110,7 +119,7 @@ def test_the_sides_measure_their_own_checkouts_in_their_places(tmp_path):
     assert "the workers started afresh every 2 rounds; each side's fastest of 2 turns per cell and round" in text
     cells = json.loads((tmp_path / "times.json").read_text())["cells"]
     assert [(c["kind"], c["before_after_seconds"]) for c in cells] == [("softmax", [[1.0, 1.0]] * 6), ("other", [[0.5, 0.6]] * 6)]
-    # three starts of each worker, whose prints went to stderr, not into the replies
+    # three starts of each worker (the first also told the kinds), whose prints went to stderr, not the replies
     assert result.stderr.count("a library that prints to stdout") == 6 and "round 6/6" in result.stderr
 
 
@@ -160,3 +169,23 @@ def test_bad_checkouts_and_too_few_rounds_are_refused(tmp_path, monkeypatch, cap
     with pytest.raises(SystemExit, match=f"the worker for {tmp_path} imported fairseq_plugins from .*, not from that checkout"):
         paired_speed.load_speed_module(str(tmp_path))
     assert paired_speed.rounds_needed(0.99) == 8  # 1 - 2/128 < 99 % <= 1 - 2/256
+
+
+def test_kinds_and_reference_the_checkouts_cannot_give_are_refused(tmp_path, capfd):
+    # capfd, not capsys: the workers write to the real stderr (a file descriptor)
+    before = fake_checkout(tmp_path / "before", {"softmax": 1.0, "other": 0.5})
+    after = fake_checkout(tmp_path / "after", {"softmax": 1.0, "other": 0.6, "new": 3.0}, reference=None)
+    common = ["--before", before, "--after", after, "--lengths", "32", "--prefixes", "", "--rounds", "6", "--threads", "1"]
+    with pytest.raises(SystemExit):
+        paired_speed.main(common + ["--kinds", "softmax,new"])
+    assert "--kinds: the before checkout does not measure new (its attention_speed.py's DECODE_KINDS: softmax, other)" \
+        in capfd.readouterr().err
+    with pytest.raises(SystemExit):
+        paired_speed.main(common)
+    assert "--reference: the after checkout's attention_speed.py names no ratio reference" in capfd.readouterr().err
+    with pytest.raises(SystemExit):
+        paired_speed.main(common + ["--reference", "new"])
+    assert "--reference new must be one of --kinds (softmax, other)" in capfd.readouterr().err
+    with pytest.raises(SystemExit):
+        paired_speed.main(common + ["--kinds", " , "])
+    assert "--kinds is empty" in capfd.readouterr().err

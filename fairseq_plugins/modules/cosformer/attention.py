@@ -46,7 +46,7 @@ from ..registry import (
     BaseAttention,
     register_attention,
 )
-from ..shared import at_least_float32, module_output, module_projections
+from ..shared import as_dtype, at_least_float32, module_output, module_projections
 from .bidirectional import cosformer_bidirectional
 from .chunked import DEFAULT_CHUNK_SIZE, _causal_chunked
 from .costs import COSFORMER_COSTS
@@ -226,7 +226,7 @@ class CosformerAttention(BaseAttention):
         # too few digits in bfloat16 (a carried decoding state sums over the whole prefix).
         compute_dtype = at_least_float32(query.dtype)
         # W_q x; phi = ReLU is applied below, or, in causal self-attention, fused into the chunked form.
-        q = self._split_heads(self.q_proj(query)).to(compute_dtype)
+        q = as_dtype(self._split_heads(self.q_proj(query)), compute_dtype)
 
         if self.encoder_decoder_attention:
             out, weights = self._cross_attention(F.relu(q), key, key_padding_mask, incremental_state, need_weights, compute_dtype)
@@ -237,7 +237,7 @@ class CosformerAttention(BaseAttention):
                 raise ValueError("cosformer encoder self-attention does not decode incrementally")
             out, weights = self._bidirectional_self_attention(F.relu(q), query, key_padding_mask, need_weights, compute_dtype)
 
-        out = out.to(query.dtype).permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.attention_dim)
+        out = as_dtype(out, query.dtype).permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.attention_dim)
         out = self.out_proj(out)
         if weights is not None:
             weights = weights.to(query.dtype)
@@ -290,8 +290,8 @@ class CosformerAttention(BaseAttention):
         # chunking, and since nothing else holds these projections (nor v), its backward overwrites
         # them with their gradients. With padded keys zero, every weight of a pad is zero, so the
         # values need no masking and the denominator weights are all ones.
-        k = self._split_heads(self.k_proj(x)).to(dtype)
-        v = self._split_heads(self.v_proj(x)).to(dtype)
+        k = as_dtype(self._split_heads(self.k_proj(x)), dtype)
+        v = as_dtype(self._split_heads(self.v_proj(x)), dtype)
         angle = self._angles(pos, self.horizon, dtype)
         if need_weights:
             if incremental_state is not None:
