@@ -110,6 +110,7 @@ def test_the_sides_measure_their_own_checkouts_in_their_places(tmp_path):
     assert "- before: `../before` at git " in text and "(fairseq_plugins from `../before/fairseq_plugins`)" in text
     assert "- after: `.` at git " in text and "(fairseq_plugins from `fairseq_plugins`)" in text
     assert str(tmp_path) not in text
+    assert "--lengths 32 --prefixes '' --rounds 6" in text  # the command as a shell reads it: the empty value kept
     assert "- kinds: every kind both checkouts measure (softmax, other), relative to softmax; measured by one " \
            "checkout only, not compared: gone (before only); new (after only)" in text
     assert json.loads((tmp_path / "times.json").read_text())["checkouts"] == {"before": "../before", "after": "."}
