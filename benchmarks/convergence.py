@@ -55,22 +55,20 @@ class Ladder:
     subsets: Sequence[str]      # what is scored at every rung
 
 
+# The baselines of bench-quality's suites at the convergence budget (their settings, defined there), climbed
+# with a --max-update of each rung; the LM's sizes on the command line (the same model as its architecture file)
 MULTI30K = quality.SUITES["multi30k"]
 SHAKESPEARE = quality.SUITES["shakespeare"]
-# 8 layers small enough to converge within the hour on 2 cores: d = 64, FFN 256, 4 heads of 16
-LM8_SIZES = ("--decoder-layers", "8", "--decoder-embed-dim", "64", "--decoder-ffn-embed-dim", "256",
-             "--decoder-attention-heads", "4")
+DEFAULT_RESULTS = os.path.join(REPO, "benchmarks", "results", "convergence")
 LADDERS = {
     "multi30k": Ladder(
-        suite=dataclasses.replace(MULTI30K, env={**MULTI30K.env, "DROPOUT": "0.3", "SUBSETS": "valid test"}),
+        suite=dataclasses.replace(MULTI30K, env={**quality.CONVERGED_MULTI30K_ENV, "SUBSETS": "valid test"}),
         row=quality.Row("softmax", "mixed_transformer_iwslt_de_en"),
         first=1000, max_budget=64000, tolerance=0.5, relative=False, metric="test_sacrebleu",
         floor=quality.BLEU_FLOOR, subsets=("valid", "test")),
     "shakespeare8": Ladder(
         suite=dataclasses.replace(
-            SHAKESPEARE, model_args=LM8_SIZES,
-            env={**SHAKESPEARE.env, "TOKENS_PER_SAMPLE": "512", "CONTEXT_WINDOW": "256", "MAX_TOKENS": "4096",
-                 "TOKENS_PER_UPDATE": "4096", "LOG_INTERVAL": "50"}),
+            SHAKESPEARE, model_args=quality.LM8_SIZES, env=quality.LM8_ENV),
         row=quality.Row("softmax", "softmax_1head_lm"),
         first=250, max_budget=32000, tolerance=0.01, relative=True, metric="valid_loss", floor=None, subsets=("test",)),
 }
@@ -202,6 +200,16 @@ def run_ladder(ctx: quality.Context, name: str, results: str, seed: int) -> Opti
     return None
 
 
+def measured_budget(results: str, name: str, seed: int = 1) -> Optional[int]:
+    """The first rung of the ladder whose metric is within the tolerance of the next one's (None: not yet)."""
+    ladder = LADDERS[name]
+    rows = [r for r in load_records(results, name) if r["seed"] == seed and r["row"] == ladder.row.name]
+    for record, following in zip(rows, rows[1:]):
+        if following["updates"] == 2 * record["updates"] and converged(ladder, record[ladder.metric], following[ladder.metric]):
+            return record["updates"]
+    return None
+
+
 def load_records(results: str, name: str) -> List[dict]:
     folder = os.path.join(results, name)
     records = []
@@ -264,7 +272,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="(default: %(default)s)")
     parser.add_argument("--data-root", default=os.path.join(os.path.dirname(REPO), "shared", "data"), help="the shared data")
     parser.add_argument("--work-dir", default=os.path.join(REPO, "work_dirs", "convergence"), help="(default: %(default)s)")
-    parser.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "convergence"),
+    parser.add_argument("--results", default=DEFAULT_RESULTS,
                         help="one JSON per rung, committed (default: %(default)s)")
     parser.add_argument("--output", default=os.path.join(REPO, "docs", "convergence.md"), help="the report (default: %(default)s)")
     parser.add_argument("--first", type=int, help="the first rung (default: the ladder's)")

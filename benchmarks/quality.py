@@ -53,10 +53,11 @@ import re
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 if __package__ in (None, ""):  # run by path, not as python -m benchmarks.quality: make the checkout importable
@@ -121,6 +122,11 @@ class Row:
     claim: Optional[Claim] = None
     syntax_hints: bool = False  # BET(SG): the recipe's SYNTAX_HINTS=1 (hints + pointer loss)
     note: str = ""
+    seeds: Optional[Tuple[int, ...]] = None  # None: the suite's
+    env: Tuple[Tuple[str, str], ...] = ()    # recipe variables of this row only (e.g. POINTER_LOSS_WEIGHT)
+    # The row is the one of these (trained at seed 1) with the lowest validation nll: validation chooses,
+    # never the test set. Its seed 1 is that row's run; the other seeds train with its settings.
+    chosen_from: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,14 @@ class Suite:
     metric: str                  # key of the test score shown first
     higher_is_better: bool
     train_args: Tuple[str, ...] = ("--no-epoch-checkpoints",)
+    data: str = ""               # the prepared data set (default: the suite's name); suites may share one
+    seeds: Tuple[int, ...] = (1,)
+    # MAX_UPDATE is the convergence budget that benchmarks/convergence.py measured for this ladder
+    budget_from: str = ""
+
+    @property
+    def dataset(self) -> str:
+        return self.data or self.name
 
 
 # ---------------------------------------------------------------------------
@@ -225,6 +239,79 @@ SUITES = {
     "grimm": lm_suite("grimm", "Grimm's fairy tales, words", "wikitext2", "perplexity",
                       updates=400, tokens=2048, dropout=0.3, weight_decay=0.01),
 }
+# ---------------------------------------------------------------------------
+# The suites at the convergence budget (benchmarks/convergence.py measures it on their baseline)
+# ---------------------------------------------------------------------------
+
+CONVERGED_SEEDS = (1, 2, 3)
+ONE_SEED = (1,)
+# a long run regularises as the recipe does (the 500-update suite keeps dropout 0.1 to learn fast)
+CONVERGED_MULTI30K_ENV = {**{k: v for k, v in SUITES["multi30k"].env.items() if k != "MAX_UPDATE"}, "DROPOUT": "0.3"}
+_ROWS = {row.name: row for row in TRANSLATION_ROWS}
+POINTER_LOSS_WEIGHTS = ("0.05", "0.2", "0.5", "1.0")  # BET(SG)'s lambda_p, chosen on the validation set
+# SHE's l = 128 lags of d x d weights per layer: 10.07M parameters at d = 128 against softmax's 3.87M; a
+# decoder of width 56 (4 heads of 14) brings it to 3.84M (the encoder keeps 128; cross-attention reads it)
+SHE_MATCHED_DECODER = ("--decoder-embed-dim", "56")
+CONVERGED_TRANSLATION_ROWS = (
+    _ROWS["softmax"], _ROWS["cosformer_encoder"], _ROWS["mformer"],
+    replace(_ROWS["cosformer_everywhere"], seeds=ONE_SEED),
+    _ROWS["cosformer_decoder"], _ROWS["extractor_he_decoder"],
+    Row("extractor_she_decoder_matched", "extractor_she_iwslt_de_en", SHE_MATCHED_DECODER,
+        claim=Claim("SHE replaces decoder self-attention at softmax's parameter count (Chen 2023)", BASELINE, "matches"),
+        note="decoder width 56: 3.84M parameters against softmax's 3.87M"),
+    _ROWS["bet_sf"],
+    *(Row(f"bet_sg_w{weight}", "bet_sg_iwslt_de_en", syntax_hints=True, seeds=ONE_SEED,
+          env=(("POINTER_LOSS_WEIGHT", weight),)) for weight in POINTER_LOSS_WEIGHTS),
+    Row("bet_sg", "bet_sg_iwslt_de_en", syntax_hints=True, claim=Claim("BET(SG) beats the baseline (Sha et al. 2022)", BASELINE),
+        chosen_from=tuple(f"bet_sg_w{weight}" for weight in POINTER_LOSS_WEIGHTS)),
+    replace(_ROWS["extractor_she_decoder"], seeds=ONE_SEED, note="the paper's size: 10.07M parameters"),
+    replace(_ROWS["extractor_we_decoder"], seeds=ONE_SEED), replace(_ROWS["extractor_me_decoder"], seeds=ONE_SEED),
+    *(replace(_ROWS[name], seeds=ONE_SEED) for name in ("diag_free", "reduced_diag", "magnified_diag")),
+)
+
+# Which linear:softmax ratio a language model affords, and where its softmax layers sit: 8 layers, shipped as
+# architecture files (architectures/shakespeare8/NAME.json, one command to train any of them). d = 64, FFN 256,
+# 4 heads of 16: small enough to converge within the hour on 2 CPU cores.
+LM8_SIZES = ("--decoder-layers", "8", "--decoder-embed-dim", "64", "--decoder-ffn-embed-dim", "256",
+             "--decoder-attention-heads", "4")
+LM8_ENV = {**{k: v for k, v in SUITES["shakespeare"].env.items() if k != "MAX_UPDATE"}, "TOKENS_PER_SAMPLE": "512",
+           "CONTEXT_WINDOW": "256", "MAX_TOKENS": "4096", "TOKENS_PER_UPDATE": "4096", "LOG_INTERVAL": "50"}
+LM8_ARCHITECTURES = "architectures/shakespeare8"
+_C, _S, _H = "cosformer", "softmax", "extractor_he"
+LM8_LAYOUTS = {  # name -> (attention kind per layer, first to last; what the layout tests)
+    "softmax": ((_S,) * 8, "all softmax"),
+    "cos1_softmax1": ((_C, _S) * 4, "1:1, alternating"),
+    "cos3_softmax1": ((_C, _C, _C, _S) * 2, "3:1, softmax spread evenly (every 4th layer)"),
+    "cos3_softmax1_last": ((_C,) * 6 + (_S,) * 2, "3:1, softmax layers last"),
+    "cos3_softmax1_first": ((_S,) * 2 + (_C,) * 6, "3:1, softmax layers first"),
+    "cos7_softmax1": ((_C,) * 7 + (_S,), "7:1, one softmax layer, last"),
+    "cosformer": ((_C,) * 8, "all cosFormer"),
+    "he3_softmax1": ((_H, _H, _H, _S) * 2, "3:1 with Extractor HE in place of cosFormer, softmax every 4th layer"),
+}
+
+
+def lm8_architecture(kinds: Sequence[str]) -> dict:
+    """The architecture file of an 8-layer layout (fairseq_plugins.models.architecture's JSON form)."""
+    return {"decoder_embed_dim": 64,
+            "decoder_layers": [{"attention_kind": kind, "attention_heads": 4, "ffn_embed_dim": 256} for kind in kinds]}
+
+
+LM8_ROWS = tuple(
+    Row(name, "softmax_1head_lm", ("--architecture-file", f"{LM8_ARCHITECTURES}/{name}.json")
+        + (("--extractor-lags", "128") if _H in kinds else ()),  # the Extractor paper's l
+        claim=None if name == "softmax" else Claim(description, "softmax", "matches"))
+    for name, (kinds, description) in LM8_LAYOUTS.items())
+
+SUITES.update({
+    "multi30k_converged": replace(
+        SUITES["multi30k"], name="multi30k_converged", data="multi30k", env=CONVERGED_MULTI30K_ENV,
+        title="Multi30k de-en at the convergence budget (test 2016 flickr)", rows=CONVERGED_TRANSLATION_ROWS,
+        quick_rows=("softmax", "cosformer_decoder"), seeds=CONVERGED_SEEDS, budget_from="multi30k"),
+    "shakespeare8": replace(
+        SUITES["shakespeare"], name="shakespeare8", data="shakespeare", env=LM8_ENV, model_args=(),
+        title="tiny Shakespeare, characters, 8 layers: linear:softmax ratio and placement", rows=LM8_ROWS,
+        quick_rows=("softmax", "cos3_softmax1"), seeds=(1, 2), budget_from="shakespeare8"),
+})
 PARSER_STEPS = 2000  # the UD parser for BET(SG)'s hints (docs/results.md: UAS 77 on EWT test)
 QUICK_PARSER_STEPS = 20
 
@@ -324,13 +411,13 @@ def shared_file(ctx: Context, *parts: str) -> str:
 
 
 def data_bin(ctx: Context, suite: Suite) -> str:
-    return os.path.join(ctx.work_dir, "data-bin", suite.name)
+    return os.path.join(ctx.work_dir, "data-bin", suite.dataset)
 
 
 def prepare(ctx: Context, suite: Suite) -> str:
     """Binarise the suite's data (data_prep is idempotent: a second call does nothing)."""
-    dest, work = data_bin(ctx, suite), os.path.join(ctx.work_dir, "data", suite.name)
-    if suite.name == "multi30k":
+    dest, work = data_bin(ctx, suite), os.path.join(ctx.work_dir, "data", suite.dataset)
+    if suite.dataset == "multi30k":
         raw = os.path.join(ctx.data_root, "multi30k")
         names = [f"{split}.{lang}" for split in ("train", "val", "test_2016_flickr") for lang in ("de", "en")]
         for name in names:
@@ -342,7 +429,7 @@ def prepare(ctx: Context, suite: Suite) -> str:
                              2000 if name.startswith("train") else 100)
         ctx.run(suite.name, {}, [ctx.python, "-m", "data_prep.multi30k", "--raw-dir", raw, "--no-download",
                                  "--work-dir", work, "--dest", dest, "--workers", "1"])
-    elif suite.name == "shakespeare":
+    elif suite.dataset == "shakespeare":
         source = shared_file(ctx, "tiny_shakespeare", "input.txt")
         if ctx.quick:
             quick = os.path.join(ctx.work_dir, "quick_raw", "tiny_shakespeare.txt")
@@ -351,7 +438,7 @@ def prepare(ctx: Context, suite: Suite) -> str:
             source = quick
         ctx.run(suite.name, {}, [ctx.python, "-m", "data_prep.enwik8", "--input-file", source,
                                  "--work-dir", work, "--dest", dest, "--workers", "1"])
-    elif suite.name == "grimm":
+    elif suite.dataset == "grimm":
         source = os.path.join(ctx.data_root, "grimm")
         for split in ("train", "valid", "test"):
             shared_file(ctx, "grimm", f"{split}.txt")
@@ -423,22 +510,44 @@ def load_preparation_commands(ctx: Context, suite: Suite) -> List[str]:
 
 def recipe_env(ctx: Context, suite: Suite, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     env = {"NUM_GPUS": "0", "DATA_WORKERS": "0", "DATA_BIN": data_bin(ctx, suite),
-           "WORK_DIR": os.path.join(ctx.work_dir, "data", suite.name)}
+           "WORK_DIR": os.path.join(ctx.work_dir, "data", suite.dataset)}
     if suite.kind == "translation":
         env.update(SRC="de", TGT="en")
     return {**env, **(extra or {})}
 
 
 def suite_env(ctx: Context, suite: Suite) -> Dict[str, str]:
-    return {**suite.env, **(suite.quick_env if ctx.quick else {})}
+    env = dict(suite.env)
+    if suite.budget_from and not ctx.quick:
+        env["MAX_UPDATE"] = str(convergence_budget(suite.budget_from))
+    return {**env, **(suite.quick_env if ctx.quick else {})}
 
 
-def row_settings(ctx: Context, suite: Suite, row: Row) -> dict:
+def convergence_budget(ladder: str) -> int:
+    """The budget B that benchmarks/convergence.py measured for ``ladder`` (its committed records, seed 1)."""
+    from benchmarks import convergence
+
+    budget = convergence.measured_budget(convergence.DEFAULT_RESULTS, ladder)
+    if budget is None:
+        raise SystemExit(f"error: the convergence budget of '{ladder}' is not measured yet (no converged rung in "
+                         f"{relative(os.path.join(convergence.DEFAULT_RESULTS, ladder))}): run "
+                         f"`python benchmarks/convergence.py --suite {ladder}` first")
+    return budget
+
+
+def seeds_of(suite: Suite, row: Row) -> Tuple[int, ...]:
+    return row.seeds if row.seeds is not None else suite.seeds
+
+
+def row_settings(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> dict:
     """Everything that decides a row's result (its fingerprint)."""
-    return {"suite": suite.name, "row": row.name, "arch": row.arch,
-            "args": list(suite.model_args + row.args + suite.train_args), "env": suite_env(ctx, suite),
-            "syntax_hints": row.syntax_hints, "quick": ctx.quick,
-            "data": _data_fingerprint(data_bin(ctx, suite))}
+    settings = {"suite": suite.name, "row": row.name, "arch": row.arch,
+                "args": list(suite.model_args + row.args + suite.train_args), "env": {**suite_env(ctx, suite), **dict(row.env)},
+                "syntax_hints": row.syntax_hints, "quick": ctx.quick,
+                "data": _data_fingerprint(data_bin(ctx, suite))}
+    if seed != 1:  # (seed 1's settings are those of the rows of before seeds, which stay valid)
+        settings["seed"] = seed
+    return settings
 
 
 def _data_fingerprint(path: str) -> str:
@@ -455,31 +564,47 @@ def fingerprint(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def result_path(ctx: Context, suite: Suite, row: Row) -> str:
-    return os.path.join(ctx.work_dir, "results", suite.name, f"{row.name}.json")
+def _seed_suffix(seed: int) -> str:
+    return "" if seed == 1 else f"_seed{seed}"
 
 
-def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False) -> dict:
-    settings = row_settings(ctx, suite, row)
+def result_path(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> str:
+    return os.path.join(ctx.work_dir, "results", suite.name, f"{row.name}{_seed_suffix(seed)}.json")
+
+
+def row_dir(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> str:
+    return os.path.join(ctx.work_dir, "checkpoints", suite.name, row.name + _seed_suffix(seed))
+
+
+def row_env(ctx: Context, suite: Suite, row: Row, seed: int) -> Dict[str, str]:
+    env = recipe_env(ctx, suite, {**suite_env(ctx, suite), **dict(row.env), "SAVE_DIR": row_dir(ctx, suite, row, seed)})
+    if seed != 1:
+        env["SEED"] = str(seed)
+    if row.syntax_hints:
+        env["SYNTAX_HINTS"] = "1"
+    return env
+
+
+def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False, seed: int = 1) -> dict:
+    settings = row_settings(ctx, suite, row, seed)
     key = fingerprint(settings)
-    path = result_path(ctx, suite, row)
+    path = result_path(ctx, suite, row, seed)
+    label = f"{suite.name}/{row.name}" + (f" seed {seed}" if seed != 1 else "")
     if not force and os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             previous = json.load(f)
         if previous.get("fingerprint") == key:
-            log(f"{suite.name}/{row.name}: done before ({relative(path)})")
+            log(f"{label}: done before ({relative(path)})")
             # a row finished before the paired test gets its items without training again
-            return rescore_row(ctx, suite, row)
-    save_dir = os.path.join(ctx.work_dir, "checkpoints", suite.name, row.name)
+            return rescore_row(ctx, suite, row, seed)
+    save_dir = row_dir(ctx, suite, row, seed)
     # An unfinished row starts again from scratch (fairseq would resume from checkpoint_last.pt): its
     # training time is then that of one uninterrupted run. Resuming is per row.
     shutil.rmtree(save_dir, ignore_errors=True)
     os.makedirs(save_dir)
-    env = recipe_env(ctx, suite, {**suite_env(ctx, suite), "SAVE_DIR": save_dir})
-    if row.syntax_hints:
-        env["SYNTAX_HINTS"] = "1"
+    env = row_env(ctx, suite, row, seed)
     train = [f"recipes/{suite.recipe}/train.sh", row.arch, *suite.model_args, *row.args, *suite.train_args]
-    log(f"{suite.name}/{row.name}: training ({env['MAX_UPDATE']} updates)")
+    log(f"{label}: training ({env['MAX_UPDATE']} updates)")
     started = time.time()
     ctx.run(suite.name, env, train)
     train_elapsed = time.time() - started
@@ -491,12 +616,32 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False) -> dict:
         with open(os.path.join(save_dir, "generate", "generate-test.txt"), encoding="utf-8") as f:
             training["generation"] = parse_generate_speed(f.read())
     score, items = read_test_scores(ctx, suite, save_dir)
-    result = {"fingerprint": key, "settings": settings, "train_command": shell_line(env, train),
+    training["gflops"] = checkpoint_gflops(suite, os.path.join(save_dir, "checkpoint_last.pt"))
+    result = {"fingerprint": key, "settings": settings, "seed": seed, "train_command": shell_line(env, train),
               "evaluate_command": shell_line(evaluate_env, evaluate),
               "train_process_seconds": round(train_elapsed, 1), "score": score, **training, **items,
               "finished": datetime.datetime.now().isoformat(timespec="seconds"), **provenance()}
     write_json(path, result, sort_keys=True)
     return result
+
+
+# The lengths at which a row's forward FLOPs are counted: a sentence pair of 30 + 30 tokens (Multi30k's
+# sentences are about 13 tokens; the search's latency uses 30) or a language model's 512-token block.
+FLOPS_LENGTHS = {"translation": (30, 30), "lm": (1, 512)}
+
+
+def checkpoint_gflops(suite: Suite, checkpoint: str) -> float:
+    """Forward GFLOPs of the trained model (fairseq_plugins.complexity: every kind's registered costs)."""
+    from fairseq import checkpoint_utils
+
+    from fairseq_plugins.complexity import architecture_cost
+    from fairseq_plugins.models.architecture import architecture_of_checkpoint
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
+    vocab = state["model"]["decoder.embed_tokens.weight"].shape[0]
+    source, target = FLOPS_LENGTHS[suite.kind]
+    cost = architecture_cost(architecture_of_checkpoint(checkpoint), source, target)
+    return round(cost.total_flops(vocab) / 1e9, 4)
 
 
 # fairseq-eval-lm prints every evaluated block's per-token log probabilities: the paired test's items.
@@ -530,29 +675,28 @@ def read_test_scores(ctx: Context, suite: Suite, save_dir: str) -> Tuple[dict, d
     return score, items
 
 
-def rescore_row(ctx: Context, suite: Suite, row: Row) -> Optional[dict]:
+def rescore_row(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> Optional[dict]:
     """Add the paired test's per-item data to a row finished without it (rows of before the paired test):
     the stored generation output where it exists, else the row's scoring command again on its checkpoint.
     The recomputed test score must equal the stored one."""
-    path = result_path(ctx, suite, row)
+    path = result_path(ctx, suite, row, seed)
     if not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8") as f:
         result = json.load(f)
     if "hypotheses" in result or "block_losses" in result:
         return result
-    if result.get("fingerprint") != fingerprint(row_settings(ctx, suite, row)):
+    if result.get("fingerprint") != fingerprint(row_settings(ctx, suite, row, seed)):
         log(f"{suite.name}/{row.name}: trained with other settings: not rescored")
         return None
-    save_dir = os.path.join(ctx.work_dir, "checkpoints", suite.name, row.name)
+    save_dir = row_dir(ctx, suite, row, seed)
     stored_output = os.path.join(save_dir, "generate", "generate-test.txt")
     command = None
     if suite.kind == "lm" or not os.path.isfile(stored_output):
         if not glob.glob(os.path.join(save_dir, "checkpoint*.pt")):
             raise SystemExit(f"error: --rescore {suite.name}/{row.name}: no checkpoint in {relative(save_dir)} "
                              "(retrain the row with --force)")
-        env = recipe_env(ctx, suite, {**suite_env(ctx, suite), "SAVE_DIR": save_dir})
-        evaluate_env, evaluate = evaluation_command(suite, row, env)
+        evaluate_env, evaluate = evaluation_command(suite, row, row_env(ctx, suite, row, seed))
         log(f"{suite.name}/{row.name}: scoring the test set again")
         ctx.run(suite.name, evaluate_env, evaluate, record=False)
         command = shell_line(evaluate_env, evaluate)
@@ -863,6 +1007,84 @@ def verdict(suite: Suite, row: Row, results: Dict[str, dict], references: Option
     return f"{claim.text}: **{'holds' if holds else 'not reproduced'}** ({stats}){parameters}"
 
 
+def load_result(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> Optional[dict]:
+    """The row's finished result at ``seed`` when its settings are the current ones."""
+    path = result_path(ctx, suite, row, seed)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        result = json.load(f)
+    return result if result.get("fingerprint") == fingerprint(row_settings(ctx, suite, row, seed)) else None
+
+
+def resolve_row(ctx: Context, suite: Suite, row: Row) -> Tuple[Optional[Row], Optional[Row]]:
+    """(the row to train, the candidate it was chosen from) for a row chosen on the validation set; the row
+    itself and None otherwise; (None, None) while a candidate has not finished."""
+    if not row.chosen_from:
+        return row, None
+    by_name = {r.name: r for r in suite.rows}
+    scored = []
+    for name in row.chosen_from:
+        result = load_result(ctx, suite, by_name[name], 1)
+        if result is None or "nll_loss" not in result.get("valid", {}):
+            return None, None
+        scored.append((result["valid"]["nll_loss"], name))
+    chosen = by_name[min(scored)[1]]
+    resolved = replace(chosen, name=row.name, claim=row.claim, seeds=row.seeds, chosen_from=(),
+                       note=f"{chosen.name}: the lowest validation nll of {', '.join(row.chosen_from)}")
+    return resolved, chosen
+
+
+def seed_results(ctx: Context, suite: Suite, row: Row) -> List[dict]:
+    """Every finished seed of the row, in seed order (a chosen row's seed 1 is its candidate's run)."""
+    resolved, chosen = resolve_row(ctx, suite, row)
+    if resolved is None:
+        return []
+    results = []
+    for seed in seeds_of(suite, row):
+        result = load_result(ctx, suite, chosen, 1) if (chosen is not None and seed == 1) else \
+            load_result(ctx, suite, resolved, seed)
+        if result is not None:
+            results.append({**result, "seed": seed})
+    return results
+
+
+def paired_over_seeds(suite: Suite, ours: Sequence[dict], theirs: Sequence[dict],
+                      references: Optional[References]) -> Tuple[Optional[Paired], str]:
+    """The paired bootstrap on the concatenated seeds: seed k of the row against seed k of the baseline,
+    their test items put end to end (every test sentence or block once per seed)."""
+    baseline = {r["seed"]: r for r in theirs}
+    pairs = [(r, baseline[r["seed"]]) for r in ours if r["seed"] in baseline]
+    if not pairs:
+        return None, "no seed in common with the baseline"
+    key = "hypotheses" if suite.kind == "translation" else "block_losses"
+    if any(key not in a or key not in b for a, b in pairs):
+        return None, "a seed without stored test items (--rescore)"
+    concatenated = [sum((pair[side][key] for pair in pairs), []) for side in (0, 1)]
+    if suite.kind == "translation":
+        if references is None:
+            return None, "no test references"
+        joined = References(references.lines * len(pairs), references.lowercase)
+        return paired_bleu(concatenated[0], concatenated[1], joined), ""
+    return paired_lm(concatenated[0], concatenated[1], perplexity=suite.metric == "perplexity"), ""
+
+
+def seeds_verdict(suite: Suite, row_results: Sequence[dict], baseline_results: Sequence[dict],
+                  references: Optional[References]) -> str:
+    """beats / matches / loses against the baseline at p < SIGNIFICANCE_LEVEL on the concatenated seeds."""
+    paired, why = paired_over_seeds(suite, row_results, baseline_results, references)
+    if paired is None:
+        return f"no verdict ({why})"
+    if paired.p_value >= SIGNIFICANCE_LEVEL or paired.ours == paired.theirs:
+        word = "matches"
+    else:
+        better = paired.ours > paired.theirs if suite.higher_is_better else paired.ours < paired.theirs
+        word = "beats" if better else "loses"
+    seeds = len({r["seed"] for r in row_results} & {r["seed"] for r in baseline_results})
+    digits = 3 if suite.metric == "bits_per_character" else 2
+    return f"**{word}** ({paired.ours:.{digits}f} vs {paired.theirs:.{digits}f} over {seeds} seed{'s' if seeds > 1 else ''}, {format_p(paired.p_value)})"
+
+
 def parameter_note(ours: dict, theirs: dict) -> str:
     """Said in the verdict when the row has clearly more parameters than its baseline (not a matched pair)."""
     if ours.get("params") and theirs.get("params") and ours["params"] > PARAMS_MATCH_RATIO * theirs["params"]:
@@ -936,6 +1158,66 @@ def render_suite(suite: Suite, results: Dict[str, dict], plot: Optional[str],
             lines += [f"sacreBLEU signature: `{signature}`.", ""]
     if plot:
         lines += [f"![training loss, {suite.title}]({os.path.basename(plot)})", ""]
+    return lines
+
+
+def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[References]) -> List[str]:
+    """A suite trained with several seeds: per row the metric of every seed, mean and spread, the verdict
+    against the baseline on the concatenated seeds and per seed, parameters, FLOPs, time and decoding speed."""
+    lines = [f"### {suite.title}", ""]
+    rows = {row.name: seed_results(ctx, suite, row) for row in suite.rows}
+    finished = {name: results for name, results in rows.items() if results}
+    if not finished:
+        return lines + ["No row finished yet.", ""]
+    any_result = next(iter(finished.values()))[0]
+    env = any_result["settings"]["env"]
+    baseline = next((row.claim.baseline for row in suite.rows if row.claim), None)
+    lines += [f"Budget: {env['MAX_UPDATE']} updates of up to {env['MAX_TOKENS']} tokens"
+              + (f" (the convergence budget measured by `benchmarks/convergence.py --suite {suite.budget_from}`)"
+                 if suite.budget_from and not ctx.quick else "") + f", on {any_result['cores']} CPU cores. "
+              + (f"Shared sizes: `{' '.join(suite.model_args)}`." if suite.model_args else ""), "",
+              f"Verdicts against `{baseline}`: the paired bootstrap of the verdict rules below on the seeds' test items "
+              "(sentences or eval-lm blocks) put end to end "
+              f"(beats / loses: p < {SIGNIFICANCE_LEVEL:g}; matches: no significant difference, not a proof of "
+              "equality), then the p-value of each seed alone.", ""]
+    metric = "test sacreBLEU" if suite.kind == "translation" else (
+        "test bits per character" if suite.metric == "bits_per_character" else "test perplexity")
+    header = ["row", "`--arch` and flags", f"{metric} per seed", "mean ± std", "verdict (all seeds)", "p per seed",
+              "params", "GFLOPs", "train time (mean)"] + (["beam-5 tokens/s"] if suite.kind == "translation" else [])
+    lines += ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    for row in suite.rows:
+        results = finished.get(row.name)
+        if not results:
+            continue
+        values = [metric_value(suite, r) for r in results]
+        digits = 3 if suite.metric == "bits_per_character" else 2
+        mean = statistics.fmean(values)
+        spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
+        verdict_cell, per_seed = "", ""
+        if baseline and row.name != baseline and finished.get(baseline):
+            verdict_cell = seeds_verdict(suite, results, finished[baseline], references)
+            by_seed = {r["seed"]: r for r in finished[baseline]}
+            per_seed = ", ".join(format_p(paired.p_value) for r in results if r["seed"] in by_seed
+                                 for paired in [paired_over_seeds(suite, [r], [by_seed[r["seed"]]], references)[0]]
+                                 if paired is not None)
+        resolved, _ = resolve_row(ctx, suite, row)
+        shown = resolved or row
+        flags = " ".join([shown.arch, *shown.args] + [f"{k}={v}" for k, v in shown.env]
+                         + (["(SYNTAX_HINTS=1)"] if shown.syntax_hints else []))
+        gflops = [r["gflops"] for r in results if r.get("gflops") is not None]
+        speeds = [r["generation"]["tokens_per_second"] for r in results if r.get("generation")]
+        cells = [row.name + (f" ({shown.note})" if shown.note else ""), f"`{flags}`",
+                 ", ".join(f"{v:.{digits}f}" for v in values) + f" (seed{'s' if len(values) > 1 else ''} "
+                 + ",".join(str(r["seed"]) for r in results) + ")", f"{mean:.{digits}f}{spread}", verdict_cell or "-",
+                 per_seed or "-", f"{results[0]['params'] / 1e6:.2f}M", f"{gflops[0]:.3f}" if gflops else "-",
+                 fmt_seconds(statistics.fmean(r["train_seconds"] for r in results))]
+        if suite.kind == "translation":
+            cells.append(f"{statistics.fmean(speeds):.0f}" if speeds else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    missing = [row.name for row in suite.rows if len(finished.get(row.name, [])) < len(seeds_of(suite, row))]
+    lines.append("")
+    if missing:
+        lines += [f"Seeds still to run: {', '.join(missing)}.", ""]
     return lines
 
 
@@ -1027,7 +1309,12 @@ def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], comm
             plot = os.path.join(plots_dir, f"quality_{suite.name}_loss.png")
             plot_curves(suite, results, plot)
         references = scored_references(ctx, suite) if suite.kind == "translation" and results else None
-        lines += render_suite(suite, results, plot, references)
+        if len(suite.seeds) > 1:
+            lines += render_seeds_suite(ctx, suite, references)
+            if plot:
+                lines += [f"![training loss, {suite.title}]({os.path.basename(plot)})", ""]
+        else:
+            lines += render_suite(suite, results, plot, references)
         if results:
             example = next(iter(results.values()))
             lines += ["Commands (preparation, then one row's training and scoring; the other rows differ in "
@@ -1114,8 +1401,19 @@ def main(argv: Optional[Sequence[str]] = None):
         if any(row.syntax_hints for row in rows):
             prepare_syntax_hints(ctx, suite)
         save_preparation_commands(ctx, suite)
-        for row in rows:
-            run_row(ctx, suite, row, force=args.force)
+        # seed by seed: a run cut off by the end of a session has trained every row once before any twice;
+        # rows chosen on the validation set come after their candidates
+        for seed in sorted({seed for row in rows for seed in seeds_of(suite, row)}):
+            for row in sorted(rows, key=lambda r: bool(r.chosen_from)):
+                if seed not in seeds_of(suite, row):
+                    continue
+                resolved, chosen = resolve_row(ctx, suite, row)
+                if resolved is None:
+                    log(f"{suite.name}/{row.name}: waits for {', '.join(row.chosen_from)} (chosen on the validation set)")
+                    continue
+                if chosen is not None and seed == 1:
+                    continue  # its seed 1 is the chosen candidate's run
+                run_row(ctx, suite, resolved, force=args.force, seed=seed)
     command = "python benchmarks/quality.py" + (" " + " ".join(shlex.quote(a) for a in argv) if argv else
                                                  (" " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""))
     # Every suite with finished rows is in the report, not only those run now (--suites selects what runs).

@@ -465,3 +465,95 @@ def test_a_stopped_run_stops_the_whole_command_it_started(tmp_path):
     except ProcessLookupError:
         alive = False
     assert not alive, "the command's own child survived the stopped run"
+
+
+# ------------------------------------------------------- suites at the convergence budget, several seeds ---
+
+def _write_result(ctx, suite, row, seed, **fields):
+    path = quality.result_path(ctx, suite, row, seed)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    result = {"fingerprint": quality.fingerprint(quality.row_settings(ctx, suite, row, seed)), "seed": seed, **fields}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    return result
+
+
+def test_a_row_chosen_on_validation_takes_the_lowest_valid_nll_and_waits_for_every_candidate(tmp_path):
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=True)
+    suite = quality.SUITES["multi30k_converged"]
+    rows = {row.name: row for row in suite.rows}
+    chosen_row = rows["bet_sg"]
+    assert chosen_row.chosen_from == tuple(f"bet_sg_w{w}" for w in quality.POINTER_LOSS_WEIGHTS)
+    nll = {"bet_sg_w0.05": 3.1, "bet_sg_w0.2": 2.9, "bet_sg_w0.5": 3.0}
+    for name, value in nll.items():
+        _write_result(ctx, suite, rows[name], 1, valid={"nll_loss": value}, score={"sacrebleu": 30.0})
+    assert quality.resolve_row(ctx, suite, chosen_row) == (None, None)  # w1.0 has not finished
+    _write_result(ctx, suite, rows["bet_sg_w1.0"], 1, valid={"nll_loss": 2.95}, score={"sacrebleu": 99.0})
+    resolved, chosen = quality.resolve_row(ctx, suite, chosen_row)
+    assert chosen.name == "bet_sg_w0.2" and resolved.name == "bet_sg"  # not the best test BLEU (w1.0): validation chooses
+    assert dict(resolved.env) == {"POINTER_LOSS_WEIGHT": "0.2"} and resolved.syntax_hints
+    # seed 1 of the chosen row is its candidate's run; seeds 2 and 3 train under the row's own name
+    _write_result(ctx, suite, resolved, 2, valid={"nll_loss": 2.8}, score={"sacrebleu": 31.0})
+    seeds = quality.seed_results(ctx, suite, chosen_row)
+    assert [(r["seed"], r["score"]["sacrebleu"]) for r in seeds] == [(1, 30.0), (2, 31.0)]
+    assert quality.row_env(ctx, suite, resolved, 2)["SEED"] == "2" and "SEED" not in quality.row_env(ctx, suite, resolved, 1)
+
+
+def test_a_result_of_other_settings_or_another_seed_is_not_taken(tmp_path):
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=True)
+    suite = quality.SUITES["shakespeare8"]
+    row = suite.rows[0]
+    _write_result(ctx, suite, row, 2, score={"bits_per_character": 2.0})
+    assert quality.load_result(ctx, suite, row, 2) is not None and quality.load_result(ctx, suite, row, 1) is None
+    # the seed is part of the settings: a seed-2 result copied to seed 3's file is refused
+    os.replace(quality.result_path(ctx, suite, row, 2), quality.result_path(ctx, suite, row, 3))
+    assert quality.load_result(ctx, suite, row, 3) is None
+
+
+def test_the_seeds_verdict_is_a_paired_bootstrap_on_the_concatenated_seeds():
+    references = _references(200)
+    suite = quality.SUITES["multi30k_converged"]
+    baseline = [{"seed": s, "hypotheses": _system(references, 0.5, seed=s)} for s in (1, 2, 3)]
+    better = [{"seed": s, "hypotheses": _system(references, 0.9, seed=10 + s)} for s in (1, 2, 3)]
+    refs = quality.References(tuple(references), lowercase=False)
+    assert quality.seeds_verdict(suite, better, baseline, refs).startswith("**beats**")
+    assert quality.seeds_verdict(suite, baseline, better, refs).startswith("**loses**")
+    assert quality.seeds_verdict(suite, baseline, baseline, refs).startswith("**matches**")
+    assert "over 3 seeds" in quality.seeds_verdict(suite, better, baseline, refs)
+    # only the seeds both have are paired, seed with seed
+    paired, _ = quality.paired_over_seeds(suite, better[:2], baseline, refs)
+    single = [quality.paired_bleu(better[i]["hypotheses"], baseline[i]["hypotheses"], refs).ours for i in (0, 1)]
+    assert min(single) - 1 <= paired.ours <= max(single) + 1
+    assert quality.paired_over_seeds(suite, [{"seed": 7, "hypotheses": []}], baseline, refs)[0] is None
+
+
+def test_shipped_lm_layouts_are_the_suites_rows_with_the_ratios_they_name():
+    for name, (kinds, _) in quality.LM8_LAYOUTS.items():
+        with open(os.path.join(REPO, quality.LM8_ARCHITECTURES, f"{name}.json"), encoding="utf-8") as f:
+            assert json.load(f) == quality.lm8_architecture(kinds), name
+        assert len(kinds) == 8
+        linear = sum(kind != "softmax" for kind in kinds)
+        ratio = re.match(r"(?:cos|he)(\d)_softmax(\d)", name)
+        if ratio:
+            assert linear / (8 - linear) == int(ratio.group(1)) / int(ratio.group(2)), name
+    layouts = quality.LM8_LAYOUTS
+    assert layouts["cos3_softmax1_last"][0][-2:] == ("softmax",) * 2 and layouts["cos3_softmax1_first"][0][:2] == ("softmax",) * 2
+    assert [i for i, k in enumerate(layouts["cos3_softmax1"][0]) if k == "softmax"] == [3, 7]
+    assert {row.name for row in quality.SUITES["shakespeare8"].rows} == set(layouts)
+
+
+def test_a_converged_suite_refuses_to_train_before_its_budget_is_measured(monkeypatch, tmp_path):
+    from benchmarks import convergence
+
+    monkeypatch.setattr(convergence, "DEFAULT_RESULTS", str(tmp_path / "none"))
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False)
+    with pytest.raises(SystemExit, match="convergence budget of 'multi30k' is not measured yet.*convergence.py --suite multi30k"):
+        quality.suite_env(ctx, quality.SUITES["multi30k_converged"])
+    folder = tmp_path / "none" / "multi30k"
+    folder.mkdir(parents=True)
+    for updates, bleu in ((1000, 20.0), (2000, 30.0), (4000, 30.3), (8000, 30.4)):
+        (folder / f"softmax_seed1_u{updates}.json").write_text(json.dumps(
+            {"row": "softmax", "seed": 1, "updates": updates, "test_sacrebleu": bleu}))
+    assert quality.suite_env(ctx, quality.SUITES["multi30k_converged"])["MAX_UPDATE"] == "2000"
+    assert quality.suite_env(quality.Context(data_root=".", work_dir=".", quick=True),
+                             quality.SUITES["multi30k_converged"])["MAX_UPDATE"] == "6"
