@@ -53,6 +53,9 @@ class Ladder:
     floor: Optional[float]      # a rung counts only once the metric reaches it (a model that has learnt nothing
                                 # "converges" at BLEU 0)
     subsets: Sequence[str]      # what is scored at every rung
+    # B also needs 2B within the tolerance of 4B: a loss plateau before a model starts to use its context
+    # (character LMs sit near 3.5 bits for hundreds of updates) would otherwise pass for convergence
+    confirm: bool = False
 
 
 # The baselines of bench-quality's suites at the convergence budget (their settings, defined there), climbed
@@ -70,7 +73,8 @@ LADDERS = {
         suite=dataclasses.replace(
             SHAKESPEARE, model_args=quality.LM8_SIZES, env=quality.LM8_ENV),
         row=quality.Row("softmax", "softmax_1head_lm"),
-        first=250, max_budget=32000, tolerance=0.01, relative=True, metric="valid_loss", floor=None, subsets=("test",)),
+        first=250, max_budget=32000, tolerance=0.01, relative=True, metric="valid_loss", floor=None, subsets=("test",),
+        confirm=True),
 }
 
 
@@ -105,6 +109,18 @@ def converged(ladder: Ladder, value: float, doubled: float) -> bool:
         return False
     difference = abs(value - doubled)
     return difference < (ladder.tolerance * abs(doubled) if ladder.relative else ladder.tolerance)
+
+
+def budget_of(ladder: Ladder, records: Sequence[dict]) -> Optional[int]:
+    """The budget B of one seed's rungs (in ladder order): the first b within the tolerance of 2b (and 2b of
+    4b with ``confirm``); None while no rung qualifies."""
+    by_updates = {r["updates"]: r[ladder.metric] for r in records}
+    for b in sorted(by_updates):
+        steps = [b, 2 * b] + ([4 * b] if ladder.confirm else [])
+        if all(u in by_updates for u in steps) and all(
+                converged(ladder, by_updates[u], by_updates[2 * u]) for u in steps[:-1]):
+            return b
+    return None
 
 
 def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int, seed: int) -> dict:
@@ -174,6 +190,7 @@ def run_ladder(ctx: quality.Context, name: str, results: str, seed: int) -> Opti
     save_dir = os.path.join(ctx.work_dir, "checkpoints", name, f"{ladder.row.name}_seed{seed}")
     os.makedirs(save_dir, exist_ok=True)
     previous: Optional[dict] = None
+    records: List[dict] = []
     for budget in rungs(ladder):
         path = result_path(results, name, ladder.row.name, seed, budget)
         if os.path.isfile(path):
@@ -187,10 +204,12 @@ def run_ladder(ctx: quality.Context, name: str, results: str, seed: int) -> Opti
                       "finished": datetime.datetime.now().isoformat(timespec="seconds"), **quality.provenance()}
             write_json(path, record, sort_keys=True)
             log(f"{ladder.row.name} seed {seed} at {budget}: {ladder.metric} = {record[ladder.metric]}")
-        if previous is not None and converged(ladder, previous[ladder.metric], record[ladder.metric]):
-            log(f"converged: {previous['updates']} updates ({ladder.metric} {previous[ladder.metric]} vs "
-                f"{record[ladder.metric]} at {budget})")
-            return previous["updates"]
+        records.append(record)
+        found = budget_of(ladder, records)
+        if found is not None:
+            log(f"converged: B = {found} updates ({ladder.metric} " + ", ".join(
+                f"{r[ladder.metric]} at {r['updates']}" for r in records if r["updates"] >= found) + ")")
+            return found
         # keep only the checkpoints a later rung or the report may still need (the rung just scored)
         if previous is not None:
             stale = os.path.join(save_dir, f"checkpoint_u{previous['updates']}.pt")
@@ -203,11 +222,7 @@ def run_ladder(ctx: quality.Context, name: str, results: str, seed: int) -> Opti
 def measured_budget(results: str, name: str, seed: int = 1) -> Optional[int]:
     """The first rung of the ladder whose metric is within the tolerance of the next one's (None: not yet)."""
     ladder = LADDERS[name]
-    rows = [r for r in load_records(results, name) if r["seed"] == seed and r["row"] == ladder.row.name]
-    for record, following in zip(rows, rows[1:]):
-        if following["updates"] == 2 * record["updates"] and converged(ladder, record[ladder.metric], following[ladder.metric]):
-            return record["updates"]
-    return None
+    return budget_of(ladder, [r for r in load_records(results, name) if r["seed"] == seed and r["row"] == ladder.row.name])
 
 
 def load_records(results: str, name: str) -> List[dict]:
@@ -231,7 +246,9 @@ def render(results: str, names: Sequence[str]) -> str:
         records = load_records(results, name)
         unit = f"{ladder.tolerance:.0%} of it" if ladder.relative else f"{ladder.tolerance:g}"
         lines += [f"## {ladder.suite.title}: {ladder.row.name} ({ladder.row.arch} {' '.join(ladder.suite.model_args)})", "",
-                  f"Decision: `{ladder.metric}` within {unit} of the next rung's.", ""]
+                  f"Decision: `{ladder.metric}` within {unit} of the next rung's"
+                  + (", and the next rung's within it of the one after (a plateau is not convergence)" if ladder.confirm else "")
+                  + (f", once it has reached {ladder.floor:g}" if ladder.floor is not None else "") + ".", ""]
         if not records:
             lines += ["No rung has finished yet.", ""]
             continue
@@ -244,7 +261,7 @@ def render(results: str, names: Sequence[str]) -> str:
             by_seed.setdefault(record["seed"], []).append(record)
         verdicts = []
         for seed, rows in by_seed.items():
-            found = None
+            found = budget_of(ladder, rows)
             for i, record in enumerate(rows):
                 following = rows[i + 1] if i + 1 < len(rows) else None
                 if following is None:
@@ -253,8 +270,6 @@ def render(results: str, names: Sequence[str]) -> str:
                     delta = following[ladder.metric] - record[ladder.metric]
                     ok = converged(ladder, record[ladder.metric], following[ladder.metric])
                     change = f"{delta:+.3f}" + (" (within)" if ok else "")
-                    if ok and found is None:
-                        found = record["updates"]
                 cells = [f"{record[k]:.3f}" if isinstance(record.get(k), float) else str(record.get(k, "")) for k in keys]
                 lines.append(f"| {seed} | {record['updates']} | " + " | ".join(cells) +
                              f" | {change} | {record.get('train_seconds_total', 0) / 3600:.2f} h | {record['git']} | "

@@ -90,3 +90,18 @@ def test_bad_budgets_are_one_line_errors(tmp_path):
     result = subprocess.run([sys.executable, SCRIPT, "--first", "0", "--report-only", "--output", str(tmp_path / "c.md")],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "--first must be a positive number of updates, got 0" in result.stderr
+
+
+def _records(values, first=1000):
+    return [{"updates": first * 2 ** i, "test_sacrebleu": v, "valid_loss": v} for i, v in enumerate(values)]
+
+
+def test_the_budget_is_the_first_rung_within_the_tolerance_and_a_plateau_needs_confirming():
+    bleu, loss = convergence.LADDERS["multi30k"], convergence.LADDERS["shakespeare8"]
+    assert convergence.budget_of(bleu, _records([20.0, 30.0, 30.3, 30.4])) == 2000
+    assert convergence.budget_of(bleu, _records([20.0, 30.0, 31.0])) is None
+    # a character LM's plateau (3.55 -> 3.52 bits) followed by the drop once it uses its context
+    plateau = _records([3.55, 3.52, 2.40, 2.00, 1.99, 1.985])
+    assert not convergence.LADDERS["multi30k"].confirm and loss.confirm
+    assert convergence.budget_of(loss, plateau[:2]) is None  # not before 4B confirms it
+    assert convergence.budget_of(loss, plateau) == 8000
