@@ -29,6 +29,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from typing import Dict, List, Optional, Sequence
@@ -295,6 +296,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="only re-render the report")
     parser.add_argument("--allow-dirty", action="store_true", help="train with uncommitted changes (recorded)")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, quality.stop_on_sigterm)
     names = args.suite or sorted(LADDERS)
     for option in ("first", "max_budget"):
         value = getattr(args, option)

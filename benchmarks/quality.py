@@ -378,6 +378,12 @@ class Context:
         return stdout
 
 
+def stop_on_sigterm(signum, frame):
+    """SIGTERM (a session's end, `kill`) as an exception: Context.run then stops the command it started
+    (its own process group) instead of leaving a training orphaned."""
+    raise SystemExit(128 + signum)
+
+
 def stop_process_group(process: subprocess.Popen, grace_seconds: float = 10.0):
     """SIGTERM to every process of ``process``'s group (its own session), SIGKILL to what is left after
     ``grace_seconds``; returns when the group is empty (``process`` reaped)."""
@@ -1365,6 +1371,7 @@ def main(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--allow-dirty", action="store_true", help="train or score even when tracked files have "
                         "uncommitted changes (the rows are then marked in the report); --quick never asks")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     if args.report_only and args.rescore:
         parser.error("--rescore: scores rows again; --report-only only renders: give one of them")
 

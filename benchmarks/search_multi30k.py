@@ -41,7 +41,7 @@ from typing import Dict, List, Optional, Sequence
 if __package__ in (None, ""):  # run by path: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import supernet_ranking  # noqa: E402
+from benchmarks import quality, supernet_ranking  # noqa: E402
 from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import REPO, require_committed  # noqa: E402
 from benchmarks.quality import (Context, paired_bleu, parse_train_log, prepare, recipe_env, relative,  # noqa: E402
@@ -121,10 +121,6 @@ def timed(stages: Stages, name: str, function, *args):
         return result
     finally:
         stages.add(name, time.time() - started, cpu_time() - cpu_started, interrupted=not finished)
-
-
-def stop_on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)
 
 
 def search_cli(ctx: Context, *argv: str) -> dict:
@@ -497,7 +493,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=os.path.abspath(args.work_dir), quick=False)
     if not args.report_only:
         require_committed(args.allow_dirty, "benchmarks/search_multi30k.py")
-        signal.signal(signal.SIGTERM, stop_on_sigterm)  # a stopped stage still records its time
+        signal.signal(signal.SIGTERM, quality.stop_on_sigterm)  # a stopped stage still records its time
         prepare(ctx, SUITE)
         times = Stages(args.results)
         supernet_ctx = Context(data_root=ctx.data_root, work_dir=os.path.abspath(args.supernet_work_dir), quick=False)
