@@ -98,7 +98,7 @@ def test_a_stage_records_its_time_also_when_stopped(tmp_path):
     assert [r.get("interrupted", False) for r in times["collect"]["runs"]] == [True]
     # SIGTERM, as main() handles it
     script = ("import signal, sys, time; from benchmarks import search_multi30k as run; "
-              "signal.signal(signal.SIGTERM, run.stop_on_sigterm); stages = run.Stages(sys.argv[1]); "
+              "signal.signal(signal.SIGTERM, run.quality.stop_on_sigterm); stages = run.Stages(sys.argv[1]); "
               "run.timed(stages, 'train', lambda: (print('started', flush=True), time.sleep(60)))")
     process = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                                cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
