@@ -202,7 +202,7 @@ def run_ladder(ctx: quality.Context, name: str, results: str, seed: int) -> Opti
             env = trained.pop("env")
             scores = score_rung(ctx, ladder, save_dir, budget, env)
             record = {"ladder": name, "row": ladder.row.name, "seed": seed, "updates": budget, **trained, **scores,
-                      "finished": datetime.datetime.now().isoformat(timespec="seconds"), **quality.provenance()}
+                      "finished": datetime.datetime.now().isoformat(timespec="seconds"), **quality.provenance(ctx.device)}
             write_json(path, record, sort_keys=True)
             log(f"{ladder.row.name} seed {seed} at {budget}: {ladder.metric} = {record[ladder.metric]}")
         records.append(record)
@@ -293,6 +293,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--output", default=os.path.join(REPO, "docs", "convergence.md"), help="the report (default: %(default)s)")
     parser.add_argument("--first", type=int, help="the first rung (default: the ladder's)")
     parser.add_argument("--max-budget", type=int, help="the last rung at most (default: the ladder's)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the recipes train and score (cuda: one GPU, float32; default: %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="only re-render the report")
     parser.add_argument("--allow-dirty", action="store_true", help="train with uncommitted changes (recorded)")
     args = parser.parse_args(argv)
@@ -307,7 +309,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         LADDERS[name] = dataclasses.replace(LADDERS[name], **overrides)
     if not args.report_only:
         require_committed(args.allow_dirty, "convergence runs")
-        ctx = quality.Context(data_root=args.data_root, work_dir=args.work_dir, quick=False)
+        ctx = quality.Context(data_root=args.data_root, work_dir=args.work_dir, quick=False, device=args.device)
         for name in names:
             budget = run_ladder(ctx, name, args.results, args.seed)
             log(f"{name}: " + (f"B = {budget}" if budget else "no rung converged up to --max-budget"))

@@ -350,6 +350,10 @@ class Context:
     quick: bool
     python: str = sys.executable
     commands: Dict[str, List[str]] = field(default_factory=dict)  # suite -> preparation commands
+    # "cuda": the recipes train and score on the GPU (NUM_GPUS=1, float32: FP16=0), several rows at once with
+    # --jobs (a lent GPU has room for a dozen of these small models side by side)
+    device: str = "cpu"
+    running: set = field(default_factory=set)  # the commands' processes now running (stopped with the run)
 
     def run(self, suite: str, env: Dict[str, str], argv: Sequence[str], log_path: Optional[str] = None,
             record: bool = True) -> str:
@@ -363,11 +367,14 @@ class Context:
         # at the end of a session): a recipe's fairseq process must not train on, orphaned, beside later runs.
         process = subprocess.Popen(list(argv), cwd=REPO, env=full_env, text=True, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, start_new_session=True)
+        self.running.add(process)
         try:
             stdout, _ = process.communicate()
         except BaseException:
             stop_process_group(process)
             raise
+        finally:
+            self.running.discard(process)
         if log_path:
             os.makedirs(os.path.dirname(log_path), exist_ok=True)
             with open(log_path, "a", encoding="utf-8") as f:
@@ -515,8 +522,10 @@ def load_preparation_commands(ctx: Context, suite: Suite) -> List[str]:
 
 
 def recipe_env(ctx: Context, suite: Suite, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    env = {"NUM_GPUS": "0", "DATA_WORKERS": "0", "DATA_BIN": data_bin(ctx, suite),
+    env = {"NUM_GPUS": "1" if ctx.device == "cuda" else "0", "DATA_WORKERS": "0", "DATA_BIN": data_bin(ctx, suite),
            "WORK_DIR": os.path.join(ctx.work_dir, "data", suite.dataset)}
+    if ctx.device == "cuda":
+        env["FP16"] = "0"  # float32 as on the CPU: the rows stay comparable
     if suite.kind == "translation":
         env.update(SRC="de", TGT="en")
     return {**env, **(extra or {})}
@@ -626,7 +635,7 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False, seed: int
     result = {"fingerprint": key, "settings": settings, "seed": seed, "train_command": shell_line(env, train),
               "evaluate_command": shell_line(evaluate_env, evaluate),
               "train_process_seconds": round(train_elapsed, 1), "score": score, **training, **items,
-              "finished": datetime.datetime.now().isoformat(timespec="seconds"), **provenance()}
+              "finished": datetime.datetime.now().isoformat(timespec="seconds"), **provenance(ctx.device)}
     write_json(path, result, sort_keys=True)
     return result
 
@@ -860,11 +869,14 @@ def parse_generate_speed(text: str) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def provenance() -> dict:
+def provenance(device: str = "cpu") -> dict:
     import fairseq
     import torch
-    return {"git": measured_revision(), "torch": torch.__version__, "fairseq": fairseq.__version__,
-            "cores": available_cores(), "cpu": cpu_model(), "load_average": load_average(), "threads": training_threads()}
+    record = {"git": measured_revision(), "torch": torch.__version__, "fairseq": fairseq.__version__,
+              "cores": available_cores(), "cpu": cpu_model(), "load_average": load_average(), "threads": training_threads()}
+    if device == "cuda":
+        record["device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "cuda (not available)"
+    return record
 
 
 def training_threads() -> str:
@@ -1349,6 +1361,41 @@ def write_report(path: str, section: str, begin: str = REPORT_BEGIN, end: str = 
         f.write(text)
 
 
+def run_rows(ctx: Context, suite: Suite, rows: Sequence[Row], force: bool, jobs: int):
+    """Train and score ``rows`` at each of their seeds: seed by seed (a run cut off by the end of a session has
+    trained every row once before any twice), rows chosen on the validation set after their candidates;
+    ``jobs`` at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def tasks(chosen_rows: bool):
+        for seed in sorted({seed for row in rows for seed in seeds_of(suite, row)}):
+            for row in rows:
+                if seed not in seeds_of(suite, row) or bool(row.chosen_from) != chosen_rows:
+                    continue
+                resolved, chosen = resolve_row(ctx, suite, row)
+                if resolved is None:
+                    log(f"{suite.name}/{row.name}: waits for {', '.join(row.chosen_from)} (chosen on the validation set)")
+                elif not (chosen is not None and seed == 1):  # a chosen row's seed 1 is its candidate's run
+                    yield resolved, seed
+
+    for chosen_rows in (False, True):
+        if jobs == 1:
+            for row, seed in tasks(chosen_rows):
+                run_row(ctx, suite, row, force=force, seed=seed)
+            continue
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(run_row, ctx, suite, row, force, seed) for row, seed in tasks(chosen_rows)]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                for process in list(ctx.running):
+                    stop_process_group(process)
+                raise
+
+
 def main(argv: Optional[Sequence[str]] = None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
@@ -1370,7 +1417,13 @@ def main(argv: Optional[Sequence[str]] = None):
                         "then re-render")
     parser.add_argument("--allow-dirty", action="store_true", help="train or score even when tracked files have "
                         "uncommitted changes (the rows are then marked in the report); --quick never asks")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the recipes train and score (cuda: one GPU, float32; default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=1, help="rows (and seeds) trained at once (default: %(default)s; "
+                        "on a GPU a dozen of these small models fit side by side)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     if args.report_only and args.rescore:
         parser.error("--rescore: scores rows again; --report-only only renders: give one of them")
@@ -1382,7 +1435,7 @@ def main(argv: Optional[Sequence[str]] = None):
     work_dir = os.path.abspath(args.work_dir or os.path.join(REPO, "work_dirs",
                                                              "bench_quality_quick" if args.quick else "bench_quality"))
     output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "results.md"))
-    ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=work_dir, quick=args.quick)
+    ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=work_dir, quick=args.quick, device=args.device)
     wanted = set(args.rows.split(",")) if args.rows else None
     if wanted:
         known = {row.name for suite in suites for row in suite.rows}
@@ -1408,19 +1461,7 @@ def main(argv: Optional[Sequence[str]] = None):
         if any(row.syntax_hints for row in rows):
             prepare_syntax_hints(ctx, suite)
         save_preparation_commands(ctx, suite)
-        # seed by seed: a run cut off by the end of a session has trained every row once before any twice;
-        # rows chosen on the validation set come after their candidates
-        for seed in sorted({seed for row in rows for seed in seeds_of(suite, row)}):
-            for row in sorted(rows, key=lambda r: bool(r.chosen_from)):
-                if seed not in seeds_of(suite, row):
-                    continue
-                resolved, chosen = resolve_row(ctx, suite, row)
-                if resolved is None:
-                    log(f"{suite.name}/{row.name}: waits for {', '.join(row.chosen_from)} (chosen on the validation set)")
-                    continue
-                if chosen is not None and seed == 1:
-                    continue  # its seed 1 is the chosen candidate's run
-                run_row(ctx, suite, resolved, force=args.force, seed=seed)
+        run_rows(ctx, suite, rows, args.force, args.jobs)
     command = "python benchmarks/quality.py" + (" " + " ".join(shlex.quote(a) for a in argv) if argv else
                                                  (" " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""))
     # Every suite with finished rows is in the report, not only those run now (--suites selects what runs).

@@ -42,3 +42,17 @@ def test_gpu_checks_sh_names_what_is_missing(tmp_path):
                             env=env, capture_output=True, text=True)
     assert result.returncode != 0 and "DATA_BIN" in result.stderr and "prepare.sh" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("env, message", [
+    ({}, "WORK_DIR: bench-quality's work folder"),
+    ({"WORK_DIR": "missing", "JOBS": "0"}, "JOBS=0: expected a positive number"),
+    ({"WORK_DIR": "missing", "TIME_LIMIT": "9m"}, "TIME_LIMIT=9m: expected a positive number of seconds"),
+    ({"WORK_DIR": "missing"}, "WORK_DIR=missing has no data-bin/"),
+])
+def test_gpu_rows_sh_refuses_bad_settings_before_anything_runs(tmp_path, env, message):
+    clean = {k: v for k, v in os.environ.items() if k not in ("WORK_DIR", "JOBS", "TIME_LIMIT")}
+    result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_rows.sh"), str(tmp_path / "out")],
+                            cwd=tmp_path, env={**clean, **env}, capture_output=True, text=True)
+    assert result.returncode != 0 and message in result.stderr
+    assert not (tmp_path / "out").exists()

@@ -557,3 +557,27 @@ def test_a_converged_suite_refuses_to_train_before_its_budget_is_measured(monkey
     assert quality.suite_env(ctx, quality.SUITES["multi30k_converged"])["MAX_UPDATE"] == "2000"
     assert quality.suite_env(quality.Context(data_root=".", work_dir=".", quick=True),
                              quality.SUITES["multi30k_converged"])["MAX_UPDATE"] == "6"
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_rows_run_every_seed_once_and_a_chosen_row_after_its_candidates(monkeypatch, tmp_path, jobs):
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=True)
+    suite = quality.SUITES["multi30k_converged"]
+    rows = [row for row in suite.rows if row.name in ("softmax", "bet_sg") or row.name.startswith("bet_sg_w")]
+    ran = []
+
+    def fake_run_row(ctx, suite, row, force=False, seed=1):
+        ran.append((row.name, seed))
+        _write_result(ctx, suite, row, seed, valid={"nll_loss": {"bet_sg_w0.5": 1.0}.get(row.name, 2.0)},
+                      score={"sacrebleu": 1.0})
+
+    monkeypatch.setattr(quality, "run_row", fake_run_row)
+    quality.run_rows(ctx, suite, rows, force=False, jobs=jobs)
+    expected = {("softmax", s) for s in (1, 2, 3)} | {(f"bet_sg_w{w}", 1) for w in quality.POINTER_LOSS_WEIGHTS} \
+        | {("bet_sg", 2), ("bet_sg", 3)}
+    assert sorted(ran) == sorted(expected) and len(ran) == len(expected)
+    first_chosen = min(i for i, (name, _) in enumerate(ran) if name == "bet_sg")
+    assert all(not name.startswith("bet_sg_w") for name, _ in ran[first_chosen:])
+    assert dict(quality.resolve_row(ctx, suite, rows[-1])[0].env) == {"POINTER_LOSS_WEIGHT": "0.5"}
+    if jobs == 1:  # seed by seed
+        assert ran.index(("softmax", 2)) > max(ran.index((f"bet_sg_w{w}", 1)) for w in quality.POINTER_LOSS_WEIGHTS)
