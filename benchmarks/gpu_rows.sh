@@ -13,7 +13,7 @@
 set -uo pipefail
 OUT_DIR=${1:?usage: WORK_DIR=DIR bash benchmarks/gpu_rows.sh OUT_DIR [benchmarks/quality.py flags...]}
 shift
-: "${WORK_DIR:?WORK_DIR: bench-quality's work folder with the prepared data (carried to the device)}"
+: "${WORK_DIR:?WORK_DIR: the bench-quality work folder with the prepared data (carried to the device)}"
 : "${PYTHON:=python3}" "${JOBS:=12}" "${TIME_LIMIT:=540}"
 case $JOBS in ''|*[!0-9]*|0) echo "error: JOBS=$JOBS: expected a positive number of rows at once" >&2; exit 2 ;; esac
 case $TIME_LIMIT in ''|*[!0-9]*|0) echo "error: TIME_LIMIT=$TIME_LIMIT: expected a positive number of seconds" >&2; exit 2 ;; esac

@@ -45,7 +45,7 @@ def test_gpu_checks_sh_names_what_is_missing(tmp_path):
 
 
 @pytest.mark.parametrize("env, message", [
-    ({}, "WORK_DIR: bench-quality's work folder"),
+    ({}, "WORK_DIR: the bench-quality work folder"),
     ({"WORK_DIR": "missing", "JOBS": "0"}, "JOBS=0: expected a positive number"),
     ({"WORK_DIR": "missing", "TIME_LIMIT": "9m"}, "TIME_LIMIT=9m: expected a positive number of seconds"),
     ({"WORK_DIR": "missing"}, "WORK_DIR=missing has no data-bin/"),
