@@ -269,3 +269,19 @@ def test_head_dim_fixed_refuses_a_kind_without_a_head_dimension_of_its_own():
     assert str(error.value).startswith("fixed.yaml: decoder.attention_kinds: attention kind 'extractor_me' takes no head "
                                        "dimension of its own, which head_dim 4 gives every head (kinds that do: ")
     assert str(error.value).endswith("use head_dim: sliced or leave 'extractor_me' out")
+
+
+def test_the_real_run_space_brackets_the_hand_written_layouts():
+    """multi30k_bracket.yaml holds bench-quality's 3 + 3 layouts of width 128 (FFN 512, 4 heads) with
+    choices below and above each of their sizes, so that a search can trade kinds for width or depth."""
+    space = SearchSpace.from_file(str(SPACES / "multi30k_bracket.yaml"))
+    data = yaml.safe_load((SPACES / "multi30k_bracket.yaml").read_text())
+    hand_written = {"embed_dim": 128, "ffn_embed_dim": 512, "attention_heads": 4}
+    for side, layers in (("encoder", 3), ("decoder", 3)):
+        for key, value in {**hand_written, "layers": layers}.items():
+            choices = data[side][key]
+            assert min(choices) < value < max(choices), (side, key, choices)
+    for encoder_kinds in (("softmax",) * 3, ("cosformer",) * 3, ("softmax", "cosformer", "softmax")):
+        space.check_contains(Architecture(
+            encoder_embed_dim=128, encoder_layers=tuple(EncoderLayer(kind, 4, 512) for kind in encoder_kinds),
+            decoder_embed_dim=128, decoder_layers=tuple(DecoderLayer("softmax", 4, 512, "softmax", 4, 1) for _ in range(3))))
