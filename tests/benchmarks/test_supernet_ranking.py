@@ -2,6 +2,7 @@
 FLOPs, Kendall's tau on known orders, the supernet's validations read from a train log, and the report
 rendered from stage results (the stages themselves run recipes and CLIs tested elsewhere)."""
 import json
+import re
 
 import pytest
 
@@ -90,6 +91,9 @@ def test_the_report_shows_both_losses_and_the_rank_correlation(tmp_path):
     assert "| 242 | 7.250 | 8.125 |" in report and "242 updates in 10.0 min (fairseq's wall clock)" in report
     assert "**Kendall's tau** between the inherited and the from-scratch order over 4 architectures: **1.000**" in report
     assert "| 0 | " + ranking.describe(architectures[0]) + " | 1,000 | 5.000 | 6.000 | 4.500 | 5.500 | 60 s |" in report
+    # beside the trivial orders: parameters (1000 + i, the scratch losses fall with i) rank perfectly here too
+    assert "| inherited loss (the supernet) | 1.000 |" in report and "| parameter count alone | 1.000 | 1.00 to 1.00 |" in report
+    assert re.search(r"\| forward FLOPs alone \| -?[01]\.\d{3} \| ", report)
     write_results(tmp_path, architectures, [5.0, 4.0, 3.0, 2.0], [6.0, 5.5, 4.5, 4.0], runs=2)
     assert "242 updates in 10.0 min (fairseq's wall clock, over 2 runs, each resuming the last one's checkpoint)" in \
         ranking.render(str(tmp_path), "python benchmarks/supernet_ranking.py")
@@ -143,3 +147,10 @@ def test_the_report_gives_the_rank_correlation_inside_each_embedding_width():
     assert lines[0].index("d 96/96") < lines[0].index("d 128/128") and lines[1] == ""
     # one width only: the overall tau says it all
     assert ranking.width_taus(complete[:3]) == []
+
+
+def test_bootstrap_tau_of_known_orders():
+    assert ranking.bootstrap_tau([1, 2, 3, 4, 5], [2, 3, 4, 5, 6], draws=200) == pytest.approx((1.0, 1.0, 1.0))
+    assert ranking.bootstrap_tau([1, 2, 3, 4, 5], [6, 5, 4, 3, 2], draws=200) == pytest.approx((-1.0, -1.0, -1.0))
+    tau, low, high = ranking.bootstrap_tau([1, 2, 3, 4, 5, 6, 7, 8], [1, 3, 2, 4, 6, 5, 8, 7], draws=500)
+    assert low < tau < high and -1 <= low and high <= 1
