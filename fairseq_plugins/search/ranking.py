@@ -142,8 +142,33 @@ class Fitted:
     report: dict
 
 
+HELD_OUT_SPLITS = 10
+
+
+def held_out_comparison(features, targets: Sequence[float], test_fraction: float, seed: int,
+                        splits: int = HELD_OUT_SPLITS) -> dict:
+    """Both models fitted and scored on ``splits`` random held-out splits (seeds seed, seed + 1, ...): one
+    split's tau moves with which architectures it happens to hold out, so the comparison is the mean and
+    spread over many, and how often the pairwise ranker's tau beats the pointwise one's."""
+    import statistics
+
+    taus = {"pairwise": [], "pointwise": []}
+    for offset in range(splits):
+        train, test = split(len(targets), test_fraction, seed + offset)
+        ranker = fit_ranker([features[i] for i in train], [targets[i] for i in train], seed + offset)
+        regressor = fit_regressor([features[i] for i in train], [targets[i] for i in train], seed + offset)
+        held_out, measured = [features[i] for i in test], [targets[i] for i in test]
+        taus["pairwise"].append(kendall_tau([-v for v in ranker.predict(held_out)], measured))
+        taus["pointwise"].append(kendall_tau(list(regressor.predict(held_out)), measured))
+    summary = {name: {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+                      "kendall_taus": values} for name, values in taus.items()}
+    summary["splits"] = splits
+    summary["pairwise_better"] = sum(p > q for p, q in zip(taus["pairwise"], taus["pointwise"]))
+    return summary
+
+
 def fit_and_evaluate(space: SearchSpace, architectures: Sequence[Architecture], targets: Sequence[float],
-                     test_fraction: float = 0.2, seed: int = 1) -> Fitted:
+                     test_fraction: float = 0.2, seed: int = 1, splits: int = HELD_OUT_SPLITS) -> Fitted:
     """Both models on the training part, scored on the held-out part (module docstring); then both refitted
     on every architecture (the saved models), with their feature importances (total gain)."""
     encoder = FeatureEncoder(space)
@@ -162,6 +187,8 @@ def fit_and_evaluate(space: SearchSpace, architectures: Sequence[Architecture], 
               "lightgbm": dict(LIGHTGBM_PARAMETERS)}
     for name, values in predicted.items():
         report[name] = {"kendall_tau": kendall_tau(values, measured), "pair_accuracy": pair_accuracy(values, measured)}
+    if splits > 1:
+        report["held_out_splits"] = held_out_comparison(features, list(targets), test_fraction, seed, splits)
     ranker = fit_ranker(features, list(targets), seed)
     regressor = fit_regressor(features, list(targets), seed)
     for name, model in (("pairwise", ranker), ("pointwise", regressor)):
@@ -244,5 +271,10 @@ def rank_command(data: str, target: str, output_dir: Optional[str], test_fractio
     paths = save(fitted, output_dir, data, target)
     summary = {name: {k: v for k, v in fitted.report[name].items() if k != "importance"} for name in ("pairwise", "pointwise")}
     top = list(fitted.report["pairwise"]["importance"].items())[:5]
+    splits = fitted.report.get("held_out_splits")
+    over_splits = {name: {k: round(splits[name][k], 4) for k in ("mean", "std")} for name in ("pairwise", "pointwise")} \
+        if splits else {}
+    if splits:
+        over_splits.update(splits=splits["splits"], pairwise_better=splits["pairwise_better"])
     return {"target": target, "architectures": fitted.report["architectures"], "held_out": fitted.report["held_out"],
-            **summary, "top_features": top, "files": paths}
+            **summary, "over_splits": over_splits, "top_features": top, "files": paths}

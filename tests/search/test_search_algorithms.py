@@ -107,6 +107,13 @@ def test_the_pairwise_ranker_recovers_a_known_order(space_path, tmp_path):
     result = json.loads(out)
     assert result["held_out"] == 32 and result["pairwise"]["kendall_tau"] > 0.85 and result["pairwise"]["pair_accuracy"] > 0.9
     assert result["pointwise"]["kendall_tau"] > 0.5  # the baseline is reported beside it
+    # and both over 10 held-out splits: mean, spread, and how often the pairwise ranker wins
+    splits = result["over_splits"]
+    assert splits["splits"] == 10 and 0 <= splits["pairwise_better"] <= 10
+    assert splits["pairwise"]["mean"] > 0.8 and splits["pairwise"]["std"] > 0 and splits["pointwise"]["mean"] > 0.5
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    taus = report["held_out_splits"]["pairwise"]["kendall_taus"]
+    assert len(taus) == 10 and len(set(taus)) > 1 and report["held_out_splits"]["pairwise"]["mean"] == pytest.approx(sum(taus) / 10)
     importance = json.loads((tmp_path / "r" / "importance.json").read_text())
     # the fields the synthetic loss depends on are the most important
     top = sorted(importance["fields"], key=lambda f: -importance["fields"][f])[:2]
