@@ -37,6 +37,7 @@ from .architecture import (
     Architecture,
     DecoderLayer,
     EncoderLayer,
+    default_per_layer,
     describe_architecture,
     model_architecture,
     record_architecture,
@@ -347,6 +348,10 @@ class MixedTransformerModel(TransformerModel):
 
 
 # ---------------------------------------------------------------- presets ---
+# mFormer's encoder layout searched for WMT14 (Liu et al., Table 3): cosFormer in layers 2 and 4 of 6
+MFORMER_ENCODER_KINDS = "softmax,cosformer,softmax,cosformer,softmax,softmax"
+
+
 @register_preset("mixed_transformer", "mixed_transformer")
 def mixed_transformer_base(args):
     set_layout_defaults(args)
@@ -371,10 +376,9 @@ def cosformer_iwslt_de_en(args):
 def mformer_iwslt_de_en(args):
     """transformer_iwslt_de_en sizes with the mFormer layout searched for WMT14
     (Liu et al., Table 3): cosFormer self-attention in encoder layers 2 and 4
-    (1-based), softmax everywhere else."""
-    args.encoder_attention_kinds = getattr(args, "encoder_attention_kinds", None) or (
-        "softmax,cosformer,softmax,cosformer,softmax,softmax"
-    )
+    (1-based), softmax everywhere else. With other --encoder-layers the pattern repeats from layer 1
+    and is cut after the last layer (``pattern_for_depth``: 4 layers get cosFormer in 2 and 4)."""
+    default_per_layer(args, "encoder_attention_kinds", MFORMER_ENCODER_KINDS, 6)
     mixed_transformer_iwslt_de_en(args)
 
 
@@ -388,15 +392,14 @@ def mformer_wmt_en_de(args):
     the decoder attends to the last encoder layer (fairseq's default).
     Our choices where the paper gives only averages or nothing: every encoder
     layer uses the mean FFN width 3072 and 16 heads, every decoder layer the
-    mean FFN width 3584; the rest is transformer_vaswani_wmt_en_de_big.
+    mean FFN width 3584; the rest is transformer_vaswani_wmt_en_de_big. The encoder's kinds follow
+    --encoder-layers as mformer_iwslt_de_en's do.
     """
     args.encoder_layers = getattr(args, "encoder_layers", 6)
     args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 1024)
     args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 3072)
     args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 16)
-    args.encoder_attention_kinds = getattr(args, "encoder_attention_kinds", None) or (
-        "softmax,cosformer,softmax,cosformer,softmax,softmax"
-    )
+    default_per_layer(args, "encoder_attention_kinds", MFORMER_ENCODER_KINDS, 6)
     args.decoder_layers = getattr(args, "decoder_layers", 2)
     args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 1024)
     args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 3584)

@@ -12,7 +12,7 @@ from fairseq.models.transformer_lm import (
 )
 
 from ..modules import AttentionConfigError
-from .architecture import Architecture, model_architecture, record_architecture, register_preset
+from .architecture import Architecture, default_per_layer, model_architecture, record_architecture, register_preset
 from ..modules.options import Positions
 from .layout import DecoderLayoutConfig, KindOptionsConfig, add_kind_options, resolve_kind_options, set_layout_defaults
 from .mixed_transformer import MixedTransformerDecoder, load_state_dict_describing_pruned
@@ -123,7 +123,8 @@ def cosformer_lm_tiny(args):
 
 @register_preset("mixed_transformer_lm", "mformer_lm_tiny")
 def mformer_lm_tiny(args):
-    """mixed_transformer_lm_tiny with 4 layers alternating cosFormer and softmax."""
+    """mixed_transformer_lm_tiny with 4 layers alternating cosFormer and softmax (with other
+    --decoder-layers the alternation goes on: ``pattern_for_depth``)."""
     args.decoder_layers = getattr(args, "decoder_layers", 4)
-    args.decoder_attention_kinds = getattr(args, "decoder_attention_kinds", None) or "cosformer,softmax,cosformer,softmax"
+    default_per_layer(args, "decoder_attention_kinds", "cosformer,softmax", 4)
     mixed_transformer_lm_tiny(args)
