@@ -407,3 +407,26 @@ def mformer_wmt_en_de(args):
     args.cross_attention_heads = getattr(args, "cross_attention_heads", None) or "4"
     set_layout_defaults(args)
     transformer_vaswani_wmt_en_de_big(args)
+
+
+@register_preset("mixed_transformer", "mixed_transformer_cpu_small")
+def mixed_transformer_cpu_small(args):
+    """A translation model for a CPU (our choice, not a paper's): 3 encoder and 3 decoder layers,
+    d = 256, 4 heads, FFN 512, about a quarter of transformer_iwslt_de_en's compute per token; the
+    recipes' PROFILE=cpu default. Kinds per layer as any preset (--encoder-attention-kinds ...)."""
+    args.encoder_layers = getattr(args, "encoder_layers", 3)
+    args.decoder_layers = getattr(args, "decoder_layers", 3)
+    for side in ("encoder", "decoder"):
+        setattr(args, f"{side}_embed_dim", getattr(args, f"{side}_embed_dim", 256))
+        setattr(args, f"{side}_ffn_embed_dim", getattr(args, f"{side}_ffn_embed_dim", 512))
+        setattr(args, f"{side}_attention_heads", getattr(args, f"{side}_attention_heads", 4))
+    mixed_transformer_iwslt_de_en(args)
+
+
+@register_preset("mixed_transformer", "mformer_cpu_small")
+def mformer_cpu_small(args):
+    """mixed_transformer_cpu_small with mFormer's encoder layout, cut to its 3 layers (softmax,
+    cosFormer, softmax; the pattern follows --encoder-layers as mformer_iwslt_de_en's does)."""
+    args.encoder_layers = getattr(args, "encoder_layers", 3)
+    default_per_layer(args, "encoder_attention_kinds", MFORMER_ENCODER_KINDS, 6)
+    mixed_transformer_cpu_small(args)

@@ -128,3 +128,16 @@ def mformer_lm_tiny(args):
     args.decoder_layers = getattr(args, "decoder_layers", 4)
     default_per_layer(args, "decoder_attention_kinds", "cosformer,softmax", 4)
     mixed_transformer_lm_tiny(args)
+
+
+@register_preset("mixed_transformer_lm", "mixed_transformer_lm_cpu_small")
+def mixed_transformer_lm_cpu_small(args):
+    """A language model for a CPU (our choice, not a paper's): 4 layers, d = 256, 4 heads, FFN 1024,
+    pre-norm, tied input and output embeddings; the recipes' PROFILE=cpu default (word- and byte-level)."""
+    args.decoder_layers = getattr(args, "decoder_layers", 4)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 256)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 1024)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", True)
+    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
+    mixed_transformer_lm_base(args)
