@@ -346,6 +346,20 @@ class MixedTransformerModel(TransformerModel):
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         return load_state_dict_describing_pruned(self, super().load_state_dict, state_dict, strict, model_cfg, args)
 
+    @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".",
+                        prepare_input: bool = True, **kwargs):
+        """fairseq's ``from_pretrained``, whose hub interface prepares raw input as the data's preparation
+        did (its prepare.json: lower-casing, punctuation normalisation; see fairseq_plugins/hub.py);
+        ``prepare_input=False``: fairseq's hub interface as it is."""
+        from fairseq import hub_utils
+
+        from ..hub import prepared_hub
+
+        loaded = hub_utils.from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,
+                                           archive_map=cls.hub_models(), **kwargs)
+        return prepared_hub(loaded, prepare_input)
+
 
 # ---------------------------------------------------------------- presets ---
 # mFormer's encoder layout searched for WMT14 (Liu et al., Table 3): cosFormer in layers 2 and 4 of 6
