@@ -16,7 +16,8 @@
 #   evolve    one evolution per budget: LATENCY_BUDGETS (milliseconds, comma-separated, predicted by
 #             the latency regressor and confirmed by measurement) and FLOPS_BUDGETS (GFLOPs), fitness
 #             FITNESS (ranker or supernet); EVOLVE_ARGS: more `search evolve` flags (word-split)
-#             -> evolve_latency_<X>ms/ and evolve_flops_<X>g/ (best.json, result.json, train_command.sh)
+#             -> evolve_latency_<X>ms/ and evolve_flops_<X>g/ (best.json, result.json, train_command.sh, whose
+#             --max-update is the data set's training budget MAX_UPDATE, not the supernet's)
 #   train     every found architecture trained from scratch: train.sh TRAIN_PRESET --architecture-file
 #             best.json (the data set's training settings) into train_<budget>/
 #   generate  generate.sh on each of those
@@ -121,7 +122,7 @@ run_search() {  # [supernet fairseq-train flags...]
                 --latency-predictor "$SEARCH_DIR/ranker_latency/regressor.txt" --beam "$LATENCY_BEAM"
                 --source-length "$LATENCY_SOURCE_LENGTH" --target-length "$LATENCY_TARGET_LENGTH"
                 --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE" --warmup "$LATENCY_WARMUP"
-                --repeats "$LATENCY_REPEATS" --seed "$SEARCH_SEED" ${EVOLVE_ARGS:-})
+                --repeats "$LATENCY_REPEATS" --seed "$SEARCH_SEED" --train-max-update "$MAX_UPDATE" ${EVOLVE_ARGS:-})
         # (a search finished with the same inputs prints its result again without searching)
         for budget in ${latency//,/ }; do
             search_step "${search[@]}" evolve "${common[@]}" --latency-ms "$budget" \

@@ -357,11 +357,13 @@ def test_search_recipe_settings_and_errors(tmp_path):
                          check=True).stdout
     assert "/search_spaces/multi30k_cpu.yaml" in out and "-n 300" in out and "--threads 2 --device cpu" in out
     assert "--beam 5 --source-length 30 --target-length 30" in out and " prune " not in out  # no pruning at CPU size
+    assert "--train-max-update 15000 " in out  # train_command.sh: the training budget, not the supernet's
     assert f"train.sh mixed_transformer_iwslt_de_en --architecture-file {tmp_path / 's'}/evolve_latency_40ms/best.json" in out
     out = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "search.sh")], capture_output=True, text=True,
                          env=env, check=True).stdout
     assert "/search_spaces/wmt14_en_de.yaml" in out and "--device cuda:0" in out and "--keep 8" in out
     assert f"--space {tmp_path / 's'}/pruned.yaml" in out and "train.sh mformer_wmt_en_de --architecture-file" in out
+    assert "--train-max-update 300000 " in out
     out = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
                          env=dict(env, STAGES="rank,evolve"), check=True).stdout
     assert " collect " not in out and " rank " in out and " evolve " in out and "train.sh" not in out
