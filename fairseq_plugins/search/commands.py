@@ -83,6 +83,13 @@ def build_constraints(costs: Costs, args, space: SearchSpace) -> List[Constraint
         constraints.append(costs.constraint("gflops", "--flops", args.flops))
     if args.params is not None:
         constraints.append(costs.constraint("mparams", "--params", args.params))
+    fraction = getattr(args, "flops_fraction", None)
+    if fraction is not None:  # a budget that needs no measurement: a share of the space's own cost
+        if not 0 < fraction <= 1:
+            raise SearchError(f"--flops-fraction: expected a fraction in (0, 1] of the largest architecture's FLOPs, "
+                              f"got {fraction}")
+        largest = costs.counted(space.extreme(largest=True))["gflops"]
+        constraints.append(costs.constraint("gflops", "--flops-fraction", fraction * largest))
     for constraint in constraints:
         if constraint.limit <= 0:
             raise SearchError(f"{constraint.option}: expected a positive bound, got {constraint.limit}")
@@ -193,6 +200,7 @@ def search_inputs(args, space: SearchSpace, settings: EvolutionSettings, latency
     return {"space": space.to_dict(), "fitness": args.fitness, "ranker_sha256": file_digest(args.ranker if args.fitness == "ranker" else None),
             "latency_predictor_sha256": file_digest(args.latency_predictor if args.latency_ms is not None else None),
             "checkpoint_sha256": file_digest(args.checkpoint), "latency_ms": args.latency_ms, "flops": args.flops,
+            "flops_fraction": getattr(args, "flops_fraction", None),
             "params": args.params, "settings": asdict(settings), "latency": asdict(latency), "confirm": args.confirm,
             "device": args.device, "subset": args.subset if args.fitness == "supernet" else None}
 

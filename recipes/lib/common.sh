@@ -67,8 +67,9 @@
 #   LATENCY_BEAM LATENCY_SOURCE_LENGTH LATENCY_TARGET_LENGTH LATENCY_THREADS LATENCY_DEVICE
 #   LATENCY_WARMUP LATENCY_REPEATS LATENCY_MAX_SPREAD   search.sh latency measurement
 #   PRUNE_KEEP          search.sh: fields the pruned space leaves free (0: no pruning)
-#   LATENCY_BUDGETS FLOPS_BUDGETS FITNESS EVOLVE_ARGS   search.sh evolve: budgets (ms, GFLOPs; comma-
-#                       separated), ranker or supernet fitness, more `search evolve` flags
+#   LATENCY_BUDGETS FLOPS_BUDGETS FLOPS_FRACTIONS FITNESS EVOLVE_ARGS   search.sh evolve: budgets (ms,
+#                       GFLOPs, fractions of the largest architecture's FLOPs, default 0.75 when none is
+#                       given; comma-separated), ranker or supernet fitness, more `search evolve` flags
 #   TRAIN_PRESET        search.sh: the preset the found architectures are trained with
 #   PYTHON              interpreter with fairseq (default: python on PATH)
 #   DRY_RUN             1 = print the fairseq-train command instead of running it

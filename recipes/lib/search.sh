@@ -14,9 +14,11 @@
 #   prune     with PRUNE_KEEP > 0: the space with the PRUNE_KEEP most important fields free (pruned.yaml),
 #             which evolve then searches
 #   evolve    one evolution per budget: LATENCY_BUDGETS (milliseconds, comma-separated, predicted by
-#             the latency regressor and confirmed by measurement) and FLOPS_BUDGETS (GFLOPs), fitness
-#             FITNESS (ranker or supernet); EVOLVE_ARGS: more `search evolve` flags (word-split)
-#             -> evolve_latency_<X>ms/ and evolve_flops_<X>g/ (best.json, result.json, train_command.sh, whose
+#             the latency regressor and confirmed by measurement), FLOPS_BUDGETS (GFLOPs) and
+#             FLOPS_FRACTIONS (fractions of the searched space's largest architecture's FLOPs; default 0.75
+#             when no budget is given: needs no measurement beforehand), fitness FITNESS (ranker or
+#             supernet); EVOLVE_ARGS: more `search evolve` flags (word-split) -> evolve_latency_<X>ms/,
+#             evolve_flops_<X>g/ and evolve_flops_<X>x/ (best.json, result.json, train_command.sh, whose
 #             --max-update is the data set's training budget MAX_UPDATE, not the supernet's)
 #   train     every found architecture trained from scratch: train.sh TRAIN_PRESET --architecture-file
 #             best.json (the data set's training settings) into train_<budget>/
@@ -40,9 +42,10 @@ search_wants() {  # is stage $1 in STAGES?
 }
 
 search_budget_dirs() {  # the evolution folders of the budgets, one per line
-    local budget latency=${LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-}
+    local budget latency=${LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-} fractions=${FLOPS_FRACTIONS:-}
     for budget in ${latency//,/ }; do echo "$SEARCH_DIR/evolve_latency_${budget}ms"; done
     for budget in ${flops//,/ }; do echo "$SEARCH_DIR/evolve_flops_${budget}g"; done
+    for budget in ${fractions//,/ }; do echo "$SEARCH_DIR/evolve_flops_${budget}x"; done
 }
 
 run_search() {  # [supernet fairseq-train flags...]
@@ -71,10 +74,11 @@ run_search() {  # [supernet fairseq-train flags...]
             return 2
         fi
     done
-    if search_wants evolve && [ -z "${LATENCY_BUDGETS:-}${FLOPS_BUDGETS:-}" ]; then
-        echo "[recipe] error: the evolve stage needs a budget: LATENCY_BUDGETS=<ms,...> (measure a preset first:" \
-            "python -m fairseq_plugins.search cost --latency) or FLOPS_BUDGETS=<GFLOPs,...>" >&2
-        return 2
+    if [ -z "${LATENCY_BUDGETS:-}${FLOPS_BUDGETS:-}${FLOPS_FRACTIONS:-}" ]; then
+        # a budget that needs no measurement before the supernet exists: a share of the space's largest FLOPs
+        FLOPS_FRACTIONS=0.75
+        echo "[recipe] search: no budget given: FLOPS_FRACTIONS=$FLOPS_FRACTIONS (of the largest architecture's FLOPs;" \
+            "LATENCY_BUDGETS=<ms,...> or FLOPS_BUDGETS=<GFLOPs,...> choose others)" >&2
     fi
     local here search checkpoint space
     here=$(cd "$(dirname "$0")" && pwd)
@@ -116,7 +120,7 @@ run_search() {  # [supernet fairseq-train flags...]
         space="$SEARCH_DIR/pruned.yaml"
     fi
     if search_wants evolve; then
-        local budget output common latency=${LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-}
+        local budget output common latency=${LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-} fractions=${FLOPS_FRACTIONS:-}
         # shellcheck disable=SC2206
         common=(--space "$space" --fitness "$FITNESS" --ranker "$SEARCH_DIR/ranker_loss/ranker.txt" --checkpoint "$checkpoint"
                 --latency-predictor "$SEARCH_DIR/ranker_latency/regressor.txt" --beam "$LATENCY_BEAM"
@@ -130,6 +134,10 @@ run_search() {  # [supernet fairseq-train flags...]
         done
         for budget in ${flops//,/ }; do
             search_step "${search[@]}" evolve "${common[@]}" --flops "$budget" --output "$SEARCH_DIR/evolve_flops_${budget}g" || return
+        done
+        for budget in ${fractions//,/ }; do
+            search_step "${search[@]}" evolve "${common[@]}" --flops-fraction "$budget" \
+                --output "$SEARCH_DIR/evolve_flops_${budget}x" || return
         done
     fi
     local found name

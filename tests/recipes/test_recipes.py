@@ -367,9 +367,14 @@ def test_search_recipe_settings_and_errors(tmp_path):
     out = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
                          env=dict(env, STAGES="rank,evolve"), check=True).stdout
     assert " collect " not in out and " rank " in out and " evolve " in out and "train.sh" not in out
+    # no budget given: a share of the largest architecture's FLOPs, which needs no measurement before the supernet
+    result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
+                            env=dict(env, LATENCY_BUDGETS=""), check=True)
+    assert f"--flops-fraction 0.75 --output {tmp_path / 's'}/evolve_flops_0.75x" in result.stdout
+    assert f"--architecture-file {tmp_path / 's'}/evolve_flops_0.75x/best.json" in result.stdout
+    assert "no budget given: FLOPS_FRACTIONS=0.75" in result.stderr
     for overrides, message in (({"STAGES": "collect,fly"}, "error: STAGES=collect,fly: unknown stage 'fly'"),
-                               ({"PRUNE_KEEP": "all"}, "error: PRUNE_KEEP=all: expected a number of fields"),
-                               ({"LATENCY_BUDGETS": ""}, "error: the evolve stage needs a budget: LATENCY_BUDGETS=")):
+                               ({"PRUNE_KEEP": "all"}, "error: PRUNE_KEEP=all: expected a number of fields")):
         result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
                                 env=dict(env, **overrides))
         assert result.returncode == 2 and message in result.stderr, result.stderr

@@ -567,6 +567,20 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
               "--output", str(tmp_path / "y"), status=2)
     assert "--latency-ms: the final candidates are confirmed by measurement: give --checkpoint" in bad and not (tmp_path / "y").exists()
 
+    # a budget that needs no measurement: a fraction of the space's largest architecture's FLOPs
+    largest_json = tmp_path / "largest.json"
+    largest_json.write_text(json.dumps(SearchSpace.from_file(space_file).extreme(largest=True).to_dict()))
+    largest = run("cost", "--checkpoint", checkpoint, "--architecture", str(largest_json))
+    shared = run("evolve", "--space", space_file, "--ranker", ranker, "--checkpoint", checkpoint, "--flops-fraction", "0.8",
+                 "--population", "9", "--parents", "3", "--mutations", "3", "--crossovers", "3", "--iterations", "2",
+                 "--output", str(tmp_path / "fraction"))
+    limit = json.loads((tmp_path / "fraction" / "result.json").read_text())["constraints"]["--flops-fraction"]
+    assert limit == pytest.approx(0.8 * largest["forward_flops"] / 1e9, rel=1e-9)
+    assert shared["best"]["gflops"] <= limit
+    bad = run("evolve", "--space", space_file, "--ranker", ranker, "--flops-fraction", "1.5", "--output", str(tmp_path / "z"),
+              status=2)
+    assert "--flops-fraction: expected a fraction in (0, 1] of the largest architecture's FLOPs, got 1.5" in bad
+
     # the inherited loss as the fitness: the best's fitness is its loss inside the supernet
     by_loss = run("evolve", "--space", space_file, "--fitness", "supernet", "--checkpoint", checkpoint, "--population", "6",
                   "--parents", "2", "--mutations", "2", "--crossovers", "2", "--iterations", "2", "--output", str(tmp_path / "by_loss"))
