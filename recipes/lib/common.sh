@@ -71,6 +71,8 @@
 #                       GFLOPs, fractions of the largest architecture's FLOPs, default 0.75 when none is
 #                       given; comma-separated), ranker or supernet fitness, more `search evolve` flags
 #   TRAIN_PRESET        search.sh: the preset the found architectures are trained with
+#   SEARCH_TINY TINY_MAX_UPDATE   search.sh: 1 = every stage at its smallest size (TINY_MAX_UPDATE updates
+#                       per training, default 20; a trial of the pipeline in minutes, in .../search_tiny)
 #   PYTHON              interpreter with fairseq (default: python on PATH)
 #   DRY_RUN             1 = print the fairseq-train command instead of running it
 set -euo pipefail

@@ -26,6 +26,10 @@
 #
 #   SEARCH_DIR  default checkpoints/<dataset>/search; STAGES  comma-separated subset of the above (default
 #   all, in this order); the flags after search.sh go to the supernet's fairseq-train.
+#   SEARCH_TINY=1  every stage at the smallest size that still runs it (to try the pipeline in minutes, not
+#   to find an architecture): TINY_MAX_UPDATE (default 20) updates of the supernet and of each training, 12
+#   sampled architectures per collection, 3 timed latency runs, an evolution of 6 over 2 iterations, and its
+#   own default SEARCH_DIR (checkpoints/<dataset>/search_tiny); variables set in the environment win.
 SEARCH_STAGES=(supernet collect rank prune evolve train generate)
 
 search_step() {  # run a command, or with DRY_RUN=1 print it
@@ -54,6 +58,27 @@ run_search() {  # [supernet fairseq-train flags...]
         sed -n '3,/^SEARCH_STAGES/{/^#/s/^# \{0,1\}//p}' "$RECIPES_DIR/lib/search.sh"
         exit 0
     fi
+    local train_updates=$MAX_UPDATE tiny_env=()
+    case ${SEARCH_TINY:-0} in
+        0) ;;
+        1)
+            : "${TINY_MAX_UPDATE:=20}" "${SEARCH_DIR:=$REPO_ROOT/checkpoints/${SAVE_NAME:-$DATASET}/search_tiny}"
+            : "${LOSS_SAMPLES:=12}" "${LATENCY_SAMPLES:=12}" "${LATENCY_WARMUP:=1}" "${LATENCY_REPEATS:=3}"
+            : "${LATENCY_MAX_SPREAD:=10}"
+            local tiny_warmup=5  # unless WARMUP was set (it holds the data set's default by now: lib/profile.sh)
+            [ -z "$PROFILE_USER_WARMUP" ] || tiny_warmup=$PROFILE_USER_WARMUP
+            : "${EVOLVE_ARGS:=--population 6 --parents 2 --mutations 2 --crossovers 2 --iterations 2 --confirm 1}"
+            train_updates=$TINY_MAX_UPDATE
+            # the supernet and the trainings are separate scripts: their budget goes with them
+            tiny_env=(MAX_UPDATE="$TINY_MAX_UPDATE" WARMUP="$tiny_warmup" SAVE_INTERVAL_UPDATES=0)
+            echo "[recipe] search: SEARCH_TINY=1: $TINY_MAX_UPDATE updates per training, $LOSS_SAMPLES + $LATENCY_SAMPLES" \
+                "sampled architectures, a small evolution, in $SEARCH_DIR (a trial of the stages, not a search)" >&2
+            ;;
+        *)
+            echo "[recipe] error: SEARCH_TINY=$SEARCH_TINY: expected 1 (every stage at its smallest size) or 0" >&2
+            return 2
+            ;;
+    esac
     : "${SEARCH_DIR:=$REPO_ROOT/checkpoints/${SAVE_NAME:-$DATASET}/search}"
     : "${STAGES:=$(IFS=,; echo "${SEARCH_STAGES[*]}")}"
     : "${SEARCH_SPACE:=$REPO_ROOT/search_spaces/$SUPERNET_SPACE.yaml}"
@@ -87,7 +112,8 @@ run_search() {  # [supernet fairseq-train flags...]
     [ "${DRY_RUN:-0}" = 1 ] || mkdir -p "$SEARCH_DIR"
     if search_wants supernet; then
         echo "[recipe] search: supernet -> $SEARCH_DIR/supernet" >&2
-        search_step env SAVE_DIR="$SEARCH_DIR/supernet" SEARCH_SPACE="$SEARCH_SPACE" bash "$here/supernet.sh" "$@" || return
+        search_step env "${tiny_env[@]}" SAVE_DIR="$SEARCH_DIR/supernet" SEARCH_SPACE="$SEARCH_SPACE" \
+            bash "$here/supernet.sh" "$@" || return
     fi
     if [ "${DRY_RUN:-0}" != 1 ] && ! search_wants supernet && { search_wants collect || search_wants evolve; } \
         && [ ! -f "$checkpoint" ]; then
@@ -126,7 +152,7 @@ run_search() {  # [supernet fairseq-train flags...]
                 --latency-predictor "$SEARCH_DIR/ranker_latency/regressor.txt" --beam "$LATENCY_BEAM"
                 --source-length "$LATENCY_SOURCE_LENGTH" --target-length "$LATENCY_TARGET_LENGTH"
                 --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE" --warmup "$LATENCY_WARMUP"
-                --repeats "$LATENCY_REPEATS" --seed "$SEARCH_SEED" --train-max-update "$MAX_UPDATE" ${EVOLVE_ARGS:-})
+                --repeats "$LATENCY_REPEATS" --seed "$SEARCH_SEED" --train-max-update "$train_updates" ${EVOLVE_ARGS:-})
         # (a search finished with the same inputs prints its result again without searching)
         for budget in ${latency//,/ }; do
             search_step "${search[@]}" evolve "${common[@]}" --latency-ms "$budget" \
@@ -149,7 +175,7 @@ run_search() {  # [supernet fairseq-train flags...]
                 echo "[recipe] error: $found/result.json: no finished search (run the evolve stage)" >&2
                 return 2
             fi
-            search_step env SAVE_DIR="$SEARCH_DIR/$name" bash "$here/train.sh" "$TRAIN_PRESET" \
+            search_step env "${tiny_env[@]}" SAVE_DIR="$SEARCH_DIR/$name" bash "$here/train.sh" "$TRAIN_PRESET" \
                 --architecture-file "$found/best.json" </dev/null || return
         fi
         if search_wants generate; then

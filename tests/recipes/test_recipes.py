@@ -367,6 +367,18 @@ def test_search_recipe_settings_and_errors(tmp_path):
     out = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
                          env=dict(env, STAGES="rank,evolve"), check=True).stdout
     assert " collect " not in out and " rank " in out and " evolve " in out and "train.sh" not in out
+    # the tiny mode: every stage at its smallest size, the trainings' budget handed to their scripts
+    env_tiny = {k: v for k, v in env.items() if k != "SEARCH_DIR"}
+    result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
+                            env=dict(env_tiny, SEARCH_TINY="1"), check=True, cwd=tmp_path)
+    tiny = os.path.join(ROOT_DIR, "checkpoints", "multi30k.de-en", "search_tiny")
+    assert f"env MAX_UPDATE=20 WARMUP=5 SAVE_INTERVAL_UPDATES=0 SAVE_DIR={tiny}/supernet " in result.stdout
+    assert f"env MAX_UPDATE=20 WARMUP=5 SAVE_INTERVAL_UPDATES=0 SAVE_DIR={tiny}/train_latency_40ms " in result.stdout
+    assert result.stdout.count(" -n 12 ") == 2 and "--population 6 " in result.stdout
+    assert "--train-max-update 20 " in result.stdout and "--warmup 1 --repeats 3 " in result.stdout
+    bad = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
+                         env=dict(env, SEARCH_TINY="yes"))
+    assert bad.returncode == 2 and "error: SEARCH_TINY=yes: expected 1" in bad.stderr
     # no budget given: a share of the largest architecture's FLOPs, which needs no measurement before the supernet
     result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
                             env=dict(env, LATENCY_BUDGETS=""), check=True)
