@@ -102,16 +102,21 @@ def mixed_transformer_lm_base(args):
     base_lm_architecture(args)
 
 
-@register_preset("mixed_transformer_lm", "mixed_transformer_lm_tiny")
-def mixed_transformer_lm_tiny(args):
-    """A small LM for quick CPU work: 2 layers, d = 128, 4 heads, FFN 512, pre-norm."""
-    args.decoder_layers = getattr(args, "decoder_layers", 2)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 128)
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 512)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+def small_lm(args, layers: int, embed_dim: int, ffn_embed_dim: int, heads: int):
+    """The sizes of a small pre-norm LM with tied input and output embeddings, where not given."""
+    args.decoder_layers = getattr(args, "decoder_layers", layers)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", embed_dim)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", ffn_embed_dim)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", heads)
     args.decoder_normalize_before = getattr(args, "decoder_normalize_before", True)
     args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
     mixed_transformer_lm_base(args)
+
+
+@register_preset("mixed_transformer_lm", "mixed_transformer_lm_tiny")
+def mixed_transformer_lm_tiny(args):
+    """A small LM for quick CPU work: 2 layers, d = 128, 4 heads, FFN 512, pre-norm."""
+    small_lm(args, layers=2, embed_dim=128, ffn_embed_dim=512, heads=4)
 
 
 @register_preset("mixed_transformer_lm", "cosformer_lm_tiny")
@@ -134,10 +139,4 @@ def mformer_lm_tiny(args):
 def mixed_transformer_lm_cpu_small(args):
     """A language model for a CPU (our choice, not a paper's): 4 layers, d = 256, 4 heads, FFN 1024,
     pre-norm, tied input and output embeddings; the recipes' PROFILE=cpu default (word- and byte-level)."""
-    args.decoder_layers = getattr(args, "decoder_layers", 4)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 256)
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 1024)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
-    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", True)
-    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
-    mixed_transformer_lm_base(args)
+    small_lm(args, layers=4, embed_dim=256, ffn_embed_dim=1024, heads=4)

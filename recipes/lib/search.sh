@@ -25,7 +25,8 @@
 #   generate  generate.sh on each of those
 #
 #   SEARCH_DIR  default checkpoints/<dataset>/search; STAGES  comma-separated subset of the above (default
-#   all, in this order); the flags after search.sh go to the supernet's fairseq-train.
+#   all, in this order); the flags after search.sh go to the supernet's fairseq-train. Each search stage
+#   prints its result as a table; the JSON it printed is kept in SEARCH_DIR/stages/<stage>.json.
 #   SEARCH_TINY=1  every stage at the smallest size that still runs it (to try the pipeline in minutes, not
 #   to find an architecture): TINY_MAX_UPDATE (default 20) updates of the supernet and of each training, 12
 #   sampled architectures per collection, 3 timed latency runs, an evolution of 6 over 2 iterations, and its
@@ -39,6 +40,20 @@ search_step() {  # run a command, or with DRY_RUN=1 print it
     else
         "$@"
     fi
+}
+
+# A search subcommand: its JSON result line kept in SEARCH_DIR/stages/NAME.json, a table of it printed
+# (recipes/lib/search_summary.py); with DRY_RUN=1 the command printed instead.
+search_json() {  # NAME command...
+    local name=$1
+    shift
+    if [ "${DRY_RUN:-0}" = 1 ]; then
+        search_step "$@"
+        return
+    fi
+    mkdir -p "$SEARCH_DIR/stages"
+    "$@" > "$SEARCH_DIR/stages/$name.json" || return
+    "$PYTHON" "$RECIPES_DIR/lib/search_summary.py" "$name" "$SEARCH_DIR/stages/$name.json"
 }
 
 search_wants() {  # is stage $1 in STAGES?
@@ -122,9 +137,9 @@ run_search() {  # [supernet fairseq-train flags...]
     fi
     if search_wants collect; then
         echo "[recipe] search: collect -> $SEARCH_DIR/loss.jsonl, $SEARCH_DIR/latency.jsonl" >&2
-        search_step "${search[@]}" collect --what loss --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
+        search_json collect_loss "${search[@]}" collect --what loss --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
             -n "$LOSS_SAMPLES" --seed "$SEARCH_SEED" --output "$SEARCH_DIR/loss.jsonl" || return
-        search_step "${search[@]}" collect --what latency --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
+        search_json collect_latency "${search[@]}" collect --what latency --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
             -n "$LATENCY_SAMPLES" --seed "$SEARCH_SEED" --output "$SEARCH_DIR/latency.jsonl" --beam "$LATENCY_BEAM" \
             --source-length "$LATENCY_SOURCE_LENGTH" --target-length "$LATENCY_TARGET_LENGTH" \
             --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE" --warmup "$LATENCY_WARMUP" \
@@ -133,14 +148,14 @@ run_search() {  # [supernet fairseq-train flags...]
     if search_wants rank; then
         local target
         for target in loss latency; do
-            search_step "${search[@]}" rank --data "$SEARCH_DIR/$target.jsonl" --target "$target" \
+            search_json "rank_$target" "${search[@]}" rank --data "$SEARCH_DIR/$target.jsonl" --target "$target" \
                 --output "$SEARCH_DIR/ranker_$target" --seed "$SEARCH_SEED" || return
         done
     fi
     space=$SEARCH_SPACE
     if [ "$PRUNE_KEEP" -gt 0 ]; then
         if search_wants prune; then
-            search_step "${search[@]}" prune --space "$SEARCH_SPACE" --importance "$SEARCH_DIR/ranker_loss/importance.json" \
+            search_json prune "${search[@]}" prune --space "$SEARCH_SPACE" --importance "$SEARCH_DIR/ranker_loss/importance.json" \
                 --keep "$PRUNE_KEEP" --output "$SEARCH_DIR/pruned.yaml" || return
         fi
         space="$SEARCH_DIR/pruned.yaml"
@@ -155,14 +170,14 @@ run_search() {  # [supernet fairseq-train flags...]
                 --repeats "$LATENCY_REPEATS" --seed "$SEARCH_SEED" --train-max-update "$train_updates" ${EVOLVE_ARGS:-})
         # (a search finished with the same inputs prints its result again without searching)
         for budget in ${latency//,/ }; do
-            search_step "${search[@]}" evolve "${common[@]}" --latency-ms "$budget" \
+            search_json "evolve_latency_${budget}ms" "${search[@]}" evolve "${common[@]}" --latency-ms "$budget" \
                 --output "$SEARCH_DIR/evolve_latency_${budget}ms" || return
         done
         for budget in ${flops//,/ }; do
-            search_step "${search[@]}" evolve "${common[@]}" --flops "$budget" --output "$SEARCH_DIR/evolve_flops_${budget}g" || return
+            search_json "evolve_flops_${budget}g" "${search[@]}" evolve "${common[@]}" --flops "$budget" --output "$SEARCH_DIR/evolve_flops_${budget}g" || return
         done
         for budget in ${fractions//,/ }; do
-            search_step "${search[@]}" evolve "${common[@]}" --flops-fraction "$budget" \
+            search_json "evolve_flops_${budget}x" "${search[@]}" evolve "${common[@]}" --flops-fraction "$budget" \
                 --output "$SEARCH_DIR/evolve_flops_${budget}x" || return
         done
     fi

@@ -346,8 +346,13 @@ def test_search_recipe_runs_every_stage_on_wmt_raw_data_and_resumes(prepare_samp
     out = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "search.sh"), "--dropout", "0.0"],
                          capture_output=True, text=True, env=dict(env, STAGES="collect,evolve"), cwd=env["TEST_CWD"])
     assert out.returncode == 0, out.stderr[-3000:]
-    assert [json.loads(line)["added"] for line in out.stdout.splitlines() if '"added"' in line] == [0, 0]
-    assert [json.loads(line).get("done_before") for line in out.stdout.splitlines() if '"iterations"' in line] == [True]
+    # each stage's result: a table on the screen, the JSON it printed kept in SEARCH_DIR/stages/
+    stages = search_dir / "stages"
+    assert [json.loads((stages / f"collect_{what}.json").read_text().splitlines()[-1])["added"]
+            for what in ("loss", "latency")] == [0, 0]
+    assert json.loads((stages / "evolve_latency_1000ms.json").read_text().splitlines()[-1])["done_before"]
+    assert re.search(r"^\[recipe\] search: collect_loss\n(  .*\n)*  added +0$", out.stdout, re.M), out.stdout
+    assert re.search(r"^  done_before +True$", out.stdout, re.M) and "{" not in out.stdout
 
 
 def test_search_recipe_settings_and_errors(tmp_path):
