@@ -8,13 +8,18 @@ steps to every sentence it is given, around the tokenizer the hub was built with
 then translates "Zwei Männer ..." as it does "zwei männer ..." (its output stays lower-cased), instead
 of meeting capitalised words it has never seen. Data without the file (prepared otherwise) is used as
 before; ``from_pretrained(..., prepare_input=False)`` leaves the input as it is.
+
+fairseq-interactive (and every tool that builds fairseq's ``--tokenizer``): ``--tokenizer moses_prepared
+--moses-preparation-file DATA/prepare.json`` is fairseq's Moses tokenizer with the same steps around it.
 """
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
+from fairseq.data.encoders import register_tokenizer
+from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
 from fairseq.hub_utils import GeneratorHubInterface
 
 logger = logging.getLogger(__name__)
@@ -37,8 +42,11 @@ class InputPreparation:
         """The preparation recorded in ``data_dir/prepare.json`` for ``source_lang``; None without the
         file or for data that is not a translation preparation's."""
         path = os.path.join(data_dir, PREPARATION_FILE)
-        if not os.path.isfile(path):
-            return None
+        return cls.of_file(path, source_lang) if os.path.isfile(path) else None
+
+    @classmethod
+    def of_file(cls, path: str, source_lang: Optional[str]) -> Optional["InputPreparation"]:
+        """The preparation recorded in the ``prepare.json`` at ``path`` (see ``of_data``)."""
         try:
             with open(path, encoding="utf-8") as f:
                 settings = json.load(f)
@@ -96,3 +104,29 @@ def prepared_hub(loaded: dict, prepare_input: bool = True) -> GeneratorHubInterf
             logger.info(f"input prepared as the data was ({os.path.join(cfg.task.data, PREPARATION_FILE)}): "
                         f"{', '.join(preparation.steps)} ({preparation.lang})")
     return PreparedInputHubInterface(cfg, loaded["task"], loaded["models"], preparation)
+
+
+@dataclass
+class PreparedMosesTokenizerConfig(MosesTokenizerConfig):
+    moses_preparation_file: str = field(
+        default="", metadata={"help": "the data's prepare.json (data_prep writes it beside the dictionaries): its "
+                                      "punctuation normalisation and lower-casing are applied around Moses, as the "
+                                      "preparation applied them"})
+
+
+@register_tokenizer("moses_prepared", dataclass=PreparedMosesTokenizerConfig)
+class PreparedMosesTokenizer(MosesTokenizer):
+    """fairseq's Moses tokenizer with the data preparation's steps around it (``InputPreparation``), for
+    fairseq-interactive and other tools that take fairseq's --tokenizer."""
+
+    def __init__(self, cfg: PreparedMosesTokenizerConfig):
+        super().__init__(cfg)
+        if not cfg.moses_preparation_file or not os.path.isfile(cfg.moses_preparation_file):
+            raise ValueError(f"--moses-preparation-file {cfg.moses_preparation_file!r}: give the prepare.json of the "
+                             "model's data (data_prep writes it beside the dictionaries)")
+        self.preparation = InputPreparation.of_file(cfg.moses_preparation_file, cfg.source_lang)
+
+    def encode(self, x: str) -> str:
+        if self.preparation is None:
+            return super().encode(x)
+        return self.preparation.after_tokenizer(super().encode(self.preparation.before_tokenizer(x)))

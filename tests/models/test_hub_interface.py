@@ -131,3 +131,13 @@ def test_hub_prepares_input_as_the_lower_casing_preparation_did(tmp_path, monkey
     assert plain.tokenize(cased) == "Den Mann mag Fußball-Spiel !"
     assert hub.src_dict.unk() in plain.encode(cased).tolist()  # "Den", "Mann": never seen capitalised
     assert isinstance(hub.translate(cased, beam=2), str)
+    # fairseq-interactive: --tokenizer moses_prepared applies the same steps
+    from fairseq_plugins.cli.pipeline import fairseq_command, run
+
+    interactive = fairseq_command("interactive") + [
+        dest, "--user-dir", PLUGIN_DIR, "--path", result.checkpoint, "--cpu", "--beam", "2", "-s", "de", "-t", "en",
+        "--tokenizer", "moses_prepared", "--moses-preparation-file", os.path.join(dest, "prepare.json"),
+        "--moses-no-dash-splits", "--bpe", "subword_nmt", "--bpe-codes", os.path.join(dest, "code")]
+    log = run(interactive, input_text=cased + "\n")
+    sources = [line.split("\t", 1)[1] for line in log.splitlines() if line.startswith("S-")]
+    assert sources == [hub.apply_bpe(hub.tokenize(cased))]  # as the hub encodes it: lower-cased, no <unk>
