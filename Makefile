@@ -13,6 +13,9 @@ STAMP := $(VENV)/.setup-done
 # build (several GB): point this at a CPU wheel index instead, e.g.
 #   make setup TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 TORCH_INDEX_URL ?=
+# The optional parts `make setup` installs (setup.py's extras); e.g. EXTRAS=test for a lighter setup
+# without the architecture search, spaCy and matplotlib.
+EXTRAS ?= search,syntax,analysis,tensorboard,test
 
 .PHONY: setup demo test bench bench-speed bench-decode bench-quality clean
 
@@ -29,8 +32,9 @@ $(STAMP): requirements.txt constraints.txt setup.py Makefile tools/check_build_p
 	# fairseq-fixed: the PyPI fairseq 0.12.2 does not import on Python 3.11.
 	# --no-deps: its metadata asks for torchaudio, which would bring a CUDA torch.
 	$(PY) -c "import fairseq" 2>/dev/null || $(PIP) install -q --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
-	$(PIP) install -q -c constraints.txt -r requirements.txt
-	$(PIP) install -q --no-deps --no-build-isolation -e .
+	# the package with its declared requirements and extras (setup.py), at requirements.txt's versions
+	# (also of what they pull in); constraints.txt keeps torch and numpy where they are
+	$(PIP) install -q -c constraints.txt -c requirements.txt --no-build-isolation -e ".[$(EXTRAS)]"
 	$(PY) -c "import torch, fairseq, fairseq_plugins; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 

@@ -21,7 +21,8 @@
 * ``read_lines``: the one text reader of the preparations and the syntax-hint
   tool. Invalid UTF-8 is an error naming the file, line and byte, or, with
   ``--invalid-utf8 replace``, U+FFFD and a warning with the counts per file.
-* ``progress``: tqdm progress bars on stderr.
+* ``log``/``log_warning``: Python ``logging`` (logger ``data_prep``) on stderr as ``[data_prep] message``.
+* ``progress``: a tqdm bar on a terminal; in a log, a line at most every few minutes instead.
 * ``require`` / ``main_guard``: a missing Python package is a one-line error
   naming it and how to install it (``make setup``, or pip with the version
   requirements.txt pins). Third-party modules are imported where they are
@@ -36,6 +37,7 @@ import gzip
 import hashlib
 import importlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -64,17 +66,93 @@ class PrepError(RuntimeError):
     """A problem the user must fix (missing file or tool, failed checksum)."""
 
 
+logger = logging.getLogger("data_prep")
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to sys.stderr as it is at each record (not the stream of when it was made)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
+class _Format(logging.Formatter):
+    """``[data_prep] message``; other levels than INFO named: ``[data_prep] warning: message``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+        return f"[data_prep] {level}{record.getMessage()}"
+
+
+def _logger() -> logging.Logger:
+    if not logger.handlers:  # a program that configures the data_prep logger itself keeps its own
+        handler = _StderrHandler()
+        handler.setFormatter(_Format())
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger
+
+
 def log(message: str) -> None:
-    print(f"[data_prep] {message}", file=sys.stderr, flush=True)
+    _logger().info(message)
+
+
+def log_warning(message: str) -> None:
+    _logger().warning(message)
+
+
+# not on a terminal: a progress line at most this often (a step's own log line says when it is done)
+LOG_PROGRESS_SECONDS = 300.0
+
+
+class LogProgress:
+    """Progress in a log (stderr not a terminal): no bar redrawn into the file, only a line at most every
+    ``interval`` seconds while the work lasts; tqdm's interface as the callers use it."""
+
+    def __init__(self, iterable=None, total=None, desc: str = "", unit: str = "it", initial: int = 0,
+                 interval: Optional[float] = None, disable: bool = False, **_):
+        self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
+        self.n, self.disable = initial, disable
+        self.interval = LOG_PROGRESS_SECONDS if interval is None else interval
+        self._last = time.monotonic()
+
+    def update(self, count: int = 1) -> None:
+        self.n += count
+        if not self.disable and time.monotonic() - self._last >= self.interval:
+            self._last = time.monotonic()
+            of = f"/{self.total}" if self.total is not None else ""
+            log(f"{self.desc}: {self.n}{of} {self.unit}")
+
+    def __iter__(self):
+        for item in self.iterable:
+            yield item
+            self.update()
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def progress(iterable=None, total=None, desc: str = "", unit: str = "it", **kwargs):
-    """A tqdm bar on stderr (refreshed every 30 s when stderr is not a terminal)."""
-    tqdm = require("tqdm", "tqdm", "progress bars").tqdm
-
-    interval = 0.5 if sys.stderr.isatty() else 30.0
+    """A tqdm bar on stderr when it is a terminal; otherwise (a log file) ``LogProgress``: no redrawn
+    bar, a line at most every LOG_PROGRESS_SECONDS."""
     kwargs.setdefault("disable", total is not None and total < 20000)  # no bars for small files
-    return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, mininterval=interval,
+    # (required in a log too: a missing install is the same error on a terminal and off it)
+    tqdm = require("tqdm", "tqdm", "progress bars").tqdm
+    if not sys.stderr.isatty():
+        return LogProgress(iterable, total=total, desc=desc, unit=unit, **kwargs)
+    return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, mininterval=0.5,
                 dynamic_ncols=True, leave=False, **kwargs)
 
 
@@ -255,7 +333,7 @@ def read_lines(path: str, invalid_utf8: Optional[str] = None, universal_newlines
                     yield line
     finally:  # also when the reader stops early: what was replaced so far is said
         if replaced and warn:
-            log(f"warning: {path}: replaced {_plural(replaced, 'invalid UTF-8 sequence')} on "
+            log_warning(f"{path}: replaced {_plural(replaced, 'invalid UTF-8 sequence')} on "
                 f"{_plural(replaced_lines, 'line')} with U+FFFD (--invalid-utf8 replace; the first on {first})")
 
 
@@ -497,9 +575,10 @@ def fetch(resource: Resource, raw_dir: Optional[str], work_dir: str, download_ok
     members), from ``raw_dir`` when they are there, else from the release file
     (found in ``raw_dir`` or downloaded into ``work_dir/downloads``), verified
     and extracted. ``mirrors``: extra base URLs tried first (the file name is
-    appended). Returns {} for a missing optional resource; its name is then
-    appended to ``skipped`` (when given) if a download was tried and failed
-    (a network problem a later run may not have), not when downloading is off."""
+    appended). Returns {} for a missing optional resource, without a warning (the
+    caller says in one line what it goes on without); its name is then appended
+    to ``skipped`` (when given) if a download was tried and failed (a network
+    problem a later run may not have), not when downloading is off."""
     wanted = list(resource.members) or [resource.name]
     found = {name: find_file(raw_dir, name) for name in wanted}
     if resource.members and all(found.values()):
@@ -526,8 +605,7 @@ def fetch(resource: Resource, raw_dir: Optional[str], work_dir: str, download_ok
             if not download_ok:
                 names = ", ".join(resource.accepted_names())
                 if resource.optional:
-                    log(f"warning: optional {resource.name} is not in {raw_dir} (as {names}); skipped")
-                    return {}
+                    return {}  # (the caller says in one line which optional files it goes on without)
                 location = f" ({resource.urls[0]})" if resource.urls else ""
                 files = f", or its files {', '.join(wanted)}" if resource.members else ""
                 raise PrepError(f"{resource.name}{location} is not in --raw-dir {raw_dir} and downloading is off; "
@@ -544,7 +622,7 @@ def fetch(resource: Resource, raw_dir: Optional[str], work_dir: str, download_ok
                     errors.append(str(error))
             else:
                 if resource.optional:
-                    log(f"warning: optional {resource.name} could not be downloaded; skipped ({'; '.join(errors)})")
+                    log(f"optional {resource.name} could not be downloaded ({'; '.join(errors)}); skipped")
                     if skipped is not None:
                         skipped.append(resource.name)
                     return {}

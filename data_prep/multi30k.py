@@ -22,7 +22,7 @@ from .common import (
     Resource,
     argument_parser,
     fetch_all,
-    log,
+    log_warning,
     main_guard,
     read_lines,
     require_text,
@@ -74,10 +74,10 @@ def prepare(args) -> str:
             names = ", ".join(f"{name}.{lang}(.gz)" for name in missing for lang in LANGS if f"{name}.{lang}" not in files)
             why = f"download failed: {', '.join(failed)}" if failed else (
                 "not in --raw-dir and downloading is off" if args.no_download else "not found")
-            log(f"warning: Multi30k test sets missing: {', '.join(missing)} ({why}); the preparation goes on with "
-                f"{', '.join(tests)} (testsets.tsv lists them). To add them, put {names} (from "
-                f"https://github.com/{REPOSITORY}/tree/master/{RAW_PATH}) in --raw-dir or rerun with network access: "
-                "this step is left unstamped, so the next run looks for them again and binarises what it finds")
+            # one line: having test 2016 only is the common case of an offline preparation
+            log_warning(f"Multi30k test sets missing: {', '.join(missing)} ({why}); going on with {', '.join(tests)}; to add "
+                 f"them put their .{'/.'.join(LANGS)}(.gz) files from https://github.com/{REPOSITORY}/tree/master/{RAW_PATH} "
+                 "in --raw-dir or rerun with network access (the next run adds what it finds)")
         for lang in LANGS:  # subword-nmt would crash on it, deep inside learn_bpe
             require_text(files[f"train.{lang}"], "the training split needs at least one sentence")
         for name in ["train", "val", *tests]:

@@ -48,6 +48,7 @@ from data_prep.common import (  # noqa: E402
     fail_for_missing_module,
     file_digest,
     log,
+    log_warning,
     progress,
     read_lines,
     require,
@@ -367,7 +368,7 @@ def extract(args) -> str:
             # Every hint is the previous token: the pointer loss then only repeats the diagonal-free
             # default and BET(SG) trains like BET(SF). Legitimate for a tiny split, a sign of a weak
             # or mismatched parser (language, casing) for a real one.
-            log(f"warning: {output}: no token's hint points further back than the previous token "
+            log_warning(f"{output}: no token's hint points further back than the previous token "
                 f"(--spacy-model {args.spacy_model} found no left ancestor beyond it in {stats.sentences} sentences); "
                 "check the parser on this text before training BET(SG) with these hints")
         shutil.rmtree(work_dir)

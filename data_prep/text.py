@@ -6,6 +6,7 @@ and sentencepiece. Every function writes its output atomically."""
 import multiprocessing
 import os
 import re
+import unittest.mock
 from typing import Callable, Iterable, List, Optional, Sequence
 
 from .common import atomic_output, count_lines, log, progress, read_lines, require, require_text, write_lines
@@ -161,14 +162,22 @@ def split_every(src: str, every: int, held_out: str, rest: str) -> None:
 def learn_bpe(inputs: Sequence[str], codes: str, merges: int, workers: int = 1) -> None:
     """subword-nmt learn_bpe -s MERGES on the concatenation of ``inputs`` (joint BPE)."""
     require("subword_nmt", "subword-nmt", "BPE")
-    from subword_nmt.learn_bpe import learn_bpe as subword_learn_bpe
+    from subword_nmt import learn_bpe as subword_module
 
     for path in inputs:  # subword-nmt crashes deep inside on a side without text
         require_text(path, "BPE is learnt on the training text (did the data, or its cleaning, leave no pair?)")
     joint = codes + ".input"
     concatenate(inputs, joint)
-    with open(joint, encoding="utf-8") as infile, atomic_output(codes) as outfile:
-        subword_learn_bpe(infile, outfile, merges, num_workers=max(1, workers))
+
+    # subword-nmt draws its own tqdm bar over the merges on stderr, redrawn into a log file: ours instead
+    # (a bar on a terminal, at most a line every few minutes in a log)
+    def merge_progress(iterable, *args, **kwargs):
+        return progress(iterable, total=len(iterable), desc=f"learn_bpe {os.path.basename(codes)}", unit="merges",
+                        disable=False)
+
+    with open(joint, encoding="utf-8") as infile, atomic_output(codes) as outfile, \
+            unittest.mock.patch.object(subword_module, "tqdm", merge_progress):
+        subword_module.learn_bpe(infile, outfile, merges, num_workers=max(1, workers))
     os.remove(joint)
 
 

@@ -13,6 +13,7 @@ from . import modules  # noqa: F401
 from . import models  # noqa: F401
 from . import tasks  # noqa: F401
 from . import criterions  # noqa: F401
+from . import hub  # noqa: F401  (the moses_prepared tokenizer)
 from .modules.registry import import_kind_modules
 
 import_kind_modules()  # kinds of other packages named in $FAIRSEQ_PLUGINS_KIND_MODULES (modules/registry.py)

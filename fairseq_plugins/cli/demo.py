@@ -7,15 +7,23 @@ print one row per preset. Offline, on CPU.
 ``--quick`` runs the same steps for two of the presets, on less data, with a
 few updates (the test suite runs it so that the demo keeps working); its BLEU
 is far from 100.
+
+Run again after an interruption, it resumes: a preset trained to the end is
+not trained again, one interrupted continues from its last checkpoint
+(fairseq-train resumes from checkpoint_last.pt); a preset's folder is started
+afresh only when its settings have changed.
 """
 import argparse
+import json
 import os
 import shutil
 import sys
+import threading
+import time
 
 from tqdm import tqdm
 
-from ..files import atomic_directory
+from ..files import atomic_directory, atomic_output
 from .pipeline import TINY_TRANSLATION_SIZES, TRANSLATION_TRAINING, count_parameters, generate, train
 
 # (row label, architecture, extra options): every row is a registered preset
@@ -37,11 +45,99 @@ QUICK_MAX_UPDATE = 10
 QUICK_ROWS = DEMO_ROWS[:2]
 
 
-def update_progress(label: str, total: int, file=None) -> tqdm:
-    """A bar of training updates on stderr; tqdm draws nothing when that is not
-    a terminal (disable=None), so logs of `make demo > log` get no bar."""
-    return tqdm(total=total, desc=f"  {label}", unit="update", leave=False, disable=None, file=file or sys.stderr,
-                dynamic_ncols=True)
+# not on a terminal: a line at least this often while a preset trains
+PROGRESS_LINE_SECONDS = 30
+# fairseq's log interval during the demo's training: how often the update count is known
+DEMO_LOG_INTERVAL = 10
+
+
+class LineProgress:
+    """Progress for a log (not a terminal): one line every ``interval`` seconds with the update count
+    fairseq last logged, so that a long quiet step still says that it runs (``update`` as tqdm's)."""
+
+    def __init__(self, label: str, total: int, file=None, interval: float = PROGRESS_LINE_SECONDS, start: int = 0):
+        self.label, self.total, self.file, self.interval = label, total, file or sys.stdout, interval
+        self.n, self.started = start, time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def update(self, count: int) -> None:
+        self.n += count
+
+    def line(self) -> None:
+        print(f"  {self.label}: update {self.n}/{self.total}, {time.monotonic() - self.started:.0f} s", file=self.file,
+              flush=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.line()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def update_progress(label: str, total: int, file=None, start: int = 0, line_file=None,
+                    interval: float = PROGRESS_LINE_SECONDS):
+    """When ``file`` (default stderr) is a terminal, a bar of training updates on it (tqdm); otherwise
+    (`make demo > log`) no bar but a line every ``interval`` seconds on ``line_file`` (default stdout)."""
+    stream = file or sys.stderr
+    if stream.isatty():
+        return tqdm(total=total, initial=start, desc=f"  {label}", unit="update", leave=False, file=stream,
+                    dynamic_ncols=True)
+    return LineProgress(label, total, file=line_file, interval=interval, start=start)
+
+
+def row_settings(arch: str, options: list, data_bin: str, max_update: int) -> dict:
+    """What a preset's folder was trained with (``row.json``): another architecture, options or data
+    (the work folder's data-bin or data-bin-quick) make its checkpoints another model's; ``max_update`` may
+    grow (training continues)."""
+    return {"arch": arch, "options": list(options), "data": os.path.basename(os.path.normpath(data_bin)), "max_update": max_update}
+
+
+def checkpoint_updates(checkpoint: str) -> int:
+    """The updates a fairseq checkpoint was saved after (0: none)."""
+    if not os.path.exists(checkpoint):
+        return 0
+    import torch
+
+    import fairseq_plugins  # noqa: F401  (safe globals for weights-only loading)
+
+    state = torch.load(checkpoint, map_location="cpu")
+    history = state.get("optimizer_history") or [{}]
+    return int(history[-1].get("num_updates", 0))
+
+
+def prepare_row(save_dir: str, settings: dict):
+    """A preset's folder for these settings: (the finished row's result, or None; the updates to resume
+    from). A folder of other settings (or a finished run of more updates) is started afresh."""
+    settings_path, result_path = os.path.join(save_dir, "row.json"), os.path.join(save_dir, "result.json")
+    previous = json.load(open(settings_path)) if os.path.exists(settings_path) else None
+    if previous is not None:
+        same_model = {k: v for k, v in previous.items() if k != "max_update"} == \
+            {k: v for k, v in settings.items() if k != "max_update"}
+        if same_model and os.path.exists(result_path) and previous["max_update"] == settings["max_update"]:
+            return json.load(open(result_path)), settings["max_update"]
+        updates = checkpoint_updates(os.path.join(save_dir, "checkpoint_last.pt")) if same_model else None
+        if updates is None or updates > settings["max_update"]:
+            shutil.rmtree(save_dir)
+            previous = None
+    if previous is None:  # (a folder without row.json: an older demo's, of unknown settings)
+        shutil.rmtree(save_dir, ignore_errors=True)
+        os.makedirs(save_dir)
+        updates = 0
+    with atomic_output(settings_path) as f:
+        json.dump(settings, f)
+    if os.path.exists(result_path):
+        os.remove(result_path)
+    return None, updates
 
 
 def closing_lines(quick: bool, beam: int, test_sentences: int, max_update: int) -> list:
@@ -92,17 +188,27 @@ def main(argv=None):
     for label, arch, extra in demo_rows:
         save_dir = os.path.join(args.work_dir, "checkpoints-quick" if args.quick else "checkpoints",
                                 label.split(" (")[0].replace(" ", "_").replace(".", ""))
-        shutil.rmtree(save_dir, ignore_errors=True)
-        print(f"  {label} ({arch}): training {max_update} updates, then beam search ...", flush=True)
-        with update_progress(label, max_update) as bar:
-            result = train(data_bin, save_dir, arch, TRANSLATION_TRAINING + TINY_TRANSLATION_SIZES + extra,
-                           max_update=max_update, on_update=lambda n: bar.update(min(n, max_update) - bar.n))
+        options = TRANSLATION_TRAINING + TINY_TRANSLATION_SIZES + extra
+        finished, done = prepare_row(save_dir, row_settings(arch, options, data_bin, max_update))
+        checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
+        if finished is not None:
+            seconds = finished["train_seconds"]
+            print(f"  {label} ({arch}): trained before ({max_update} updates, {save_dir}); beam search ...", flush=True)
+        else:
+            resumed = f", resuming after update {done}" if done else ""
+            print(f"  {label} ({arch}): training {max_update} updates{resumed}, then beam search ...", flush=True)
+            with update_progress(label, max_update, start=done) as bar:
+                result = train(data_bin, save_dir, arch, options + ["--log-interval", str(DEMO_LOG_INTERVAL)],
+                               max_update=max_update, on_update=lambda n: bar.update(min(n, max_update) - bar.n))
+            seconds = result.seconds
+            with atomic_output(os.path.join(save_dir, "result.json")) as f:
+                json.dump({"train_seconds": seconds}, f)
         # targets are as long as their sources: the bound only stops an untrained
         # model (--quick) from decoding 200 tokens per sentence
-        decoded = generate(data_bin, result.checkpoint, beam=args.beam, extra=["--max-len-a", "1.2", "--max-len-b", "10"])
-        print(f"  {label}: BLEU {decoded.bleu:.2f} (train {result.seconds:.0f} s, decode {decoded.seconds:.1f} s)",
+        decoded = generate(data_bin, checkpoint, beam=args.beam, extra=["--max-len-a", "1.2", "--max-len-b", "10"])
+        print(f"  {label}: BLEU {decoded.bleu:.2f} (train {seconds:.0f} s, decode {decoded.seconds:.1f} s)",
               flush=True)
-        rows.append((label, arch, decoded.bleu, count_parameters(result.checkpoint), result.seconds, decoded.seconds))
+        rows.append((label, arch, decoded.bleu, count_parameters(checkpoint), seconds, decoded.seconds))
 
     header = ("preset", "architecture", f"BLEU (beam {args.beam})", "parameters", "train time", "decode time")
     table = [header] + [(l, a, f"{b:.2f}", f"{p:,}", f"{t:.0f} s", f"{d:.1f} s") for l, a, b, p, t, d in rows]

@@ -44,15 +44,21 @@ def run(
         process.stdin.write(input_text)
         process.stdin.close()
     lines = []
-    for line in process.stdout:
-        lines.append(line)
-        if on_line is not None:
-            on_line(line)
+    # the log is written as the command runs: an interrupted run keeps what it printed
+    log = open(log_path, "w", encoding="utf-8") if log_path else None
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if log is not None:
+                log.write(line)
+                log.flush()
+            if on_line is not None:
+                on_line(line)
+    finally:
+        if log is not None:
+            log.close()
     returncode = process.wait()
     output = "".join(lines)
-    if log_path:
-        with open(log_path, "w", encoding="utf-8") as f:
-            f.write(output)
     if returncode != 0:
         tail = "\n".join(output.splitlines()[-40:])
         raise CommandFailed(f"command failed with exit code {returncode}: {' '.join(command[:1] + list(command[3:]))}\n{tail}")

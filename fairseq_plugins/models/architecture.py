@@ -432,14 +432,44 @@ def parse_per_layer(value, num_layers: int, option: str, cast: Callable, default
     if len(items) == 1:
         items = items * num_layers
     if len(items) != num_layers:
+        flag = f"--{option.replace('_', '-')}"
         raise AttentionConfigError(
-            f"--{option.replace('_', '-')} has {len(items)} values ({','.join(items)}) but the model has "
-            f"{num_layers} layers: give one value per layer or a single value for all"
+            f"{flag} has {len(items)} values ({','.join(items)}) but the model has {num_layers} layers "
+            f"({_layer_count_option(option)} {num_layers}): give one value per layer or a single value for all, "
+            f"e.g. {flag} {pattern_for_depth(items, num_layers)} (the values repeated or cut to {num_layers} layers)"
         )
     try:
         return [cast(v) for v in items]
     except ValueError:
         raise AttentionConfigError(f"--{option.replace('_', '-')}: cannot read {value!r} as a list of {cast.__name__}") from None
+
+
+def pattern_for_depth(pattern, layers: int) -> str:
+    """A per-layer pattern ('a,b,c' or a list) for ``layers`` layers: layer i takes the pattern's value
+    i mod its length, so the pattern repeats from its first layer and is cut after the last layer
+    (6-layer mFormer "s,c,s,c,s,s" -> 4 layers "s,c,s,c", 8 layers "s,c,s,c,s,s,s,c")."""
+    values = pattern if isinstance(pattern, (list, tuple)) else str(pattern).split(",")
+    values = [str(v).strip() for v in values]
+    return ",".join(values[i % len(values)] for i in range(layers))
+
+
+def default_per_layer(args, option: str, pattern: str, preset_layers: int) -> None:
+    """A preset's per-layer default that follows the depth: unless ``option`` is given, it gets
+    ``pattern`` (written for the preset's ``preset_layers`` layers) repeated or cut to the side's
+    --encoder-layers/--decoder-layers (``pattern_for_depth``), so that a preset shrunk or deepened on the
+    command line keeps its layout instead of failing on a list of the wrong length."""
+    if getattr(args, option, None):
+        return
+    layers_option = _layer_count_option(option)[2:].replace("-", "_")
+    layers = getattr(args, layers_option, None) or preset_layers
+    setattr(args, option, pattern_for_depth(pattern, int(layers)))
+
+
+def _layer_count_option(option: str) -> str:
+    """The layer-count flag a per-layer option follows: encoder_* -> --encoder-layers, the rest (decoder
+    layers' self- and encoder-decoder attention, En-De Connect) -> --decoder-layers."""
+    side = "encoder" if option.startswith("encoder_") and not option.startswith("encoder_decoder") else "decoder"
+    return f"--{side}-layers"
 
 
 def parse_head_dims(value, num_layers: int, option: str) -> List[Optional[int]]:

@@ -37,6 +37,7 @@ from .architecture import (
     Architecture,
     DecoderLayer,
     EncoderLayer,
+    default_per_layer,
     describe_architecture,
     model_architecture,
     record_architecture,
@@ -345,8 +346,26 @@ class MixedTransformerModel(TransformerModel):
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         return load_state_dict_describing_pruned(self, super().load_state_dict, state_dict, strict, model_cfg, args)
 
+    @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".",
+                        prepare_input: bool = True, **kwargs):
+        """fairseq's ``from_pretrained``, whose hub interface prepares raw input as the data's preparation
+        did (its prepare.json: lower-casing, punctuation normalisation; see fairseq_plugins/hub.py);
+        ``prepare_input=False``: fairseq's hub interface as it is."""
+        from fairseq import hub_utils
+
+        from ..hub import prepared_hub
+
+        loaded = hub_utils.from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,
+                                           archive_map=cls.hub_models(), **kwargs)
+        return prepared_hub(loaded, prepare_input)
+
 
 # ---------------------------------------------------------------- presets ---
+# mFormer's encoder layout searched for WMT14 (Liu et al., Table 3): cosFormer in layers 2 and 4 of 6
+MFORMER_ENCODER_KINDS = "softmax,cosformer,softmax,cosformer,softmax,softmax"
+
+
 @register_preset("mixed_transformer", "mixed_transformer")
 def mixed_transformer_base(args):
     set_layout_defaults(args)
@@ -371,10 +390,9 @@ def cosformer_iwslt_de_en(args):
 def mformer_iwslt_de_en(args):
     """transformer_iwslt_de_en sizes with the mFormer layout searched for WMT14
     (Liu et al., Table 3): cosFormer self-attention in encoder layers 2 and 4
-    (1-based), softmax everywhere else."""
-    args.encoder_attention_kinds = getattr(args, "encoder_attention_kinds", None) or (
-        "softmax,cosformer,softmax,cosformer,softmax,softmax"
-    )
+    (1-based), softmax everywhere else. With other --encoder-layers the pattern repeats from layer 1
+    and is cut after the last layer (``pattern_for_depth``: 4 layers get cosFormer in 2 and 4)."""
+    default_per_layer(args, "encoder_attention_kinds", MFORMER_ENCODER_KINDS, 6)
     mixed_transformer_iwslt_de_en(args)
 
 
@@ -388,15 +406,14 @@ def mformer_wmt_en_de(args):
     the decoder attends to the last encoder layer (fairseq's default).
     Our choices where the paper gives only averages or nothing: every encoder
     layer uses the mean FFN width 3072 and 16 heads, every decoder layer the
-    mean FFN width 3584; the rest is transformer_vaswani_wmt_en_de_big.
+    mean FFN width 3584; the rest is transformer_vaswani_wmt_en_de_big. The encoder's kinds follow
+    --encoder-layers as mformer_iwslt_de_en's do.
     """
     args.encoder_layers = getattr(args, "encoder_layers", 6)
     args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 1024)
     args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 3072)
     args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 16)
-    args.encoder_attention_kinds = getattr(args, "encoder_attention_kinds", None) or (
-        "softmax,cosformer,softmax,cosformer,softmax,softmax"
-    )
+    default_per_layer(args, "encoder_attention_kinds", MFORMER_ENCODER_KINDS, 6)
     args.decoder_layers = getattr(args, "decoder_layers", 2)
     args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 1024)
     args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 3584)
@@ -404,3 +421,26 @@ def mformer_wmt_en_de(args):
     args.cross_attention_heads = getattr(args, "cross_attention_heads", None) or "4"
     set_layout_defaults(args)
     transformer_vaswani_wmt_en_de_big(args)
+
+
+@register_preset("mixed_transformer", "mixed_transformer_cpu_small")
+def mixed_transformer_cpu_small(args):
+    """A translation model for a CPU (our choice, not a paper's): 3 encoder and 3 decoder layers,
+    d = 256, 4 heads, FFN 512, about a quarter of transformer_iwslt_de_en's compute per token; the
+    recipes' PROFILE=cpu default. Kinds per layer as any preset (--encoder-attention-kinds ...)."""
+    args.encoder_layers = getattr(args, "encoder_layers", 3)
+    args.decoder_layers = getattr(args, "decoder_layers", 3)
+    for side in ("encoder", "decoder"):
+        setattr(args, f"{side}_embed_dim", getattr(args, f"{side}_embed_dim", 256))
+        setattr(args, f"{side}_ffn_embed_dim", getattr(args, f"{side}_ffn_embed_dim", 512))
+        setattr(args, f"{side}_attention_heads", getattr(args, f"{side}_attention_heads", 4))
+    mixed_transformer_iwslt_de_en(args)
+
+
+@register_preset("mixed_transformer", "mformer_cpu_small")
+def mformer_cpu_small(args):
+    """mixed_transformer_cpu_small with mFormer's encoder layout, cut to its 3 layers (softmax,
+    cosFormer, softmax; the pattern follows --encoder-layers as mformer_iwslt_de_en's does)."""
+    args.encoder_layers = getattr(args, "encoder_layers", 3)
+    default_per_layer(args, "encoder_attention_kinds", MFORMER_ENCODER_KINDS, 6)
+    mixed_transformer_cpu_small(args)

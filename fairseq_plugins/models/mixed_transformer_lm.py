@@ -12,7 +12,7 @@ from fairseq.models.transformer_lm import (
 )
 
 from ..modules import AttentionConfigError
-from .architecture import Architecture, model_architecture, record_architecture, register_preset
+from .architecture import Architecture, default_per_layer, model_architecture, record_architecture, register_preset
 from ..modules.options import Positions
 from .layout import DecoderLayoutConfig, KindOptionsConfig, add_kind_options, resolve_kind_options, set_layout_defaults
 from .mixed_transformer import MixedTransformerDecoder, load_state_dict_describing_pruned
@@ -102,16 +102,21 @@ def mixed_transformer_lm_base(args):
     base_lm_architecture(args)
 
 
-@register_preset("mixed_transformer_lm", "mixed_transformer_lm_tiny")
-def mixed_transformer_lm_tiny(args):
-    """A small LM for quick CPU work: 2 layers, d = 128, 4 heads, FFN 512, pre-norm."""
-    args.decoder_layers = getattr(args, "decoder_layers", 2)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 128)
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 512)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+def small_lm(args, layers: int, embed_dim: int, ffn_embed_dim: int, heads: int):
+    """The sizes of a small pre-norm LM with tied input and output embeddings, where not given."""
+    args.decoder_layers = getattr(args, "decoder_layers", layers)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", embed_dim)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", ffn_embed_dim)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", heads)
     args.decoder_normalize_before = getattr(args, "decoder_normalize_before", True)
     args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
     mixed_transformer_lm_base(args)
+
+
+@register_preset("mixed_transformer_lm", "mixed_transformer_lm_tiny")
+def mixed_transformer_lm_tiny(args):
+    """A small LM for quick CPU work: 2 layers, d = 128, 4 heads, FFN 512, pre-norm."""
+    small_lm(args, layers=2, embed_dim=128, ffn_embed_dim=512, heads=4)
 
 
 @register_preset("mixed_transformer_lm", "cosformer_lm_tiny")
@@ -123,7 +128,15 @@ def cosformer_lm_tiny(args):
 
 @register_preset("mixed_transformer_lm", "mformer_lm_tiny")
 def mformer_lm_tiny(args):
-    """mixed_transformer_lm_tiny with 4 layers alternating cosFormer and softmax."""
+    """mixed_transformer_lm_tiny with 4 layers alternating cosFormer and softmax (with other
+    --decoder-layers the alternation goes on: ``pattern_for_depth``)."""
     args.decoder_layers = getattr(args, "decoder_layers", 4)
-    args.decoder_attention_kinds = getattr(args, "decoder_attention_kinds", None) or "cosformer,softmax,cosformer,softmax"
+    default_per_layer(args, "decoder_attention_kinds", "cosformer,softmax", 4)
     mixed_transformer_lm_tiny(args)
+
+
+@register_preset("mixed_transformer_lm", "mixed_transformer_lm_cpu_small")
+def mixed_transformer_lm_cpu_small(args):
+    """A language model for a CPU (our choice, not a paper's): 4 layers, d = 256, 4 heads, FFN 1024,
+    pre-norm, tied input and output embeddings; the recipes' PROFILE=cpu default (word- and byte-level)."""
+    small_lm(args, layers=4, embed_dim=256, ffn_embed_dim=1024, heads=4)

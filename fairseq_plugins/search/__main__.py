@@ -266,6 +266,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          help="stop when the best fitness has not improved for this many iterations (default: %(default)s)")
     evolver.add_argument("--confirm", type=int, default=5,
                          help="--latency-ms: final candidates whose latency is measured (default: %(default)s)")
+    evolver.add_argument("--flops-fraction", type=float,
+                         help="budget: this fraction (0 < F <= 1) of the forward GFLOPs of the largest architecture of "
+                              "--space, counted as --flops counts (needs no measurement: the search recipe's default)")
+    evolver.add_argument("--train-max-update", type=int,
+                         help="train_command.sh: the from-scratch training's --max-update (the training budget, e.g. "
+                              "the recipe's MAX_UPDATE; default: the supernet's, which is rarely the one to train with)")
     evolver.add_argument("--verbose", action="store_true", help="print every iteration's best fitness")
     evolver.set_defaults(run=evolve)
 

@@ -83,6 +83,13 @@ def build_constraints(costs: Costs, args, space: SearchSpace) -> List[Constraint
         constraints.append(costs.constraint("gflops", "--flops", args.flops))
     if args.params is not None:
         constraints.append(costs.constraint("mparams", "--params", args.params))
+    fraction = getattr(args, "flops_fraction", None)
+    if fraction is not None:  # a budget that needs no measurement: a share of the space's own cost
+        if not 0 < fraction <= 1:
+            raise SearchError(f"--flops-fraction: expected a fraction in (0, 1] of the largest architecture's FLOPs, "
+                              f"got {fraction}")
+        largest = costs.counted(space.extreme(largest=True))["gflops"]
+        constraints.append(costs.constraint("gflops", "--flops-fraction", fraction * largest))
     for constraint in constraints:
         if constraint.limit <= 0:
             raise SearchError(f"{constraint.option}: expected a positive bound, got {constraint.limit}")
@@ -131,9 +138,10 @@ def confirm_latency(candidates: Sequence[Candidate], supernet: Supernet, limit: 
     return confirmed
 
 
-def training_command(supernet: Supernet, architecture_path: str) -> str:
+def training_command(supernet: Supernet, architecture_path: str, max_update: Optional[int] = None) -> str:
     """The fairseq-train command that trains ``architecture_path`` from scratch with the supernet's data, task,
-    criterion and optimisation options (those the supernet was trained with), or a template without one."""
+    criterion and optimisation options (those the supernet was trained with), for ``max_update`` updates
+    (None: the supernet's), or a template without one."""
     if supernet.model is None:
         return (f"fairseq-train DATA_BIN --user-dir fairseq_plugins --arch mixed_transformer --architecture-file "
                 f"{architecture_path} ...   # with your data set's training options (recipes/<dataset>/train.sh)")
@@ -171,7 +179,8 @@ def training_command(supernet: Supernet, architecture_path: str) -> str:
     for option, value in (("--max-tokens", dataset.get("max_tokens")), ("--batch-size", dataset.get("batch_size"))):
         if value is not None:
             args += [option, str(value)]
-    args += ["--max-update", str(optimization["max_update"]), "--update-freq", str(optimization["update_freq"][0]),
+    args += ["--max-update", str(max_update if max_update is not None else optimization["max_update"]),
+             "--update-freq", str(optimization["update_freq"][0]),
              "--seed", str(cfg["common"]["seed"])]
     return " ".join(shlex.quote(a) for a in args)
 
@@ -191,6 +200,7 @@ def search_inputs(args, space: SearchSpace, settings: EvolutionSettings, latency
     return {"space": space.to_dict(), "fitness": args.fitness, "ranker_sha256": file_digest(args.ranker if args.fitness == "ranker" else None),
             "latency_predictor_sha256": file_digest(args.latency_predictor if args.latency_ms is not None else None),
             "checkpoint_sha256": file_digest(args.checkpoint), "latency_ms": args.latency_ms, "flops": args.flops,
+            "flops_fraction": getattr(args, "flops_fraction", None),
             "params": args.params, "settings": asdict(settings), "latency": asdict(latency), "confirm": args.confirm,
             "device": args.device, "subset": args.subset if args.fitness == "supernet" else None}
 
@@ -202,6 +212,9 @@ def evolve_command(args) -> dict:
                                  crossovers=args.crossovers, mutation_probability=args.mutation_probability,
                                  iterations=args.iterations, patience=args.patience, seed=args.seed)
     settings.check()
+    train_max_update = getattr(args, "train_max_update", None)
+    if train_max_update is not None and train_max_update < 1:
+        raise SearchError(f"--train-max-update: expected a positive number of updates, got {train_max_update}")
     latency = LatencySettings.from_args(args)
     latency.check()
     if args.latency_ms is not None:
@@ -258,10 +271,12 @@ def evolve_command(args) -> dict:
     best_path = os.path.join(args.output, "best.json")
     with atomic_output(best_path) as f:
         f.write(best.architecture.to_json() + "\n")
-    result["train_command"] = command = training_command(supernet, best_path)
+    result["train_command"] = command = training_command(supernet, best_path, train_max_update)
+    budget = (f"--max-update {train_max_update} (--train-max-update)" if train_max_update is not None
+              else "the supernet's --max-update (evolve --train-max-update sets the training budget)")
     with atomic_output(os.path.join(args.output, "train_command.sh")) as f:
-        f.write("#!/usr/bin/env bash\n# trains the best architecture from scratch with the supernet's training options\n"
-                + command + ' "$@"\n')
+        f.write("#!/usr/bin/env bash\n# trains the best architecture from scratch with the supernet's training options "
+                f"and {budget}\n" + command + ' "$@"\n')
     write_json(result_path, result)
     return {"best": result["best"], "iterations": len(found["history"]),
             "files": {name: os.path.join(args.output, name) for name in ("best.json", "result.json", "train_command.sh")}}

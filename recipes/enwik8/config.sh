@@ -7,6 +7,9 @@
 # DATA_BIN=... (e.g. tiny Shakespeare, see docs/results.md).
 # No BET(SG): bytes are not words, there is nothing for a dependency parser
 # to parse (SYNTAX_HINTS=1 is an error; BET(SF) presets work as any other).
+# shellcheck source=../lib/profile.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/profile.sh"
+profile_defaults cpu MAX_TOKENS=4096 TOKENS_PER_UPDATE=4096 MAX_UPDATE=5000 WARMUP=500  # PROFILE=cpu (our choice): 5,000 updates of 4,096 bytes
 DATASET=enwik8
 NO_SYNTAX_HINTS_REASON="enwik8 is modelled one token per byte, so there are no words for a dependency parser and no \
 BET(SG) syntax hints (data_prep/syntax_hints.py maps subwords to words, not bytes); train BET(SF) here \

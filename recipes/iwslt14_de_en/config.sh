@@ -5,6 +5,9 @@
 # is our choice (fairseq's example gives none). Evaluation: checkpoint_best.pt,
 # beam 5; tokenized BLEU (the number IWSLT14 papers report) and sacreBLEU on
 # lower-cased detokenised output.
+# shellcheck source=../lib/profile.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/profile.sh"
+profile_defaults cpu MAX_UPDATE=6000 WARMUP=1000  # PROFILE=cpu (our choice): 6,000 updates of 4,096 tokens
 DATASET=iwslt14_de_en
 DATA_NAME=iwslt14.tokenized.de-en
 PREPARE_MODULE=data_prep.iwslt14

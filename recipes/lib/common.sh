@@ -6,7 +6,13 @@
 #   WORK_DIR            downloads, intermediate files (default work_dirs/data/<basename of DATA_BIN>)
 #   SAVE_DIR            checkpoints               (default checkpoints/<dataset>/<preset>; Multi30k:
 #                       checkpoints/multi30k.<SRC>-<TGT>/<preset>; language models with
-#                       SYNTAX_HINTS=1: checkpoints/<dataset>/<preset>_sg)
+#                       SYNTAX_HINTS=1: checkpoints/<dataset>/<preset>_sg; your own DATA_BIN:
+#                       checkpoints/<basename of DATA_BIN>/<preset>)
+#   PROFILE             gpu (default: the data set's settings) or cpu (the small CPU preset, NUM_GPUS=0,
+#                       a checkpoint every 250 updates, the data set's CPU budget; lib/profile.sh)
+#   OWN_DATA_EPOCHS     your own DATA_BIN without MAX_UPDATE: the budget is this many passes over its
+#                       training tokens (default 20), at most the data set's MAX_UPDATE; WARMUP at
+#                       most a tenth of it
 #   NUM_GPUS            GPUs to train on          (default: all visible; 0 = CPU)
 #   CPU_PROCS           CPU data-parallel ranks   (default 1; >1 uses fairseq-plugins-cpu-train)
 #   CPU_MALLOC          CPU runs: keep (default: freed memory stays in the process, glibc's
@@ -33,6 +39,8 @@
 #   EXTRA_ARGS          more fairseq-train flags (word-split)
 #   GEN_EXTRA_ARGS      more fairseq-generate / fairseq-eval-lm flags (word-split)
 #   BEAM LENPEN GEN_MAX_TOKENS SUBSETS   generation (translation)
+#   MAX_LEN_A MAX_LEN_B output length cap of generate.sh and EVAL_BLEU's validation alike: at most
+#                       MAX_LEN_A x source length + MAX_LEN_B tokens (default 1.2 and 10)
 #   OUT_DIR             generate/evaluate outputs (default $SAVE_DIR/generate, $SAVE_DIR/evaluate)
 #   SCORE_ARGS          more recipes/lib/score_translation.py flags (WMT14 en-de: --compound-split)
 #   SHARE_EMBEDDINGS    translation: all (--share-all-embeddings) or decoder
@@ -59,9 +67,12 @@
 #   LATENCY_BEAM LATENCY_SOURCE_LENGTH LATENCY_TARGET_LENGTH LATENCY_THREADS LATENCY_DEVICE
 #   LATENCY_WARMUP LATENCY_REPEATS LATENCY_MAX_SPREAD   search.sh latency measurement
 #   PRUNE_KEEP          search.sh: fields the pruned space leaves free (0: no pruning)
-#   LATENCY_BUDGETS FLOPS_BUDGETS FITNESS EVOLVE_ARGS   search.sh evolve: budgets (ms, GFLOPs; comma-
-#                       separated), ranker or supernet fitness, more `search evolve` flags
+#   LATENCY_BUDGETS FLOPS_BUDGETS FLOPS_FRACTIONS FITNESS EVOLVE_ARGS   search.sh evolve: budgets (ms,
+#                       GFLOPs, fractions of the largest architecture's FLOPs, default 0.75 when none is
+#                       given; comma-separated), ranker or supernet fitness, more `search evolve` flags
 #   TRAIN_PRESET        search.sh: the preset the found architectures are trained with
+#   SEARCH_TINY TINY_MAX_UPDATE   search.sh: 1 = every stage at its smallest size (TINY_MAX_UPDATE updates
+#                       per training, default 20; a trial of the pipeline in minutes, in .../search_tiny)
 #   PYTHON              interpreter with fairseq (default: python on PATH)
 #   DRY_RUN             1 = print the fairseq-train command instead of running it
 set -euo pipefail
@@ -267,7 +278,7 @@ parse_preset() {  # PRESET from $1 (or DEFAULT_PRESET), the rest into USER_ARGS
         shift
     fi
     USER_ARGS=("$@")
-    : "${SAVE_DIR:=$REPO_ROOT/checkpoints/${SAVE_NAME:-$DATASET}/$PRESET${SAVE_SUFFIX:-}}"
+    : "${SAVE_DIR:=$REPO_ROOT/checkpoints/$(save_name)/$PRESET${SAVE_SUFFIX:-}}"  # (save_name: lib/profile.sh)
 }
 
 : "${DATA_BIN:=$REPO_ROOT/work_dirs/data-bin/${DATA_NAME:-$DATASET}}"

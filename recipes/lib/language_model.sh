@@ -18,9 +18,11 @@ fi
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # shellcheck source=../lib/syntax_hints.sh
 source "$(dirname "${BASH_SOURCE[0]}")/syntax_hints.sh"
+profile_preset mixed_transformer_lm_cpu_small
 
 train_lm() {  # [PRESET] [fairseq-train flags...]
     start_recipe "$@"
+    own_data_budget "$DATA_BIN/train" || return
     if [ "${EVAL_BLEU:-0}" != 0 ]; then  # not silently ignored: a language model has no BLEU
         echo "[recipe] error: EVAL_BLEU=$EVAL_BLEU: valid BLEU is for the translation recipes; $DATASET trains" \
             "a language model, whose checkpoint_best.pt is chosen by the valid loss" >&2

@@ -14,15 +14,23 @@
 #   prune     with PRUNE_KEEP > 0: the space with the PRUNE_KEEP most important fields free (pruned.yaml),
 #             which evolve then searches
 #   evolve    one evolution per budget: LATENCY_BUDGETS (milliseconds, comma-separated, predicted by
-#             the latency regressor and confirmed by measurement) and FLOPS_BUDGETS (GFLOPs), fitness
-#             FITNESS (ranker or supernet); EVOLVE_ARGS: more `search evolve` flags (word-split)
-#             -> evolve_latency_<X>ms/ and evolve_flops_<X>g/ (best.json, result.json, train_command.sh)
+#             the latency regressor and confirmed by measurement), FLOPS_BUDGETS (GFLOPs) and
+#             FLOPS_FRACTIONS (fractions of the searched space's largest architecture's FLOPs; default 0.75
+#             when no budget is given: needs no measurement beforehand), fitness FITNESS (ranker or
+#             supernet); EVOLVE_ARGS: more `search evolve` flags (word-split) -> evolve_latency_<X>ms/,
+#             evolve_flops_<X>g/ and evolve_flops_<X>x/ (best.json, result.json, train_command.sh, whose
+#             --max-update is the data set's training budget MAX_UPDATE, not the supernet's)
 #   train     every found architecture trained from scratch: train.sh TRAIN_PRESET --architecture-file
 #             best.json (the data set's training settings) into train_<budget>/
 #   generate  generate.sh on each of those
 #
 #   SEARCH_DIR  default checkpoints/<dataset>/search; STAGES  comma-separated subset of the above (default
-#   all, in this order); the flags after search.sh go to the supernet's fairseq-train.
+#   all, in this order); the flags after search.sh go to the supernet's fairseq-train. Each search stage
+#   prints its result as a table; the JSON it printed is kept in SEARCH_DIR/stages/<stage>.json.
+#   SEARCH_TINY=1  every stage at the smallest size that still runs it (to try the pipeline in minutes, not
+#   to find an architecture): TINY_MAX_UPDATE (default 20) updates of the supernet and of each training, 12
+#   sampled architectures per collection, 3 timed latency runs, an evolution of 6 over 2 iterations, and its
+#   own default SEARCH_DIR (checkpoints/<dataset>/search_tiny); variables set in the environment win.
 SEARCH_STAGES=(supernet collect rank prune evolve train generate)
 
 search_step() {  # run a command, or with DRY_RUN=1 print it
@@ -34,14 +42,29 @@ search_step() {  # run a command, or with DRY_RUN=1 print it
     fi
 }
 
+# A search subcommand: its JSON result line kept in SEARCH_DIR/stages/NAME.json, a table of it printed
+# (recipes/lib/search_summary.py); with DRY_RUN=1 the command printed instead.
+search_json() {  # NAME command...
+    local name=$1
+    shift
+    if [ "${DRY_RUN:-0}" = 1 ]; then
+        search_step "$@"
+        return
+    fi
+    mkdir -p "$SEARCH_DIR/stages"
+    "$@" > "$SEARCH_DIR/stages/$name.json" || return
+    "$PYTHON" "$RECIPES_DIR/lib/search_summary.py" "$name" "$SEARCH_DIR/stages/$name.json"
+}
+
 search_wants() {  # is stage $1 in STAGES?
     [[ ",$STAGES," == *",$1,"* ]]
 }
 
 search_budget_dirs() {  # the evolution folders of the budgets, one per line
-    local budget latency=${LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-}
+    local budget latency=${LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-} fractions=${FLOPS_FRACTIONS:-}
     for budget in ${latency//,/ }; do echo "$SEARCH_DIR/evolve_latency_${budget}ms"; done
     for budget in ${flops//,/ }; do echo "$SEARCH_DIR/evolve_flops_${budget}g"; done
+    for budget in ${fractions//,/ }; do echo "$SEARCH_DIR/evolve_flops_${budget}x"; done
 }
 
 run_search() {  # [supernet fairseq-train flags...]
@@ -50,6 +73,27 @@ run_search() {  # [supernet fairseq-train flags...]
         sed -n '3,/^SEARCH_STAGES/{/^#/s/^# \{0,1\}//p}' "$RECIPES_DIR/lib/search.sh"
         exit 0
     fi
+    local train_updates=$MAX_UPDATE tiny_env=()
+    case ${SEARCH_TINY:-0} in
+        0) ;;
+        1)
+            : "${TINY_MAX_UPDATE:=20}" "${SEARCH_DIR:=$REPO_ROOT/checkpoints/${SAVE_NAME:-$DATASET}/search_tiny}"
+            : "${LOSS_SAMPLES:=12}" "${LATENCY_SAMPLES:=12}" "${LATENCY_WARMUP:=1}" "${LATENCY_REPEATS:=3}"
+            : "${LATENCY_MAX_SPREAD:=10}"
+            local tiny_warmup=5  # unless WARMUP was set (it holds the data set's default by now: lib/profile.sh)
+            [ -z "$PROFILE_USER_WARMUP" ] || tiny_warmup=$PROFILE_USER_WARMUP
+            : "${EVOLVE_ARGS:=--population 6 --parents 2 --mutations 2 --crossovers 2 --iterations 2 --confirm 1}"
+            train_updates=$TINY_MAX_UPDATE
+            # the supernet and the trainings are separate scripts: their budget goes with them
+            tiny_env=(MAX_UPDATE="$TINY_MAX_UPDATE" WARMUP="$tiny_warmup" SAVE_INTERVAL_UPDATES=0)
+            echo "[recipe] search: SEARCH_TINY=1: $TINY_MAX_UPDATE updates per training, $LOSS_SAMPLES + $LATENCY_SAMPLES" \
+                "sampled architectures, a small evolution, in $SEARCH_DIR (a trial of the stages, not a search)" >&2
+            ;;
+        *)
+            echo "[recipe] error: SEARCH_TINY=$SEARCH_TINY: expected 1 (every stage at its smallest size) or 0" >&2
+            return 2
+            ;;
+    esac
     : "${SEARCH_DIR:=$REPO_ROOT/checkpoints/${SAVE_NAME:-$DATASET}/search}"
     : "${STAGES:=$(IFS=,; echo "${SEARCH_STAGES[*]}")}"
     : "${SEARCH_SPACE:=$REPO_ROOT/search_spaces/$SUPERNET_SPACE.yaml}"
@@ -70,10 +114,11 @@ run_search() {  # [supernet fairseq-train flags...]
             return 2
         fi
     done
-    if search_wants evolve && [ -z "${LATENCY_BUDGETS:-}${FLOPS_BUDGETS:-}" ]; then
-        echo "[recipe] error: the evolve stage needs a budget: LATENCY_BUDGETS=<ms,...> (measure a preset first:" \
-            "python -m fairseq_plugins.search cost --latency) or FLOPS_BUDGETS=<GFLOPs,...>" >&2
-        return 2
+    if [ -z "${LATENCY_BUDGETS:-}${FLOPS_BUDGETS:-}${FLOPS_FRACTIONS:-}" ]; then
+        # a budget that needs no measurement before the supernet exists: a share of the space's largest FLOPs
+        FLOPS_FRACTIONS=0.75
+        echo "[recipe] search: no budget given: FLOPS_FRACTIONS=$FLOPS_FRACTIONS (of the largest architecture's FLOPs;" \
+            "LATENCY_BUDGETS=<ms,...> or FLOPS_BUDGETS=<GFLOPs,...> choose others)" >&2
     fi
     local here search checkpoint space
     here=$(cd "$(dirname "$0")" && pwd)
@@ -82,7 +127,8 @@ run_search() {  # [supernet fairseq-train flags...]
     [ "${DRY_RUN:-0}" = 1 ] || mkdir -p "$SEARCH_DIR"
     if search_wants supernet; then
         echo "[recipe] search: supernet -> $SEARCH_DIR/supernet" >&2
-        search_step env SAVE_DIR="$SEARCH_DIR/supernet" SEARCH_SPACE="$SEARCH_SPACE" bash "$here/supernet.sh" "$@" || return
+        search_step env "${tiny_env[@]}" SAVE_DIR="$SEARCH_DIR/supernet" SEARCH_SPACE="$SEARCH_SPACE" \
+            bash "$here/supernet.sh" "$@" || return
     fi
     if [ "${DRY_RUN:-0}" != 1 ] && ! search_wants supernet && { search_wants collect || search_wants evolve; } \
         && [ ! -f "$checkpoint" ]; then
@@ -91,9 +137,9 @@ run_search() {  # [supernet fairseq-train flags...]
     fi
     if search_wants collect; then
         echo "[recipe] search: collect -> $SEARCH_DIR/loss.jsonl, $SEARCH_DIR/latency.jsonl" >&2
-        search_step "${search[@]}" collect --what loss --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
+        search_json collect_loss "${search[@]}" collect --what loss --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
             -n "$LOSS_SAMPLES" --seed "$SEARCH_SEED" --output "$SEARCH_DIR/loss.jsonl" || return
-        search_step "${search[@]}" collect --what latency --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
+        search_json collect_latency "${search[@]}" collect --what latency --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
             -n "$LATENCY_SAMPLES" --seed "$SEARCH_SEED" --output "$SEARCH_DIR/latency.jsonl" --beam "$LATENCY_BEAM" \
             --source-length "$LATENCY_SOURCE_LENGTH" --target-length "$LATENCY_TARGET_LENGTH" \
             --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE" --warmup "$LATENCY_WARMUP" \
@@ -102,33 +148,37 @@ run_search() {  # [supernet fairseq-train flags...]
     if search_wants rank; then
         local target
         for target in loss latency; do
-            search_step "${search[@]}" rank --data "$SEARCH_DIR/$target.jsonl" --target "$target" \
+            search_json "rank_$target" "${search[@]}" rank --data "$SEARCH_DIR/$target.jsonl" --target "$target" \
                 --output "$SEARCH_DIR/ranker_$target" --seed "$SEARCH_SEED" || return
         done
     fi
     space=$SEARCH_SPACE
     if [ "$PRUNE_KEEP" -gt 0 ]; then
         if search_wants prune; then
-            search_step "${search[@]}" prune --space "$SEARCH_SPACE" --importance "$SEARCH_DIR/ranker_loss/importance.json" \
+            search_json prune "${search[@]}" prune --space "$SEARCH_SPACE" --importance "$SEARCH_DIR/ranker_loss/importance.json" \
                 --keep "$PRUNE_KEEP" --output "$SEARCH_DIR/pruned.yaml" || return
         fi
         space="$SEARCH_DIR/pruned.yaml"
     fi
     if search_wants evolve; then
-        local budget output common latency=${LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-}
+        local budget output common latency=${LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-} fractions=${FLOPS_FRACTIONS:-}
         # shellcheck disable=SC2206
         common=(--space "$space" --fitness "$FITNESS" --ranker "$SEARCH_DIR/ranker_loss/ranker.txt" --checkpoint "$checkpoint"
                 --latency-predictor "$SEARCH_DIR/ranker_latency/regressor.txt" --beam "$LATENCY_BEAM"
                 --source-length "$LATENCY_SOURCE_LENGTH" --target-length "$LATENCY_TARGET_LENGTH"
                 --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE" --warmup "$LATENCY_WARMUP"
-                --repeats "$LATENCY_REPEATS" --seed "$SEARCH_SEED" ${EVOLVE_ARGS:-})
+                --repeats "$LATENCY_REPEATS" --seed "$SEARCH_SEED" --train-max-update "$train_updates" ${EVOLVE_ARGS:-})
         # (a search finished with the same inputs prints its result again without searching)
         for budget in ${latency//,/ }; do
-            search_step "${search[@]}" evolve "${common[@]}" --latency-ms "$budget" \
+            search_json "evolve_latency_${budget}ms" "${search[@]}" evolve "${common[@]}" --latency-ms "$budget" \
                 --output "$SEARCH_DIR/evolve_latency_${budget}ms" || return
         done
         for budget in ${flops//,/ }; do
-            search_step "${search[@]}" evolve "${common[@]}" --flops "$budget" --output "$SEARCH_DIR/evolve_flops_${budget}g" || return
+            search_json "evolve_flops_${budget}g" "${search[@]}" evolve "${common[@]}" --flops "$budget" --output "$SEARCH_DIR/evolve_flops_${budget}g" || return
+        done
+        for budget in ${fractions//,/ }; do
+            search_json "evolve_flops_${budget}x" "${search[@]}" evolve "${common[@]}" --flops-fraction "$budget" \
+                --output "$SEARCH_DIR/evolve_flops_${budget}x" || return
         done
     fi
     local found name
@@ -140,7 +190,7 @@ run_search() {  # [supernet fairseq-train flags...]
                 echo "[recipe] error: $found/result.json: no finished search (run the evolve stage)" >&2
                 return 2
             fi
-            search_step env SAVE_DIR="$SEARCH_DIR/$name" bash "$here/train.sh" "$TRAIN_PRESET" \
+            search_step env "${tiny_env[@]}" SAVE_DIR="$SEARCH_DIR/$name" bash "$here/train.sh" "$TRAIN_PRESET" \
                 --architecture-file "$found/best.json" </dev/null || return
         fi
         if search_wants generate; then

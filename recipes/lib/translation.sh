@@ -11,9 +11,14 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # shellcheck source=../lib/syntax_hints.sh
 source "$(dirname "${BASH_SOURCE[0]}")/syntax_hints.sh"
+profile_preset mixed_transformer_cpu_small
+# The output length cap of generate.sh and of EVAL_BLEU's validation alike: at most
+# MAX_LEN_A x source length + MAX_LEN_B tokens (fairseq's --max-len-a/--max-len-b).
+: "${MAX_LEN_A:=1.2}" "${MAX_LEN_B:=10}"
 
 train_translation() {  # [PRESET] [fairseq-train flags...]
     start_recipe "$@"
+    own_data_budget "$DATA_BIN/train.$SRC-$TGT.$TGT" || return
     common_train_args
     local share=(--share-all-embeddings)
     if [ "${SHARE_EMBEDDINGS:-all}" = decoder ]; then
@@ -78,7 +83,7 @@ train_supernet() {  # [fairseq-train flags...]
 
 # EVAL_BLEU=1 (fairseq's IWSLT14 example): fairseq-train beam-decodes the valid set at every
 # validation and keeps checkpoint_best.pt by that BLEU. Decoded as generate.sh decodes (BEAM,
-# LENPEN; output length at most 1.2 x source + 10) and detokenised as score_translation.py
+# LENPEN; output length at most MAX_LEN_A x source + MAX_LEN_B, as generate.sh's) and detokenised as score_translation.py
 # does for sacreBLEU: subword-nmt output without its "@@ " and Moses-detokenised in $TGT,
 # sentencepiece output decoded and left as it is.
 eval_bleu_args() {  # sets EVAL_BLEU_ARGS
@@ -91,7 +96,7 @@ eval_bleu_args() {  # sets EVAL_BLEU_ARGS
     # as generate_translation reads it: no bpe field is subword-nmt
     bpe=$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1])).get('bpe', 'subword-nmt'))" "$settings")
     EVAL_BLEU_ARGS=(--eval-bleu
-        --eval-bleu-args "{\"beam\": $BEAM, \"lenpen\": $LENPEN, \"max_len_a\": 1.2, \"max_len_b\": 10}"
+        --eval-bleu-args "{\"beam\": $BEAM, \"lenpen\": $LENPEN, \"max_len_a\": $MAX_LEN_A, \"max_len_b\": $MAX_LEN_B}"
         --best-checkpoint-metric bleu --maximize-best-checkpoint-metric)
     case $bpe in
         sentencepiece) EVAL_BLEU_ARGS+=(--eval-bleu-remove-bpe sentencepiece --eval-bleu-detok space) ;;
@@ -140,6 +145,7 @@ generate_translation() {  # [PRESET] [fairseq-generate flags...]
         # shellcheck disable=SC2086
         fairseq_cli generate "$DATA_BIN" --user-dir "$USER_DIR" --task translation --source-lang "$SRC" --target-lang "$TGT" \
             --path "$checkpoint" --gen-subset "$subset" --beam "$BEAM" --lenpen "$LENPEN" --remove-bpe "$remove_bpe" \
+            --max-len-a "$MAX_LEN_A" --max-len-b "$MAX_LEN_B" \
             --max-tokens "$GEN_MAX_TOKENS" --required-batch-size-multiple 1 "${EVAL_DEVICE_ARGS[@]}" \
             ${GEN_EXTRA_ARGS:-} "${USER_ARGS[@]}" > "$out/generate-$subset.txt" 2>&1 \
             || { tail -n 30 "$out/generate-$subset.txt" >&2; return 1; }

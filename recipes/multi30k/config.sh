@@ -5,6 +5,9 @@
 # 4,096 tokens per update, 15,000 updates, decoder embeddings shared.
 # Evaluation: checkpoint_best.pt, beam 5, on test_2016_flickr and every other
 # test set the preparation found (test1..test3, see testsets.tsv).
+# shellcheck source=../lib/profile.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/profile.sh"
+profile_defaults cpu MAX_UPDATE=4000 WARMUP=500  # PROFILE=cpu (our choice): 4,000 updates of 4,096 tokens
 DATASET=multi30k
 DATA_NAME=multi30k.de-en
 PREPARE_MODULE=data_prep.multi30k

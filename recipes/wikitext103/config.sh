@@ -3,6 +3,9 @@
 # warm-up updates, weight decay 0.01, dropout 0.1, 512 tokens per sample,
 # 2,048 tokens per batch x 16 = 32,768 tokens per update, 50,000 updates;
 # evaluation with a 400-token context window, perplexity per word (token).
+# shellcheck source=../lib/profile.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/profile.sh"
+profile_defaults cpu TOKENS_PER_UPDATE=8192 MAX_UPDATE=5000 WARMUP=500  # PROFILE=cpu (our choice): 5,000 updates of 8,192 tokens
 DATASET=wikitext103
 DATA_NAME=wikitext-103
 PREPARE_MODULE=data_prep.wikitext103

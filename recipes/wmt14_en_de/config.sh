@@ -4,6 +4,8 @@
 # penalty 0.6, average of the last ten checkpoints; see recipes/lib/wmt.sh).
 # Scores: tokenized BLEU with compound splitting (how WMT14 en-de numbers are
 # published) and sacreBLEU (= sacrebleu -t wmt14/full -l en-de).
+# shellcheck source=../lib/profile.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/profile.sh"
 DATASET=wmt14_en_de
 PREPARE_MODULE=data_prep.wmt14_en_de
 DEFAULT_PRESET=mformer_wmt_en_de

@@ -6,8 +6,10 @@ are built through fairseq's command line, so that none of them can rot."""
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -96,6 +98,48 @@ def test_progress_is_drawn_on_a_terminal_only():
             bar.update(50)
     assert "softmax baseline" in terminal.getvalue() and "/400" in terminal.getvalue()
     assert log.getvalue() == ""
+
+
+def test_a_line_at_least_every_30_seconds_when_not_on_a_terminal():
+    assert demo.PROGRESS_LINE_SECONDS <= 30
+    lines, log = io.StringIO(), io.StringIO()
+    with demo.update_progress("softmax baseline", 400, file=log, line_file=lines, interval=0.01, start=20) as progress:
+        progress.update(30)
+        for _ in range(1000):  # the timer thread's next line (waits on an event, not on a clock)
+            if "update 50/400" in lines.getvalue():
+                break
+            threading.Event().wait(0.01)
+    assert re.search(r"^  softmax baseline: update 50/400, \d+ s$", lines.getvalue(), re.M), lines.getvalue()
+    assert log.getvalue() == "" and "\r" not in lines.getvalue()
+    count = lines.getvalue().count("\n")
+    threading.Event().wait(0.05)
+    assert lines.getvalue().count("\n") == count  # closed: no more lines
+
+
+def test_the_demo_resumes_each_preset_instead_of_starting_again(quick_demo, tmp_path):
+    """A rerun with more updates continues every preset from its checkpoint; a rerun of a finished demo
+    trains nothing; a preset whose settings changed starts afresh. (On a copy of the quick demo's folder.)"""
+    work_dir, _ = quick_demo
+    copy = tmp_path / "demo"
+    shutil.copytree(work_dir, copy)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "fairseq_plugins.cli.demo", "--quick", "--work-dir", str(copy), "--max-update", "12"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    for label, arch, _ in demo.QUICK_ROWS:
+        assert f"  {label} ({arch}): training 12 updates, resuming after update {demo.QUICK_MAX_UPDATE}, then" in result.stdout
+    for log in sorted((copy / "checkpoints-quick").glob("*/train.log")):
+        text = log.read_text()
+        assert f"@ {demo.QUICK_MAX_UPDATE} updates)" in text and "num_updates 12" in text, log  # fairseq's resume
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for label, arch, _ in demo.QUICK_ROWS:
+        assert f"  {label} ({arch}): trained before (12 updates, " in result.stdout
+    # another architecture or options in a preset's folder: its checkpoints are another model's
+    save_dir = next((copy / "checkpoints-quick").iterdir())
+    settings = demo.row_settings("mixed_transformer_iwslt_de_en", ["--dropout", "0.2"], str(copy / "data-bin-quick"), 12)
+    assert demo.prepare_row(str(save_dir), settings) == (None, 0)
+    assert sorted(os.listdir(save_dir)) == ["row.json"]
 
 
 def test_bad_settings_are_refused():

@@ -47,3 +47,35 @@ def test_bytes_become_one_token_each_with_newlines_as_line_ends():
     parts = split_bytes(bytes(range(100)), valid=5, test=5)
     assert [len(parts[s]) for s in ("train", "valid", "test")] == [90, 5, 5]
     assert parts["test"] == bytes(range(95, 100))
+
+
+def test_bpe_learning_draws_no_bar_into_a_log(tmp_path, capsys, monkeypatch):
+    """Not on a terminal (stderr captured): neither subword-nmt's own bar over the merges nor one of ours
+    redrawn into the log; with a progress interval of 0 the log gets plain lines instead."""
+    from data_prep import common
+
+    letters = "abcdefgh"  # words of 3 to 6 letters, enough distinct pairs for 20 merges
+    corpus = write(tmp_path / "train.txt", [" ".join(letters[i % 8] + letters[(i * j) % 8] + letters[j % 5] * (1 + j % 4)
+                                                     for j in range(12)) for i in range(60)])
+    text.learn_bpe([corpus], str(tmp_path / "codes"), merges=20)
+    err = capsys.readouterr().err
+    assert "\r" not in err and "it/s" not in err and "merges" not in err
+    assert len((tmp_path / "codes").read_text().splitlines()) > 1
+    monkeypatch.setattr(common, "LOG_PROGRESS_SECONDS", 0.0)
+    text.learn_bpe([corpus], str(tmp_path / "codes2"), merges=20)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all(line.startswith("[data_prep] learn_bpe codes2: ") and line.endswith("/20 merges") for line in lines)
+    assert "\r" not in "".join(lines)
+
+
+def test_log_progress_is_a_line_at_most_every_interval(capsys):
+    from data_prep.common import LogProgress
+
+    with LogProgress(total=30, desc="tokenize train.de", unit="lines", interval=3600.0) as bar:
+        bar.update(10)
+    assert capsys.readouterr().err == ""  # within the interval: nothing
+    with LogProgress(total=30, desc="tokenize train.de", unit="lines", interval=0.0) as bar:
+        bar.update(10)
+        bar.update(20)
+    assert capsys.readouterr().err.splitlines() == ["[data_prep] tokenize train.de: 10/30 lines",
+                                                    "[data_prep] tokenize train.de: 30/30 lines"]

@@ -96,3 +96,48 @@ def test_hub_translates_raw_cased_text_with_the_preparations_files(tmp_path, mon
 
     assert hub.translate(sources[0], beam=5) == expected[0]
     assert hub.translate(sources, beam=5) == expected
+
+
+def test_hub_prepares_input_as_the_lower_casing_preparation_did(tmp_path, monkeypatch):
+    """Multi30k's preparation lower-cases (its default): prepare.json says so, and the hub lower-cases a
+    cased sentence after Moses as the preparation did, so that it meets the words the model knows; with
+    prepare_input=False the hub is fairseq's, and the capitalised words are unknown to the model."""
+    from data_prep import multi30k
+
+    from fairseq_plugins.hub import InputPreparation, PreparedInputHubInterface
+    from fairseq_plugins.models.mixed_transformer import MixedTransformerModel
+
+    write_raw(str(tmp_path / "raw"))
+    dest = str(tmp_path / "data-bin")
+    multi30k.main(["--raw-dir", str(tmp_path / "raw"), "--work-dir", str(tmp_path / "work"), "--dest", dest,
+                   "--no-download", "--workers", "1", "--bpe-merges", "120"])
+    assert InputPreparation.of_data(dest, "de") == InputPreparation("de", normalize_punctuation=True, lowercase=True)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    result = train(dest, str(tmp_path / "checkpoints"), "mixed_transformer_iwslt_de_en",
+                   TRANSLATION_TRAINING + TINY_TRANSLATION_SIZES + ["--encoder-layers", "1", "--decoder-layers", "1"],
+                   max_update=1)
+    options = dict(checkpoint_file=os.path.basename(result.checkpoint), data_name_or_path=dest, tokenizer="moses",
+                   bpe="subword_nmt", bpe_codes=os.path.join(dest, "code"), source_lang="de", target_lang="en",
+                   moses_no_dash_splits=True, user_dir=PLUGIN_DIR)
+    hub = MixedTransformerModel.from_pretrained(os.path.dirname(result.checkpoint), **options)
+    assert isinstance(hub, PreparedInputHubInterface)
+    cased, lower = "Den Mann mag Fußball-Spiel!", "den mann mag fußball-spiel!"
+    assert hub.tokenize(cased) == "den mann mag fußball-spiel !"
+    assert hub.encode(cased).tolist() == hub.encode(lower).tolist()
+    assert hub.src_dict.unk() not in hub.encode(cased).tolist()
+    # the punctuation normalisation of the preparation (normalize-punctuation.perl) comes first
+    assert hub.tokenize("Den  Mann „heute“") == hub.tokenize('den mann "heute"')
+    plain = MixedTransformerModel.from_pretrained(os.path.dirname(result.checkpoint), prepare_input=False, **options)
+    assert plain.tokenize(cased) == "Den Mann mag Fußball-Spiel !"
+    assert hub.src_dict.unk() in plain.encode(cased).tolist()  # "Den", "Mann": never seen capitalised
+    assert isinstance(hub.translate(cased, beam=2), str)
+    # fairseq-interactive: --tokenizer moses_prepared applies the same steps
+    from fairseq_plugins.cli.pipeline import fairseq_command, run
+
+    interactive = fairseq_command("interactive") + [
+        dest, "--user-dir", PLUGIN_DIR, "--path", result.checkpoint, "--cpu", "--beam", "2", "-s", "de", "-t", "en",
+        "--tokenizer", "moses_prepared", "--moses-preparation-file", os.path.join(dest, "prepare.json"),
+        "--moses-no-dash-splits", "--bpe", "subword_nmt", "--bpe-codes", os.path.join(dest, "code")]
+    log = run(interactive, input_text=cased + "\n")
+    sources = [line.split("\t", 1)[1] for line in log.splitlines() if line.startswith("S-")]
+    assert sources == [hub.apply_bpe(hub.tokenize(cased))]  # as the hub encodes it: lower-cased, no <unk>

@@ -106,6 +106,37 @@ def test_presets(data_dir):
     assert (full.encoder_layers, full.decoder_layers, full.cross_attention_heads) == (6, 2, "4")
 
 
+@pytest.mark.parametrize("layers,expected", [
+    ("4", "softmax,cosformer,softmax,cosformer"),  # cut after the 4th layer
+    ("8", "softmax,cosformer,softmax,cosformer,softmax,softmax,softmax,cosformer"),  # repeats from layer 1
+    ("1", "softmax"),
+])
+def test_mformer_preset_pattern_follows_encoder_layers(data_dir, layers, expected):
+    for arch in ("mformer_iwslt_de_en", "mformer_wmt_en_de"):
+        args, _, model = build(data_dir, arch, "--encoder-layers", layers, "--decoder-layers", "1",
+                               "--encoder-attention-heads", "4", "--decoder-attention-heads", "4")
+        assert ",".join(l.self_attn.kind_name for l in model.encoder.layers) == expected
+        assert args.encoder_attention_kinds == expected  # the options (so the checkpoint) describe the model
+
+
+def test_lm_preset_pattern_follows_decoder_layers(data_dir):
+    _, _, model = build(data_dir, "mformer_lm_tiny", "--decoder-layers", "3", "--tokens-per-sample", "16", task="language_modeling")
+    assert [l.self_attn.kind_name for l in model.decoder.layers] == ["cosformer", "softmax", "cosformer"]
+
+
+def test_per_layer_list_of_wrong_length_names_option_and_value_to_give(data_dir):
+    with pytest.raises(AttentionConfigError) as error:
+        build(data_dir, "mixed_transformer_iwslt_de_en", "--encoder-layers", "4", "--decoder-layers", "1",
+              "--encoder-attention-kinds", "softmax,cosformer,softmax,cosformer,softmax,softmax")
+    assert str(error.value) == (
+        "--encoder-attention-kinds has 6 values (softmax,cosformer,softmax,cosformer,softmax,softmax) but the model "
+        "has 4 layers (--encoder-layers 4): give one value per layer or a single value for all, e.g. "
+        "--encoder-attention-kinds softmax,cosformer,softmax,cosformer (the values repeated or cut to 4 layers)")
+    with pytest.raises(AttentionConfigError, match=r"\(--decoder-layers 2\).* e\.g\. --cross-attention-heads 4,2 "):
+        build(data_dir, "mixed_transformer_iwslt_de_en", "--encoder-layers", "1", "--decoder-layers", "2",
+              "--cross-attention-heads", "4,2,1")
+
+
 def test_decoder_skips_dense_future_mask_for_linear_kinds(data_dir):
     _, _, linear = build(data_dir, "mixed_transformer_iwslt_de_en", "--encoder-layers", "1", "--decoder-layers", "2", "--decoder-attention-kinds", "cosformer")
     assert linear.decoder.buffered_future_mask(torch.zeros(5, 1, 32)) is None

@@ -137,12 +137,15 @@ def test_translation_recipe_selects_checkpoints_by_valid_bleu_and_logs_to_tensor
 
 
 def test_eval_bleu_and_tensorboard_options_build_the_documented_commands(tmp_path):
-    env = dict(os.environ, DRY_RUN="1", NUM_GPUS="0", PYTHON=sys.executable, DATA_BIN=str(tmp_path))
+    # (a folder of your own data: checkpoints and TensorBoard runs are named after it)
+    data_bin = tmp_path / "iwslt14_de_en"
+    data_bin.mkdir()
+    env = dict(os.environ, DRY_RUN="1", NUM_GPUS="0", PYTHON=sys.executable, DATA_BIN=str(data_bin))
     env.pop("SAVE_DIR", None)
     train = lambda dataset, *args, **overrides: subprocess.run(  # noqa: E731
         ["bash", os.path.join(RECIPES, dataset, "train.sh"), *args], capture_output=True, text=True,
         env=dict(env, **overrides), cwd=tmp_path)
-    (tmp_path / "prepare.json").write_text(json.dumps({"bpe": "subword-nmt"}))
+    (data_bin / "prepare.json").write_text(json.dumps({"bpe": "subword-nmt"}))
     plain = train("iwslt14_de_en").stdout
     assert "--eval-bleu" not in plain and "--tensorboard-logdir" not in plain and "--best-checkpoint-metric" not in plain
     words = shlex.split(train("iwslt14_de_en", "cosformer_iwslt_de_en", EVAL_BLEU="1", TENSORBOARD_DIR="tb").stdout)
@@ -155,7 +158,7 @@ def test_eval_bleu_and_tensorboard_options_build_the_documented_commands(tmp_pat
     assert words[words.index("--best-checkpoint-metric") + 1] == "bleu"
     assert words[words.index("--tensorboard-logdir") + 1] == "tb/iwslt14_de_en/cosformer_iwslt_de_en"
     # WMT: the recipe's beam 4 and length penalty 0.6; sentencepiece data is decoded, not Moses-detokenised
-    (tmp_path / "prepare.json").write_text(json.dumps({"bpe": "sentencepiece"}))
+    (data_bin / "prepare.json").write_text(json.dumps({"bpe": "sentencepiece"}))
     words = shlex.split(train("wmt14_en_de", EVAL_BLEU="1").stdout)
     assert json.loads(words[words.index("--eval-bleu-args") + 1])["beam"] == 4
     assert json.loads(words[words.index("--eval-bleu-args") + 1])["lenpen"] == 0.6
@@ -172,7 +175,7 @@ def test_eval_bleu_and_tensorboard_options_build_the_documented_commands(tmp_pat
     assert result.returncode == 2 and not result.stdout and "EVAL_BLEU=yes: expected 1" in result.stderr
     result = train("multi30k", EVAL_BLEU="1", DATA_BIN=str(tmp_path / "missing"))
     assert result.returncode == 2 and "prepare.json, which does not exist" in result.stderr
-    (tmp_path / "prepare.json").write_text(json.dumps({"bpe": "bytes"}))
+    (data_bin / "prepare.json").write_text(json.dumps({"bpe": "bytes"}))
     result = train("iwslt14_de_en", EVAL_BLEU="1")
     assert result.returncode == 2 and "bpe 'bytes'" in result.stderr
 
@@ -343,8 +346,13 @@ def test_search_recipe_runs_every_stage_on_wmt_raw_data_and_resumes(prepare_samp
     out = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "search.sh"), "--dropout", "0.0"],
                          capture_output=True, text=True, env=dict(env, STAGES="collect,evolve"), cwd=env["TEST_CWD"])
     assert out.returncode == 0, out.stderr[-3000:]
-    assert [json.loads(line)["added"] for line in out.stdout.splitlines() if '"added"' in line] == [0, 0]
-    assert [json.loads(line).get("done_before") for line in out.stdout.splitlines() if '"iterations"' in line] == [True]
+    # each stage's result: a table on the screen, the JSON it printed kept in SEARCH_DIR/stages/
+    stages = search_dir / "stages"
+    assert [json.loads((stages / f"collect_{what}.json").read_text().splitlines()[-1])["added"]
+            for what in ("loss", "latency")] == [0, 0]
+    assert json.loads((stages / "evolve_latency_1000ms.json").read_text().splitlines()[-1])["done_before"]
+    assert re.search(r"^\[recipe\] search: collect_loss\n(  .*\n)*  added +0$", out.stdout, re.M), out.stdout
+    assert re.search(r"^  done_before +True$", out.stdout, re.M) and "{" not in out.stdout
 
 
 def test_search_recipe_settings_and_errors(tmp_path):
@@ -354,17 +362,36 @@ def test_search_recipe_settings_and_errors(tmp_path):
                          check=True).stdout
     assert "/search_spaces/multi30k_cpu.yaml" in out and "-n 300" in out and "--threads 2 --device cpu" in out
     assert "--beam 5 --source-length 30 --target-length 30" in out and " prune " not in out  # no pruning at CPU size
+    assert "--train-max-update 15000 " in out  # train_command.sh: the training budget, not the supernet's
     assert f"train.sh mixed_transformer_iwslt_de_en --architecture-file {tmp_path / 's'}/evolve_latency_40ms/best.json" in out
     out = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "search.sh")], capture_output=True, text=True,
                          env=env, check=True).stdout
     assert "/search_spaces/wmt14_en_de.yaml" in out and "--device cuda:0" in out and "--keep 8" in out
     assert f"--space {tmp_path / 's'}/pruned.yaml" in out and "train.sh mformer_wmt_en_de --architecture-file" in out
+    assert "--train-max-update 300000 " in out
     out = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
                          env=dict(env, STAGES="rank,evolve"), check=True).stdout
     assert " collect " not in out and " rank " in out and " evolve " in out and "train.sh" not in out
+    # the tiny mode: every stage at its smallest size, the trainings' budget handed to their scripts
+    env_tiny = {k: v for k, v in env.items() if k != "SEARCH_DIR"}
+    result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
+                            env=dict(env_tiny, SEARCH_TINY="1"), check=True, cwd=tmp_path)
+    tiny = os.path.join(ROOT_DIR, "checkpoints", "multi30k.de-en", "search_tiny")
+    assert f"env MAX_UPDATE=20 WARMUP=5 SAVE_INTERVAL_UPDATES=0 SAVE_DIR={tiny}/supernet " in result.stdout
+    assert f"env MAX_UPDATE=20 WARMUP=5 SAVE_INTERVAL_UPDATES=0 SAVE_DIR={tiny}/train_latency_40ms " in result.stdout
+    assert result.stdout.count(" -n 12 ") == 2 and "--population 6 " in result.stdout
+    assert "--train-max-update 20 " in result.stdout and "--warmup 1 --repeats 3 " in result.stdout
+    bad = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
+                         env=dict(env, SEARCH_TINY="yes"))
+    assert bad.returncode == 2 and "error: SEARCH_TINY=yes: expected 1" in bad.stderr
+    # no budget given: a share of the largest architecture's FLOPs, which needs no measurement before the supernet
+    result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
+                            env=dict(env, LATENCY_BUDGETS=""), check=True)
+    assert f"--flops-fraction 0.75 --output {tmp_path / 's'}/evolve_flops_0.75x" in result.stdout
+    assert f"--architecture-file {tmp_path / 's'}/evolve_flops_0.75x/best.json" in result.stdout
+    assert "no budget given: FLOPS_FRACTIONS=0.75" in result.stderr
     for overrides, message in (({"STAGES": "collect,fly"}, "error: STAGES=collect,fly: unknown stage 'fly'"),
-                               ({"PRUNE_KEEP": "all"}, "error: PRUNE_KEEP=all: expected a number of fields"),
-                               ({"LATENCY_BUDGETS": ""}, "error: the evolve stage needs a budget: LATENCY_BUDGETS=")):
+                               ({"PRUNE_KEEP": "all"}, "error: PRUNE_KEEP=all: expected a number of fields")):
         result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
                                 env=dict(env, **overrides))
         assert result.returncode == 2 and message in result.stderr, result.stderr
@@ -374,7 +401,7 @@ def test_search_recipe_settings_and_errors(tmp_path):
 
 
 def test_supernet_recipes_settings_and_errors(tmp_path):
-    env = dict(os.environ, DRY_RUN="1", NUM_GPUS="8", PYTHON=sys.executable, DATA_BIN=str(tmp_path))
+    env = dict(os.environ, DRY_RUN="1", NUM_GPUS="8", PYTHON=sys.executable, DATA_BIN=str(tmp_path / "not_prepared"))
     script = os.path.join(RECIPES, "wmt14_en_de", "supernet.sh")
     command = subprocess.run(["bash", script, "--seed", "3"], capture_output=True, text=True, env=env, check=True).stdout
     # Hardware-Aware Transformers' SuperTransformer settings: 4,096 tokens x 16 x 8 GPUs, cosine schedule to 1e-7
@@ -412,6 +439,70 @@ def test_overrides_reach_fairseq(tmp_path):
     assert "cpu_distributed_train --nprocs 2 --" in command and "--cpu" not in command
     assert "--arch cosformer_iwslt_de_en" in command and "--max-tokens 1000 --update-freq 3" in command
     assert "--seed 5" in command and "--share-decoder-input-output-embed" in command
+
+
+def write_index(path, sizes):
+    """A fairseq mmap index (fairseq-preprocess's .idx) listing sentences of these sizes."""
+    import struct
+
+    import numpy as np
+
+    with open(path, "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 8) + struct.pack("<Q", len(sizes)))
+        f.write(np.asarray(sizes, dtype=np.int32).tobytes())
+        f.write(np.cumsum([0] + list(sizes[:-1]), dtype=np.int64).tobytes())
+
+
+def test_cpu_profile_trains_the_small_preset_with_checkpoints_every_n_updates(tmp_path):
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, DATA_BIN=str(tmp_path / "missing"))
+    for name in ("SAVE_DIR", "NUM_GPUS", "MAX_UPDATE", "WARMUP", "SAVE_INTERVAL_UPDATES", "LOG_INTERVAL"):
+        env.pop(name, None)
+    run = lambda dataset, *args, **overrides: subprocess.run(  # noqa: E731
+        ["bash", os.path.join(RECIPES, dataset, "train.sh"), *args], capture_output=True, text=True,
+        env=dict(env, **overrides), cwd=tmp_path)
+    words = shlex.split(run("multi30k", PROFILE="cpu").stdout)
+    assert words[words.index("--arch") + 1] == "mixed_transformer_cpu_small" and "--cpu" in words
+    assert words[words.index("--save-interval-updates") + 1] == "250"
+    assert words[words.index("--max-update") + 1] == "4000" and words[words.index("--warmup-updates") + 1] == "500"
+    words = shlex.split(run("enwik8", PROFILE="cpu", MAX_UPDATE="77", SAVE_INTERVAL_UPDATES="10").stdout)
+    assert words[words.index("--arch") + 1] == "mixed_transformer_lm_cpu_small"
+    assert words[words.index("--max-update") + 1] == "77" and words[words.index("--save-interval-updates") + 1] == "10"
+    # a named preset wins; the GPU profile (default) is the data set's settings
+    words = shlex.split(run("multi30k", "mformer_cpu_small", PROFILE="cpu").stdout)
+    assert words[words.index("--arch") + 1] == "mformer_cpu_small"
+    words = shlex.split(run("multi30k", NUM_GPUS="0").stdout)
+    assert words[words.index("--arch") + 1] == "mixed_transformer_iwslt_de_en" and "--save-interval-updates" not in words
+    assert words[words.index("--max-update") + 1] == "15000"
+    result = run("multi30k", PROFILE="laptop")
+    assert result.returncode == 2 and result.stderr.strip() == (
+        "error: PROFILE=laptop: expected gpu (the data set's settings) or cpu (a small preset and budget for a CPU)")
+
+
+def test_own_data_gets_its_own_folder_and_a_budget_for_its_size(tmp_path):
+    own = tmp_path / "shakespeare"
+    own.mkdir()
+    write_index(own / "train.idx", [11264] * 5)  # 56,320 bytes: 5 updates of enwik8's 11,264 per pass
+    env = dict(os.environ, DRY_RUN="1", NUM_GPUS="0", PYTHON=sys.executable, DATA_BIN=str(own))
+    for name in ("SAVE_DIR", "MAX_UPDATE", "WARMUP", "PROFILE"):
+        env.pop(name, None)
+    run = lambda dataset, **overrides: subprocess.run(  # noqa: E731
+        ["bash", os.path.join(RECIPES, dataset, "train.sh")], capture_output=True, text=True,
+        env=dict(env, **overrides), cwd=tmp_path, check=True)
+    result = run("enwik8")
+    words = shlex.split(result.stdout)
+    assert words[words.index("--save-dir") + 1] == os.path.join(ROOT_DIR, "checkpoints", "shakespeare", "mixed_transformer_lm")
+    # 20 passes x 56,320 tokens / 11,264 per update = 100 updates (not 400,000), warm-up a tenth of them
+    assert words[words.index("--max-update") + 1] == "100" and words[words.index("--warmup-updates") + 1] == "10"
+    assert "your data" in result.stderr and "56320 training tokens" in result.stderr
+    words = shlex.split(run("enwik8", OWN_DATA_EPOCHS="3").stdout)
+    assert words[words.index("--max-update") + 1] == "15" and words[words.index("--warmup-updates") + 1] == "1"
+    words = shlex.split(run("enwik8", MAX_UPDATE="1000").stdout)  # set: kept, and so is the recipe's warm-up
+    assert words[words.index("--max-update") + 1] == "1000" and words[words.index("--warmup-updates") + 1] == "4000"
+    # a parallel corpus: its target side's tokens
+    write_index(own / "train.de-en.en.idx", [50] * 4096)  # 204,800 tokens: 50 updates of 4,096 per pass
+    words = shlex.split(run("iwslt14_de_en").stdout)
+    assert words[words.index("--max-update") + 1] == "1000"  # 20 passes
+    assert words[words.index("--save-dir") + 1] == os.path.join(ROOT_DIR, "checkpoints", "shakespeare", "mixed_transformer_iwslt_de_en")
 
 
 def test_rounded_update_frequency_is_a_warning_with_the_effective_tokens(tmp_path):
@@ -477,6 +568,30 @@ def test_readme_recipe_commands_name_scripts_and_presets_that_exist():
             assert f"--arch {preset or 'mixed_transformer'}" in result.stdout or preset is None, command
             trained.add(os.path.basename(os.path.dirname(script)))
     assert trained == {"iwslt14_de_en", "wmt14_en_de", "wmt17_en_de", "multi30k", "wikitext103", "wikitext2", "enwik8"}
+
+
+def test_generate_and_valid_bleu_share_the_output_length_cap(tmp_path):
+    """generate.sh and EVAL_BLEU=1's validation decode with one cap: MAX_LEN_A x source + MAX_LEN_B."""
+    fake = tmp_path / "python"  # the interpreter the recipe launches: records its arguments
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$CALLS"\necho subword-nmt\n')
+    fake.chmod(0o755)
+    (tmp_path / "testsets.tsv").write_text("test\ttest_2016_flickr\n")
+    (tmp_path / "prepare.json").write_text(json.dumps({"bpe": "subword-nmt"}))
+    env = dict(os.environ, NUM_GPUS="0", PYTHON=str(fake), DATA_BIN=str(tmp_path), SAVE_DIR=str(tmp_path / "ck"),
+               CALLS=str(tmp_path / "calls"))
+    for name in ("MAX_LEN_A", "MAX_LEN_B", "GEN_EXTRA_ARGS", "SUBSETS"):
+        env.pop(name, None)
+    for overrides, (a, b) in (({}, ("1.2", "10")), ({"MAX_LEN_A": "1.5", "MAX_LEN_B": "7"}, ("1.5", "7"))):
+        (tmp_path / "calls").write_text("")
+        subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "generate.sh")], capture_output=True, text=True,
+                       env=dict(env, **overrides), check=True)
+        generate = [c for c in (tmp_path / "calls").read_text().splitlines() if "fairseq_cli.generate" in c]
+        assert len(generate) == 1 and f" --max-len-a {a} --max-len-b {b} " in generate[0]
+        words = shlex.split(subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "train.sh")], capture_output=True,
+                                           text=True, env=dict(env, DRY_RUN="1", EVAL_BLEU="1", **overrides),
+                                           check=True).stdout)
+        decoding = json.loads(words[words.index("--eval-bleu-args") + 1])
+        assert (decoding["max_len_a"], decoding["max_len_b"]) == (float(a), int(b))
 
 
 def test_cpu_runs_keep_freed_memory_unless_told_otherwise(tmp_path):

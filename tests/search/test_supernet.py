@@ -517,8 +517,8 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     evolved = run("evolve", "--space", space_file, "--fitness", "ranker", "--ranker", ranker, "--checkpoint", checkpoint,
                   "--latency-ms", "1e6", "--latency-predictor", predictor, "--flops", "1", "--params", "1",
                   "--population", "9", "--parents", "3",
-                  "--mutations", "3", "--crossovers", "3", "--iterations", "3", "--confirm", "2", "--output",
-                  str(tmp_path / "evolved"), *[a for a in latency if a not in ("--warmup", "1", "--repeats", "3")])
+                  "--mutations", "3", "--crossovers", "3", "--iterations", "3", "--confirm", "2", "--train-max-update", "77",
+                  "--output", str(tmp_path / "evolved"), *[a for a in latency if a not in ("--warmup", "1", "--repeats", "3")])
     result = json.loads((tmp_path / "evolved" / "result.json").read_text())
     assert [c["within_budget"] for c in result["confirmed_latency"]] == [True, True]
     assert result["best"]["latency_ms"] > 0 and 0 < result["best"]["mparams"] <= 1 and 0 < result["best"]["gflops"] <= 1
@@ -528,6 +528,7 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     command = (tmp_path / "evolved" / "train_command.sh").read_text()
     assert f"--architecture-file {tmp_path / 'evolved' / 'best.json'}" in command and "--task translation" in command
     assert "--arch mixed_transformer " in command and "--share-all-embeddings" in command
+    assert " --max-update 77 " in command  # the training budget given, not the supernet's
 
     # a finished search is not run again; another budget in its folder is refused
     again = run("evolve", "--space", space_file, "--fitness", "ranker", "--ranker", ranker, "--checkpoint", checkpoint,
@@ -565,6 +566,20 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     bad = run("evolve", "--space", space_file, "--ranker", ranker, "--latency-ms", "5", "--latency-predictor", predictor,
               "--output", str(tmp_path / "y"), status=2)
     assert "--latency-ms: the final candidates are confirmed by measurement: give --checkpoint" in bad and not (tmp_path / "y").exists()
+
+    # a budget that needs no measurement: a fraction of the space's largest architecture's FLOPs
+    largest_json = tmp_path / "largest.json"
+    largest_json.write_text(json.dumps(SearchSpace.from_file(space_file).extreme(largest=True).to_dict()))
+    largest = run("cost", "--checkpoint", checkpoint, "--architecture", str(largest_json))
+    shared = run("evolve", "--space", space_file, "--ranker", ranker, "--checkpoint", checkpoint, "--flops-fraction", "0.8",
+                 "--population", "9", "--parents", "3", "--mutations", "3", "--crossovers", "3", "--iterations", "2",
+                 "--output", str(tmp_path / "fraction"))
+    limit = json.loads((tmp_path / "fraction" / "result.json").read_text())["constraints"]["--flops-fraction"]
+    assert limit == pytest.approx(0.8 * largest["forward_flops"] / 1e9, rel=1e-9)
+    assert shared["best"]["gflops"] <= limit
+    bad = run("evolve", "--space", space_file, "--ranker", ranker, "--flops-fraction", "1.5", "--output", str(tmp_path / "z"),
+              status=2)
+    assert "--flops-fraction: expected a fraction in (0, 1] of the largest architecture's FLOPs, got 1.5" in bad
 
     # the inherited loss as the fitness: the best's fitness is its loss inside the supernet
     by_loss = run("evolve", "--space", space_file, "--fitness", "supernet", "--checkpoint", checkpoint, "--population", "6",
