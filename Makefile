@@ -53,13 +53,13 @@ test: setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(TEST_ARGS) tests
 
 # Benchmarks (never part of `make test`). BENCH_ARGS=--quick for a smoke run of minutes.
-# bench-speed: one attention layer of every kind, time and memory vs T -> docs/benchmarks.md (+ PNG plot)
-# bench-quality: every kind trained on the shared real data -> docs/results.md (hours on 2 CPU cores; resumable)
-# bench-decode: beam search and LM sampling throughput -> docs/decode_speed.md (reuses bench-quality's models)
+# bench-speed: one attention layer of every kind, time and memory vs T -> docs/records/benchmarks.md (+ PNG plot)
+# bench-quality: every kind trained on the shared real data -> docs/records/results.md (hours on 2 CPU cores; resumable)
+# bench-decode: beam search and LM sampling throughput -> docs/records/decode_speed.md (reuses bench-quality's models)
 bench: bench-speed
 
 bench-speed: setup
-	$(PY) benchmarks/attention_speed.py $(if $(filter --quick,$(BENCH_ARGS)),,--output docs/benchmarks.md) $(BENCH_ARGS)
+	$(PY) benchmarks/attention_speed.py $(if $(filter --quick,$(BENCH_ARGS)),,--output docs/records/benchmarks.md) $(BENCH_ARGS)
 
 bench-quality: setup
 	$(PY) benchmarks/quality.py $(BENCH_ARGS)

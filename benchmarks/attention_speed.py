@@ -23,7 +23,7 @@ and, next to it, ``X_speed.png``: time and memory vs T, log-log.
 
     python benchmarks/attention_speed.py                      # full run (T = 256 .. 16384)
     python benchmarks/attention_speed.py --quick              # smoke run (a couple of minutes)
-    python benchmarks/attention_speed.py --output docs/benchmarks.md   # + docs/benchmarks_speed.png
+    python benchmarks/attention_speed.py --output docs/records/benchmarks.md   # + docs/records/benchmarks_speed.png
     python benchmarks/attention_speed.py --device cuda        # the same on a GPU
 
 On CUDA, runs are timed with ``torch.cuda.synchronize()`` before and after,

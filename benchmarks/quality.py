@@ -36,7 +36,7 @@ checkout with uncommitted changes (the rows record their revision) unless
     python benchmarks/quality.py                          # everything (hours on 2 CPU cores)
     python benchmarks/quality.py --suites shakespeare     # one suite
     python benchmarks/quality.py --quick                  # smoke run: small data, a few updates, few rows
-    python benchmarks/quality.py --report-only            # re-render docs/ from the finished rows
+    python benchmarks/quality.py --report-only            # re-render docs/records/ from the finished rows
     python benchmarks/quality.py --rescore                # only add the paired test's data to finished rows
 """
 import argparse
@@ -225,7 +225,7 @@ SUITES = {
     "grimm": lm_suite("grimm", "Grimm's fairy tales, words", "wikitext2", "perplexity",
                       updates=400, tokens=2048, dropout=0.3, weight_decay=0.01),
 }
-PARSER_STEPS = 2000  # the UD parser for BET(SG)'s hints (docs/results.md: UAS 77 on EWT test)
+PARSER_STEPS = 2000  # the UD parser for BET(SG)'s hints (docs/records/results.md: UAS 77 on EWT test)
 QUICK_PARSER_STEPS = 20
 
 
@@ -1067,7 +1067,7 @@ def main(argv: Optional[Sequence[str]] = None):
                         help="data, checkpoints and per-row results (default work_dirs/bench_quality, "
                              "--quick: work_dirs/bench_quality_quick)")
     parser.add_argument("--output", default=None, help="markdown file whose benchmark section is (re)written "
-                        "(default docs/results.md; --quick: none unless given)")
+                        "(default docs/records/results.md; --quick: none unless given)")
     parser.add_argument("--quick", action="store_true", help="smoke run: the first lines of each data set, "
                         "a few updates, a few rows per suite")
     parser.add_argument("--force", action="store_true", help="retrain rows that finished before")
@@ -1087,7 +1087,7 @@ def main(argv: Optional[Sequence[str]] = None):
     suites = [SUITES[s] for s in args.suites.split(",")]
     work_dir = os.path.abspath(args.work_dir or os.path.join(REPO, "work_dirs",
                                                              "bench_quality_quick" if args.quick else "bench_quality"))
-    output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "results.md"))
+    output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "records", "results.md"))
     ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=work_dir, quick=args.quick)
     wanted = set(args.rows.split(",")) if args.rows else None
     if wanted:

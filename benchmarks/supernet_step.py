@@ -19,7 +19,7 @@ outside the sub-network's slices) and Adam updates every container it has state 
 the sub-network's is what this measures.
 
     python benchmarks/supernet_step.py                                  # multi30k_cpu space, prints a table
-    python benchmarks/supernet_step.py --output docs/search.md          # ... and writes its section there
+    python benchmarks/supernet_step.py --output docs/records/search.md          # ... and writes its section there
     python benchmarks/supernet_step.py --space search_spaces/wmt14_en_de.yaml --device cuda --json out.json
 """
 import argparse
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: %(default)s)")
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--output", help="also write the table, command, revision and machine as a section of this "
-                        "markdown file (e.g. docs/search.md; the section between its markers is replaced)")
+                        "markdown file (e.g. docs/records/search.md; the section between its markers is replaced)")
     parser.add_argument("--allow-dirty", action="store_true", help="--output: measure even with uncommitted changes (recorded)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -241,7 +241,7 @@ def test_write_plot(tmp_path):
     bench.write_plot(str(path), LENGTHS, list(bench.KINDS), train, "peak_fixed", {"name": "cpu", "type": "cpu"}, "fixed threshold")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
-    assert bench.plot_path_for("docs/benchmarks.md") == "docs/benchmarks_speed.png"
+    assert bench.plot_path_for("docs/records/benchmarks.md") == "docs/records/benchmarks_speed.png"
 
 
 def test_render_cpu_report():
