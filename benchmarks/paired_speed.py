@@ -321,7 +321,7 @@ def measure(start, kinds: Sequence[str], lengths: Sequence[int], prefixes: Seque
 
 
 def render(rows: List[dict], header: List[str], reference: str, tolerance: float) -> str:
-    from benchmarks.attention_speed import fmt_time
+    from benchmarks.common import fmt_time
 
     lines = header + ["", f"| measured | T / prefix | kind | before | after | time / {reference}: change (median; "
                           f"{reference}: its own time) | interval (coverage) | own time: change | verdict |",

@@ -62,6 +62,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 if __package__ in (None, ""):  # run by path, not as python -m benchmarks.quality: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import pipe_fields  # noqa: E402
 from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import (REPO, available_cores, cpu_model, git_revision, is_dirty,  # noqa: E402
                                    load_average, measured_revision, require_committed)
@@ -652,16 +653,6 @@ def _fields(line: str) -> Dict[str, float]:
     return {k: float(v) for k, v in _FIELD.findall(line)}
 
 
-def _pipe_fields(line: str) -> Dict[str, float]:
-    """fairseq's end-of-epoch lines: '... | loss 3.21 | nll_loss 2.1 | ... | num_updates 121 ...'."""
-    values = {}
-    for part in line.split(" | "):
-        match = re.match(r"\s*(\w+) ([-+0-9.e]+)\s*$", part)
-        if match:
-            values[match.group(1)] = float(match.group(2))
-    return values
-
-
 def parse_train_log(text: str) -> dict:
     """Parameters, training time, the training-loss curve (``train_inner`` lines) and the
     last validation (fairseq-train's ``--log-format simple`` output). Only the last run in the
@@ -677,7 +668,7 @@ def parse_train_log(text: str) -> dict:
             values = _fields(line)
             if "num_updates" in values and "loss" in values:
                 curve.append([int(values["num_updates"]), values["loss"]])
-    valid = [_pipe_fields(line) for line in text.splitlines() if "| valid on 'valid' subset |" in line]
+    valid = [pipe_fields(line) for line in text.splitlines() if "| valid on 'valid' subset |" in line]
     if not params or not done:
         raise SystemExit("error: train.log has no 'num. shared model params' or 'done training' line: "
                          "the training did not finish")

@@ -37,9 +37,10 @@ from typing import Dict, List, Optional, Sequence
 if __package__ in (None, ""):  # run by path: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import pipe_fields  # noqa: E402
 from benchmarks.provenance import (REPO, available_cores, cpu_model, load_average, measured_revision,  # noqa: E402
                                    require_committed)
-from benchmarks.quality import (SUITES, Context, _pipe_fields, parse_train_log, prepare, recipe_env,  # noqa: E402
+from benchmarks.quality import (SUITES, Context, parse_train_log, prepare, recipe_env,  # noqa: E402
                                 relative, shell_line, write_report)
 from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
 
@@ -151,7 +152,7 @@ def supernet_validations(text: str) -> List[dict]:
     rows = {}
     for line in text.splitlines():
         if "| valid on 'valid' subset |" in line:
-            values = _pipe_fields(line)
+            values = pipe_fields(line)
             if "num_updates" in values and "smallest_loss" in values:
                 rows[int(values["num_updates"])] = {"update": int(values["num_updates"]), "largest_loss": values["loss"],
                                                     "smallest_loss": values["smallest_loss"]}
