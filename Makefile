@@ -18,7 +18,7 @@ TORCH_INDEX_URL ?=
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt constraints.txt setup.py Makefile tools/check_build_prereqs.py
+$(STAMP): requirements.txt requirements-docs.txt constraints.txt setup.py Makefile tools/check_build_prereqs.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required; set PYTHON=...)"; exit 1; }
 	@# fairseq-fixed is built from source below: check the compilers and Python headers
 	@# before anything is downloaded (skipped once fairseq is installed).
@@ -30,6 +30,8 @@ $(STAMP): requirements.txt constraints.txt setup.py Makefile tools/check_build_p
 	# --no-deps: its metadata asks for torchaudio, which would bring a CUDA torch.
 	$(PY) -c "import fairseq" 2>/dev/null || $(PIP) install -q --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
 	$(PIP) install -q -c constraints.txt -r requirements.txt
+	# the documentation site (mkdocs.yml), which tests/docs/test_site.py builds
+	$(PIP) install -q -c constraints.txt -r requirements-docs.txt
 	$(PIP) install -q --no-deps --no-build-isolation -e .
 	$(PY) -c "import torch, fairseq, fairseq_plugins; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
