@@ -22,18 +22,25 @@ def reset_peak_rss():
         return False
 
 
+def proc_kib_field(path, key):
+    """A ``key: N kB`` line of a /proc file (``/proc/self/status``, ``/proc/meminfo``) in bytes; None where the
+    file or the line is missing (not Linux)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def peak_rss_bytes():
     """The kernel's peak-RSS mark of this process. VmHWM where /proc has it: ru_maxrss is the same mark
     but also carries over the RSS of the process that spawned this one (fork + exec keeps it), which
     hides the peaks of small cells; elsewhere ru_maxrss."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    peak = proc_kib_field("/proc/self/status", "VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def rss_bytes():

@@ -16,7 +16,7 @@ import torch
 if __package__ in (None, ""):  # run by path, not as python -m: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import FIXED_MALLOC_ENV, peak_rss_bytes, reset_peak_rss, rss_bytes  # noqa: E402
+from benchmarks.common import FIXED_MALLOC_ENV, peak_rss_bytes, proc_kib_field, reset_peak_rss, rss_bytes  # noqa: E402
 from benchmarks.provenance import available_cores, git_revision, load_average  # noqa: E402
 
 import fairseq_plugins.modules  # noqa: E402,F401  (registers the kinds)
@@ -352,14 +352,7 @@ def run_worker(spec):
 
 
 def mem_available_bytes():
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return proc_kib_field("/proc/meminfo", "MemAvailable")
 
 
 def estimate_bytes(kind, length, model_options=None):
