@@ -21,7 +21,7 @@ EXTRAS ?= search,syntax,analysis,tensorboard,test
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt constraints.txt setup.py Makefile tools/check_build_prereqs.py
+$(STAMP): requirements.txt requirements-docs.txt constraints.txt setup.py Makefile tools/check_build_prereqs.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required; set PYTHON=...)"; exit 1; }
 	@# fairseq-fixed is built from source below: check the compilers and Python headers
 	@# before anything is downloaded (skipped once fairseq is installed).
@@ -35,6 +35,8 @@ $(STAMP): requirements.txt constraints.txt setup.py Makefile tools/check_build_p
 	# the package with its declared requirements and extras (setup.py), at requirements.txt's versions
 	# (also of what they pull in); constraints.txt keeps torch and numpy where they are
 	$(PIP) install -q -c constraints.txt -c requirements.txt --no-build-isolation -e ".[$(EXTRAS)]"
+	# the documentation site (mkdocs.yml), which tests/docs/test_site.py builds
+	$(PIP) install -q -c constraints.txt -r requirements-docs.txt
 	$(PY) -c "import torch, fairseq, fairseq_plugins; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 
@@ -57,13 +59,13 @@ test: setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(TEST_ARGS) tests
 
 # Benchmarks (never part of `make test`). BENCH_ARGS=--quick for a smoke run of minutes.
-# bench-speed: one attention layer of every kind, time and memory vs T -> docs/benchmarks.md (+ PNG plot)
-# bench-quality: every kind trained on the shared real data -> docs/results.md (hours on 2 CPU cores; resumable)
-# bench-decode: beam search and LM sampling throughput -> docs/decode_speed.md (reuses bench-quality's models)
+# bench-speed: one attention layer of every kind, time and memory vs T -> docs/records/benchmarks.md (+ PNG plot)
+# bench-quality: every kind trained on the shared real data -> docs/records/results.md (hours on 2 CPU cores; resumable)
+# bench-decode: beam search and LM sampling throughput -> docs/records/decode_speed.md (reuses bench-quality's models)
 bench: bench-speed
 
 bench-speed: setup
-	$(PY) benchmarks/attention_speed.py $(if $(filter --quick,$(BENCH_ARGS)),,--output docs/benchmarks.md) $(BENCH_ARGS)
+	$(PY) benchmarks/attention_speed.py $(if $(filter --quick,$(BENCH_ARGS)),,--output docs/records/benchmarks.md) $(BENCH_ARGS)
 
 bench-quality: setup
 	$(PY) benchmarks/quality.py $(BENCH_ARGS)

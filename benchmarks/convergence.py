@@ -63,7 +63,7 @@ class Ladder:
 # with a --max-update of each rung; the LM's sizes on the command line (the same model as its architecture file)
 MULTI30K = quality.SUITES["multi30k"]
 SHAKESPEARE = quality.SUITES["shakespeare"]
-DEFAULT_RESULTS = os.path.join(REPO, "benchmarks", "results", "convergence")
+DEFAULT_RESULTS = os.path.join(REPO, "docs", "records", "data", "convergence")
 LADDERS = {
     "multi30k": Ladder(
         suite=dataclasses.replace(MULTI30K, env={**quality.CONVERGED_MULTI30K_ENV, "SUBSETS": "valid test"}),
@@ -238,7 +238,7 @@ def load_records(results: str, name: str) -> List[dict]:
 
 def render(results: str, names: Sequence[str]) -> str:
     lines = ["# Convergence budgets", "",
-             "Written by `benchmarks/convergence.py` from its records in `benchmarks/results/convergence/`: the baseline "
+             "Written by `benchmarks/convergence.py` from its records in `docs/records/data/convergence/`: the baseline "
              "of each suite trained up a ladder of budgets (one run, inverse-square-root schedule, so each rung is the "
              "model a run to that budget gives); the budget B is the first rung whose metric is within the tolerance "
              "of the next rung's.", ""]
@@ -290,7 +290,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--work-dir", default=os.path.join(REPO, "work_dirs", "convergence"), help="(default: %(default)s)")
     parser.add_argument("--results", default=DEFAULT_RESULTS,
                         help="one JSON per rung, committed (default: %(default)s)")
-    parser.add_argument("--output", default=os.path.join(REPO, "docs", "convergence.md"), help="the report (default: %(default)s)")
+    parser.add_argument("--output", default=os.path.join(REPO, "docs", "records", "convergence.md"), help="the report (default: %(default)s)")
     parser.add_argument("--first", type=int, help="the first rung (default: the ladder's)")
     parser.add_argument("--max-budget", type=int, help="the last rung at most (default: the ladder's)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",

@@ -19,7 +19,7 @@
    the prefix, cosFormer's and the Extractors' do not). The weights are
    freshly initialised: the cost of a step does not depend on their values.
 
-    python benchmarks/decode_speed.py                 # both parts, writes docs/decode_speed.md
+    python benchmarks/decode_speed.py                 # both parts, writes docs/records/decode_speed.md
     python benchmarks/decode_speed.py --quick         # smoke run: small data, 2 rows, L up to 256
     python benchmarks/decode_speed.py --report-only   # re-render from the stored parts
 
@@ -265,7 +265,7 @@ def main(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--repeats", type=int, default=3, help="runs per model (median)")
     parser.add_argument("--lengths", default=None, help=f"LM sampling lengths (default {','.join(map(str, LENGTHS))})")
     parser.add_argument("--threads", type=int, default=available_cores(), help="torch threads for sampling")
-    parser.add_argument("--output", default=None, help="markdown report (default docs/decode_speed.md; --quick: print)")
+    parser.add_argument("--output", default=None, help="markdown report (default docs/records/decode_speed.md; --quick: print)")
     parser.add_argument("--report-only", action="store_true", help="only re-render the report from the stored parts")
     parser.add_argument("--quick", action="store_true", help="smoke run: quality.py's quick data and rows, 2 models, short samples")
     parser.add_argument("--allow-dirty", action="store_true", help="measure even when tracked files have uncommitted "
@@ -301,7 +301,7 @@ def main(argv: Optional[Sequence[str]] = None):
     ctx.commands["decode"] = translation_commands
     command = "python benchmarks/decode_speed.py" + "".join(" " + shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     report = render(translation, lm, lm_lengths or lengths, command, ctx, args.threads)
-    output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "decode_speed.md"))
+    output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "records", "decode_speed.md"))
     if output:
         with atomic_output(output) as f:
             f.write(report)

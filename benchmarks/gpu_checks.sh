@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks of docs/gpu.md on one CUDA device, in one go (a lent GPU is short-lived: every
+# The checks of docs/records/gpu.md on one CUDA device, in one go (a lent GPU is short-lived: every
 # part has its own time limit and writes its log to OUT_DIR as it goes, so what finished
 # survives a part that did not).
 #

@@ -9,7 +9,7 @@
 #
 # WORK_DIR must hold the prepared data (data-bin/, data/, and for BET(SG) the parser and hints), made here
 # by a CPU run of the same suites (`--report-only` prepares without training), and is carried to the device.
-# The suites at the convergence budget need benchmarks/results/convergence (committed).
+# The suites at the convergence budget need docs/records/data/convergence (committed).
 set -uo pipefail
 OUT_DIR=${1:?usage: WORK_DIR=DIR bash benchmarks/gpu_rows.sh OUT_DIR [benchmarks/quality.py flags...]}
 shift

@@ -37,7 +37,7 @@ processes, layers and inputs), so that what belongs to one process (its allocato
 varies between rounds too; one untimed run of every new cell comes first.
 
     git worktree add ../before REV
-    python benchmarks/paired_speed.py --before ../before --output docs/speed_change.md
+    python benchmarks/paired_speed.py --before ../before --output docs/records/speed_change.md
 
 The report names the checkouts and the packages the workers imported relative to the after-checkout (``.``
 and ``../before`` here), and repeats the command as typed: with relative paths, as above, a report committed
@@ -321,7 +321,7 @@ def measure(start, kinds: Sequence[str], lengths: Sequence[int], prefixes: Seque
 
 
 def render(rows: List[dict], header: List[str], reference: str, tolerance: float) -> str:
-    from benchmarks.attention_speed import fmt_time
+    from benchmarks.common import fmt_time
 
     lines = header + ["", f"| measured | T / prefix | kind | before | after | time / {reference}: change (median; "
                           f"{reference}: its own time) | interval (coverage) | own time: change | verdict |",

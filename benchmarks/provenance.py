@@ -8,9 +8,9 @@ from fairseq_plugins.provenance import (DIRTY_MARK, REPO, available_cores, cpu_m
 
 # The revision ``require_committed`` found when the run started: the code the run loaded. None before.
 _checked: Optional[str] = None
-# What a run may change in the checkout without changing what it measures: the reports and the committed
-# results it (or the person running it) writes.
-REPORT_FOLDERS = ("docs/", "benchmarks/results/")
+# What a run may change in the checkout without changing what it measures: the records (reports and their
+# committed results, docs/records/) and the guides beside them.
+REPORT_FOLDERS = ("docs/",)
 
 
 def require_committed(allow_dirty: bool, what: str) -> str:

@@ -36,7 +36,7 @@ checkout with uncommitted changes (the rows record their revision) unless
     python benchmarks/quality.py                          # everything (hours on 2 CPU cores)
     python benchmarks/quality.py --suites shakespeare     # one suite
     python benchmarks/quality.py --quick                  # smoke run: small data, a few updates, few rows
-    python benchmarks/quality.py --report-only            # re-render docs/ from the finished rows
+    python benchmarks/quality.py --report-only            # re-render docs/records/ from the finished rows
     python benchmarks/quality.py --rescore                # only add the paired test's data to finished rows
 """
 import argparse
@@ -63,6 +63,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 if __package__ in (None, ""):  # run by path, not as python -m benchmarks.quality: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import pipe_fields  # noqa: E402
 from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import (REPO, available_cores, cpu_model, git_revision, is_dirty,  # noqa: E402
                                    load_average, measured_revision, require_committed)
@@ -312,7 +313,7 @@ SUITES.update({
         title="tiny Shakespeare, characters, 8 layers: linear:softmax ratio and placement", rows=LM8_ROWS,
         quick_rows=("softmax", "cos3_softmax1"), seeds=(1, 2), budget_from="shakespeare8"),
 })
-PARSER_STEPS = 2000  # the UD parser for BET(SG)'s hints (docs/results.md: UAS 77 on EWT test)
+PARSER_STEPS = 2000  # the UD parser for BET(SG)'s hints (docs/records/results.md: UAS 77 on EWT test)
 QUICK_PARSER_STEPS = 20
 
 
@@ -811,16 +812,6 @@ def _fields(line: str) -> Dict[str, float]:
     return {k: float(v) for k, v in _FIELD.findall(line)}
 
 
-def _pipe_fields(line: str) -> Dict[str, float]:
-    """fairseq's end-of-epoch lines: '... | loss 3.21 | nll_loss 2.1 | ... | num_updates 121 ...'."""
-    values = {}
-    for part in line.split(" | "):
-        match = re.match(r"\s*(\w+) ([-+0-9.e]+)\s*$", part)
-        if match:
-            values[match.group(1)] = float(match.group(2))
-    return values
-
-
 def parse_train_log(text: str) -> dict:
     """Parameters, training time, the training-loss curve (``train_inner`` lines) and the
     last validation (fairseq-train's ``--log-format simple`` output). Only the last run in the
@@ -836,7 +827,7 @@ def parse_train_log(text: str) -> dict:
             values = _fields(line)
             if "num_updates" in values and "loss" in values:
                 curve.append([int(values["num_updates"]), values["loss"]])
-    valid = [_pipe_fields(line) for line in text.splitlines() if "| valid on 'valid' subset |" in line]
+    valid = [pipe_fields(line) for line in text.splitlines() if "| valid on 'valid' subset |" in line]
     if not params or not done:
         raise SystemExit("error: train.log has no 'num. shared model params' or 'done training' line: "
                          "the training did not finish")
@@ -1407,7 +1398,7 @@ def main(argv: Optional[Sequence[str]] = None):
                         help="data, checkpoints and per-row results (default work_dirs/bench_quality, "
                              "--quick: work_dirs/bench_quality_quick)")
     parser.add_argument("--output", default=None, help="markdown file whose benchmark section is (re)written "
-                        "(default docs/results.md; --quick: none unless given)")
+                        "(default docs/records/results.md; --quick: none unless given)")
     parser.add_argument("--quick", action="store_true", help="smoke run: the first lines of each data set, "
                         "a few updates, a few rows per suite")
     parser.add_argument("--force", action="store_true", help="retrain rows that finished before")
@@ -1434,7 +1425,7 @@ def main(argv: Optional[Sequence[str]] = None):
     suites = [SUITES[s] for s in args.suites.split(",")]
     work_dir = os.path.abspath(args.work_dir or os.path.join(REPO, "work_dirs",
                                                              "bench_quality_quick" if args.quick else "bench_quality"))
-    output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "results.md"))
+    output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "records", "results.md"))
     ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=work_dir, quick=args.quick, device=args.device)
     wanted = set(args.rows.split(",")) if args.rows else None
     if wanted:

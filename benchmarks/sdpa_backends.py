@@ -8,7 +8,7 @@ with PyTorch's own choice of backend ("default", which the kinds restrict: they 
 ``without_cudnn_attention``) and once with each backend forced (``torch.nn.attention.sdpa_kernel``),
 against float64 on the CPU (parameters and input rounded to float16 first, so that every dtype sees the
 same numbers). Relative max errors (absolute where the reference gradient is zero); a backend that cannot
-run the case says so. docs/gpu.md shows a run.
+run the case says so. docs/records/gpu.md shows a run.
 
     python benchmarks/sdpa_backends.py [--lengths 200,64,16]
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The architecture search on real data, measured (issue 15; docs/search.md): Multi30k de-en on this machine.
+"""The architecture search on real data, measured (issue 15; docs/records/search.md): Multi30k de-en on this machine.
 
 Stages, each resumable (a finished stage is read back from ``--results``, committed; checkpoints stay in
 ``--work-dir`` and are regenerated, not committed), each recording its revision, machine and time:
@@ -24,7 +24,7 @@ Stages, each resumable (a finished stage is read back from ``--results``, commit
 
     python benchmarks/search_multi30k.py                    # every stage (many hours on 2 CPU cores)
     python benchmarks/search_multi30k.py --stages collect   # one stage
-    python benchmarks/search_multi30k.py --report-only      # re-render docs/search.md from the results
+    python benchmarks/search_multi30k.py --report-only      # re-render docs/records/search.md from the results
 """
 import argparse
 import json
@@ -65,7 +65,7 @@ LAYOUTS = {
 # latency collect measured (143.5 ms, at 796fed2), so no architecture of the space meets it; 0.6x (156 ms)
 # leaves 6 of the 292.
 BUDGETS = (("mformer", 1.0), ("softmax", 0.75), ("softmax", 0.6))
-SUPERNET_RESULTS = os.path.join(REPO, "benchmarks", "results", "supernet_multi30k")  # supernet_ranking.py's
+SUPERNET_RESULTS = os.path.join(REPO, "docs", "records", "data", "supernet_multi30k")  # supernet_ranking.py's
 REPORT_BEGIN = "<!-- search-multi30k:begin (written by benchmarks/search_multi30k.py; edit the script, not this section) -->"
 REPORT_END = "<!-- search-multi30k:end -->"
 
@@ -475,14 +475,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated stages (default: %(default)s)")
     parser.add_argument("--data-root", default=os.path.join(os.path.dirname(REPO), "shared", "data"), help="the shared data")
     parser.add_argument("--work-dir", default=os.path.join(REPO, "work_dirs", "search_multi30k"), help="(default: %(default)s)")
-    parser.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "search_multi30k"),
+    parser.add_argument("--results", default=os.path.join(REPO, "docs", "records", "data", "search_multi30k"),
                         help="the stages' small results, committed (default: %(default)s)")
     parser.add_argument("--supernet-work-dir", default=os.path.join(REPO, "work_dirs", "supernet_ranking"),
                         help="supernet_ranking.py's work dir, whose supernet is searched (default: %(default)s)")
     parser.add_argument("--loss-samples", type=int, default=300, help="(default: %(default)s)")
     parser.add_argument("--latency-samples", type=int, default=300, help="(default: %(default)s)")
     parser.add_argument("--seeds", default="1,2,3", help="seeds of every from-scratch training (default: %(default)s)")
-    parser.add_argument("--output", default=os.path.join(REPO, "docs", "search.md"), help="the report (default: %(default)s)")
+    parser.add_argument("--output", default=os.path.join(REPO, "docs", "records", "search.md"), help="the report (default: %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="only re-render the report")
     parser.add_argument("--allow-dirty", action="store_true", help="measure with uncommitted changes (recorded)")
     args = parser.parse_args(argv)

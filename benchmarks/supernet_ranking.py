@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""Can the supernet rank architectures? The measured run of docs/search.md on Multi30k de-en.
+"""Can the supernet rank architectures? The measured run of docs/records/search.md on Multi30k de-en.
 
 Stages, each resumable (a finished stage is read back, not run again) and each writing small files
-under ``--results`` (default ``benchmarks/results/supernet_multi30k/``, committed, so that a later
+under ``--results`` (default ``docs/records/data/supernet_multi30k/``, committed, so that a later
 session on another machine continues where this one stopped; checkpoints stay in ``--work-dir``):
 
 1. ``supernet``: Multi30k prepared as ``make bench-quality`` prepares it, then
@@ -21,7 +21,7 @@ session on another machine continues where this one stopped; checkpoints stay in
 
     python benchmarks/supernet_ranking.py                      # every stage (hours on 2 CPU cores)
     python benchmarks/supernet_ranking.py --stages supernet    # one stage
-    python benchmarks/supernet_ranking.py --report-only        # re-render docs/search.md from the results
+    python benchmarks/supernet_ranking.py --report-only        # re-render docs/records/search.md from the results
 """
 import argparse
 import datetime
@@ -37,9 +37,10 @@ from typing import Dict, List, Optional, Sequence
 if __package__ in (None, ""):  # run by path: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import pipe_fields  # noqa: E402
 from benchmarks.provenance import (REPO, available_cores, cpu_model, load_average, measured_revision,  # noqa: E402
                                    require_committed)
-from benchmarks.quality import (SUITES, Context, _pipe_fields, parse_train_log, prepare, recipe_env,  # noqa: E402
+from benchmarks.quality import (SUITES, Context, parse_train_log, prepare, recipe_env,  # noqa: E402
                                 relative, shell_line, write_report)
 from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
 
@@ -151,7 +152,7 @@ def supernet_validations(text: str) -> List[dict]:
     rows = {}
     for line in text.splitlines():
         if "| valid on 'valid' subset |" in line:
-            values = _pipe_fields(line)
+            values = pipe_fields(line)
             if "num_updates" in values and "smallest_loss" in values:
                 rows[int(values["num_updates"])] = {"update": int(values["num_updates"]), "largest_loss": values["loss"],
                                                     "smallest_loss": values["smallest_loss"]}
@@ -439,9 +440,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="the shared data folder (multi30k/)")
     parser.add_argument("--work-dir", default=os.path.join(REPO, "work_dirs", "supernet_ranking"),
                         help="data and checkpoints (default: %(default)s)")
-    parser.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "supernet_multi30k"),
+    parser.add_argument("--results", default=os.path.join(REPO, "docs", "records", "data", "supernet_multi30k"),
                         help="the stages' small results, committed (default: %(default)s)")
-    parser.add_argument("--output", default=os.path.join(REPO, "docs", "search.md"), help="the report (default: %(default)s)")
+    parser.add_argument("--output", default=os.path.join(REPO, "docs", "records", "search.md"), help="the report (default: %(default)s)")
     parser.add_argument("--supernet-updates", type=int, default=SUPERNET_UPDATES, help="(default: %(default)s)")
     parser.add_argument("--scratch-updates", type=int, default=SCRATCH_UPDATES, help="(default: %(default)s)")
     parser.add_argument("--architectures", type=int, default=ARCHITECTURES, help="(default: %(default)s)")

@@ -19,7 +19,7 @@ outside the sub-network's slices) and Adam updates every container it has state 
 the sub-network's is what this measures.
 
     python benchmarks/supernet_step.py                                  # multi30k_cpu space, prints a table
-    python benchmarks/supernet_step.py --output docs/search.md          # ... and writes its section there
+    python benchmarks/supernet_step.py --output docs/records/search.md          # ... and writes its section there
     python benchmarks/supernet_step.py --space search_spaces/wmt14_en_de.yaml --device cuda --json out.json
 """
 import argparse
@@ -36,7 +36,7 @@ if __package__ in (None, ""):  # run by path: make the checkout importable
 
 import torch  # noqa: E402
 
-from benchmarks.attention_speed import FIXED_MALLOC_ENV, _peak_rss_bytes, _reset_peak_rss, _rss_bytes  # noqa: E402
+from benchmarks.common import FIXED_MALLOC_ENV, peak_rss_bytes, reset_peak_rss, rss_bytes  # noqa: E402
 from benchmarks.provenance import REPO, available_cores, cpu_model, load_average, require_committed  # noqa: E402
 
 REPORT_BEGIN = "<!-- supernet-step:begin (written by benchmarks/supernet_step.py; edit the script, not this section) -->"
@@ -141,10 +141,10 @@ def worker(spec: Dict) -> Dict:
         step(model, optimizer, data)
         synchronize(spec["device"])
         return {"peak_bytes": torch.cuda.max_memory_allocated(spec["device"]) - baseline}
-    reset = _reset_peak_rss()
-    baseline = _peak_rss_bytes() if reset else _rss_bytes()
+    reset = reset_peak_rss()
+    baseline = peak_rss_bytes() if reset else rss_bytes()
     step(model, optimizer, data)
-    return {"peak_bytes": _peak_rss_bytes() - baseline, "peak_reset": reset}
+    return {"peak_bytes": peak_rss_bytes() - baseline, "peak_reset": reset}
 
 
 def run_cell(spec: Dict) -> Dict:
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: %(default)s)")
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--output", help="also write the table, command, revision and machine as a section of this "
-                        "markdown file (e.g. docs/search.md; the section between its markers is replaced)")
+                        "markdown file (e.g. docs/records/search.md; the section between its markers is replaced)")
     parser.add_argument("--allow-dirty", action="store_true", help="--output: measure even with uncommitted changes (recorded)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

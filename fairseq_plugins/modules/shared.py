@@ -41,7 +41,7 @@ def without_cudnn_attention(device: torch.device) -> ContextManager[None]:
     call). Why: on an H100 with torch 2.11, where PyTorch prefers cuDNN for fp16/bf16, its backward
     gave input gradients 20-50x less accurate than the flash, memory-efficient and math backends
     (fp16: relative error 1.5-1.8e-2 against 3.8-8.1e-4, head width 16), and in one run 1.9
-    (docs/gpu.md; known: pytorch/pytorch#150700, #196678). The backward runs the forward's backend,
+    (docs/records/gpu.md; known: pytorch/pytorch#150700, #196678). The backward runs the forward's backend,
     so wrapping the forward pass suffices."""
     if device.type not in CUDNN_DEVICE_TYPES:
         return _UNCHANGED

@@ -1,4 +1,5 @@
-"""The pure parts of benchmarks/attention_speed.py: FLOP counts, growth bounds, memory guard, plot and
+"""The pure parts of benchmarks/attention_speed.py (its measuring and reporting modules, speed_measure.py and
+speed_report.py): FLOP counts, growth bounds, memory guard, plot and
 report rendering, and what the kinds declare for it (baselines, sweeps, model options). No timings are
 asserted (the script's measurements are a benchmark, not a test)."""
 import argparse
@@ -9,6 +10,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks import attention_speed as bench
+from benchmarks import common
+from benchmarks import speed_measure as measure
+from benchmarks import speed_report
 from fairseq_plugins.modules import ATTENTION_REGISTRY
 from fairseq_plugins.modules.extractors import EXTRACTOR_KINDS
 
@@ -87,7 +91,7 @@ class ExecutedFlops(TorchDispatchMode):
 
 def _executed(module, length, embed_dim):
     x = torch.randn(length, 1, embed_dim, requires_grad=True)
-    mask = bench.future_mask(length) if getattr(module, "uses_future_mask", False) else None
+    mask = measure.future_mask(length) if getattr(module, "uses_future_mask", False) else None
     with ExecutedFlops() as fwd:
         out, _ = module(x, x, x, attn_mask=mask, need_weights=False)
     with ExecutedFlops() as bwd:
@@ -116,19 +120,19 @@ CASES = [
 @pytest.mark.parametrize("kind,length,lags,impl,dim,heads", CASES, ids=[f"{c[0]}-T{c[1]}-{c[3] or 'auto'}" for c in CASES])
 def test_layer_flops_match_the_executed_products(kind, length, lags, impl, dim, heads):
     options = {"extractor_lags": lags}
-    module = bench.build(kind, model_options=options, embed_dim=dim, heads=heads)
+    module = measure.build(kind, model_options=options, embed_dim=dim, heads=heads)
     if impl is not None:
         module.conv_impl = impl
     elif kind in EXTRACTOR_KINDS:
         path = ATTENTION_REGISTRY[kind].costs.implementation_path
-        assert module.conv_impl_for(1, length) == path(length, dim, heads, bench.cost_options(options))
+        assert module.conv_impl_for(1, length) == path(length, dim, heads, measure.cost_options(options))
     fwd, bwd = _executed(module, length, dim)
     if kind == "cosformer_reference_cumsum":
         # einsum lowers the k_ v^T outer product (1 FLOP per element in layer_flops) and its backward (the
         # gradients of k_ and v: a product and a sum per element each) to element-wise mul + sum, not counted here
         outer = heads * length * 2 * (dim // heads) ** 2
         fwd, bwd = fwd + outer, bwd + 4 * outer
-    expected_fwd, expected_bwd = bench.layer_flops(kind, length, options, conv_impl=impl, embed_dim=dim, heads=heads)
+    expected_fwd, expected_bwd = measure.layer_flops(kind, length, options, conv_impl=impl, embed_dim=dim, heads=heads)
     assert expected_fwd == pytest.approx(fwd, rel=1e-3)
     assert expected_bwd == pytest.approx(bwd, rel=1e-3)
 
@@ -142,22 +146,22 @@ FORCED = [("extractor_she", "direct", 512, 256), ("extractor_she", "fft", 64, 16
 def test_a_forced_convolution_path_is_the_one_the_costs_count(kind, impl, length, lags):
     # --kind-option extractor_conv_impl=...: what runs (the module's path) is what the costs assume
     costs = ATTENTION_REGISTRY[kind].costs
-    assert costs.implementation_path(length, 64, 4, bench.cost_options({"extractor_lags": lags})) != impl
+    assert costs.implementation_path(length, 64, 4, measure.cost_options({"extractor_lags": lags})) != impl
     options = {"extractor_lags": lags, "extractor_conv_impl": impl}
-    module = bench.build(kind, model_options=options, embed_dim=64, heads=4)
-    assert module.conv_impl_for(1, length) == costs.implementation_path(length, 64, 4, bench.cost_options(options)) == impl
-    assert bench.layer_flops(kind, length, options, embed_dim=64, heads=4) == bench.layer_flops(
+    module = measure.build(kind, model_options=options, embed_dim=64, heads=4)
+    assert module.conv_impl_for(1, length) == costs.implementation_path(length, 64, 4, measure.cost_options(options)) == impl
+    assert measure.layer_flops(kind, length, options, embed_dim=64, heads=4) == measure.layer_flops(
         kind, length, {"extractor_lags": lags}, conv_impl=impl, embed_dim=64, heads=4)
 
 
 def test_flop_formulas_in_words_for_every_kind():
-    assert set(bench.LAYER_FLOP_FORMULAS) == set(bench.KINDS)
+    assert set(measure.LAYER_FLOP_FORMULAS) == set(measure.KINDS)
     # the leading terms stated in words
-    T, d = 8192, bench.EMBED_DIM
-    fwd, bwd = bench.layer_flops("softmax", T)
+    T, d = 8192, measure.EMBED_DIM
+    fwd, bwd = measure.layer_flops("softmax", T)
     assert fwd == 8 * T * d * d + 4 * T * T * d
     assert bwd == 16 * T * d * d + 10 * T * T * d
-    assert sum(bench.layer_flops("bet", T)) == pytest.approx(fwd + bwd, rel=1e-3)
+    assert sum(measure.layer_flops("bet", T)) == pytest.approx(fwd + bwd, rel=1e-3)
 
 
 # ---------------------------------------------------------------------------
@@ -168,32 +172,32 @@ def test_flop_formulas_in_words_for_every_kind():
 def test_growth_bounds_follow_each_kinds_complexity():
     from fairseq_plugins.modules.extractors.conv import fft_length
 
-    assert bench.growth_bound("cosformer", 4096, 8192)[0] == pytest.approx(2.1)
-    assert bench.growth_bound("extractor_she", 4096, 8192)[0] == pytest.approx(2.1)  # direct path
-    assert bench.growth_bound("softmax", 4096, 8192)[0] == pytest.approx(4.2)
-    assert bench.growth_bound("bet", 8192, 16384)[0] == pytest.approx(4.2)
+    assert measure.growth_bound("cosformer", 4096, 8192)[0] == pytest.approx(2.1)
+    assert measure.growth_bound("extractor_she", 4096, 8192)[0] == pytest.approx(2.1)  # direct path
+    assert measure.growth_bound("softmax", 4096, 8192)[0] == pytest.approx(4.2)
+    assert measure.growth_bound("bet", 8192, 16384)[0] == pytest.approx(4.2)
     n1, n2 = fft_length(4096 + 127), fft_length(8192 + 127)
     assert (n1, n2) == (4320, 8640)
-    bound, reason = bench.growth_bound("extractor_he", 4096, 8192)
+    bound, reason = measure.growth_bound("extractor_he", 4096, 8192)
     assert bound == pytest.approx(1.05 * 2 * math.log(8640) / math.log(4320))
     assert 2.1 < bound < 2.3 and "FFT" in reason
     # never below the linear growth of the projections, even where the FFT length grows less than T
-    assert bench.growth_bound("extractor_we", 256, 512)[0] >= 2.1
+    assert measure.growth_bound("extractor_we", 256, 512)[0] >= 2.1
 
 
 def test_longest_length_is_default_and_only_the_reference_is_too_big():
-    assert 16384 in bench.DEFAULT_LENGTHS
-    assert bench.estimate_bytes("cosformer_reference_cumsum", 16384) > bench.MEMORY_LIMIT_BYTES
-    assert "skipped" in bench.skip_reason(bench.estimate_bytes("cosformer_reference_cumsum", 16384), "cpu", None)
-    for kind in bench.KINDS:
+    assert 16384 in measure.DEFAULT_LENGTHS
+    assert measure.estimate_bytes("cosformer_reference_cumsum", 16384) > measure.MEMORY_LIMIT_BYTES
+    assert "skipped" in measure.skip_reason(measure.estimate_bytes("cosformer_reference_cumsum", 16384), "cpu", None)
+    for kind in measure.KINDS:
         if kind != "cosformer_reference_cumsum":
-            assert bench.estimate_bytes(kind, 16384) < 8e9, kind
-    assert bench.skip_reason(1e9, "cuda", 80e9) is None
-    assert "free on the device" in bench.skip_reason(70e9, "cuda", 80e9)
+            assert measure.estimate_bytes(kind, 16384) < 8e9, kind
+    assert measure.skip_reason(1e9, "cuda", 80e9) is None
+    assert "free on the device" in measure.skip_reason(70e9, "cuda", 80e9)
 
 
 def test_peak_worker_reports_the_products():
-    info = bench.run_worker({"mode": "peak", "threads": 1, "device": "cpu", "shapes": [[32, 16, 8]], "min_s": 0})
+    info = measure.run_worker({"mode": "peak", "threads": 1, "device": "cpu", "shapes": [[32, 16, 8]], "min_s": 0})
     (prod,) = info["products"]
     assert prod["shape"] == [32, 16, 8] and prod["runs"] >= 5
     assert info["peak_gflops"] == prod["gflops"] > 0
@@ -208,7 +212,7 @@ LENGTHS = [4096, 8192, 16384]
 
 def _fake_results(fields=("peak", "peak_fixed")):
     train = {}
-    for i, kind in enumerate(bench.KINDS):
+    for i, kind in enumerate(measure.KINDS):
         for length in LENGTHS:
             if kind == "cosformer_reference_cumsum" and length == 16384:
                 train[(kind, length)] = {"error": "skipped: needs ~19.33 GB (> 16.00 GB limit)"}
@@ -218,7 +222,7 @@ def _fake_results(fields=("peak", "peak_fixed")):
             for field in fields:
                 cell[field] = (i + 1) * 1e6 * length / 4096
             train[(kind, length)] = cell
-    decode = {k: {"128": [1e-3, 1e-3], "4096": [1.1e-3] * 2} for k in bench.DECODE_KINDS}
+    decode = {k: {"128": [1e-3, 1e-3], "4096": [1.1e-3] * 2} for k in measure.DECODE_KINDS}
     return train, decode
 
 
@@ -226,7 +230,7 @@ def _args(kind_options=(("extractor_lags", 128),), **extra):
     return argparse.Namespace(kind_options=list(kind_options), threads=2, repeats=5, decode_steps=50, quick=False, **extra)
 
 
-SELF_CHECKS = {name: 1e-15 for name in bench.BASELINES}
+SELF_CHECKS = {name: 1e-15 for name in measure.BASELINES}
 
 
 ENV = {"torch": torch.__version__, "fairseq": "x", "python": "3", "git": "abc", "cores": 2, "cpu": "test cpu",
@@ -238,23 +242,23 @@ def test_write_plot(tmp_path):
     train, _ = _fake_results()
     train[("softmax", 16384)] = {"error": "timing failed: killed"}  # a missing point
     path = tmp_path / "bench_speed.png"
-    bench.write_plot(str(path), LENGTHS, list(bench.KINDS), train, "peak_fixed", {"name": "cpu", "type": "cpu"}, "fixed threshold")
+    speed_report.write_plot(str(path), LENGTHS, list(measure.KINDS), train, "peak_fixed", {"name": "cpu", "type": "cpu"}, "fixed threshold")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
-    assert bench.plot_path_for("docs/benchmarks.md") == "docs/benchmarks_speed.png"
+    assert speed_report.plot_path_for("docs/records/benchmarks.md") == "docs/records/benchmarks_speed.png"
 
 
 def test_render_cpu_report():
     train, decode = _fake_results()
-    report = bench.render("python benchmarks/attention_speed.py", ENV, _args(), LENGTHS, list(bench.KINDS), [128, 4096],
+    report = speed_report.render("python benchmarks/attention_speed.py", ENV, _args(), LENGTHS, list(measure.KINDS), [128, 4096],
                           train, {}, decode, ["cosformer_reference_cumsum at T=16384: skipped"], 60.0, SELF_CHECKS,
                           device={"name": "cpu", "type": "cpu"}, peak=PEAK, plot_name="benchmarks_speed.png")
     assert "![forward+backward time and peak memory vs T, log-log](benchmarks_speed.png)" in report
     assert "Peak: **80.0 GFLOP/s**" in report
     # softmax at T = 4096: FLOPs / 10 ms, as GFLOP/s and share of the peak
-    rate = sum(bench.layer_flops("softmax", 4096)) / 0.01 / 1e9
+    rate = sum(measure.layer_flops("softmax", 4096)) / 0.01 / 1e9
     assert f"| 4096 | {rate:.1f} ({100 * rate / 80:.0f} %) |" in report
-    for kind in bench.KINDS:
+    for kind in measure.KINDS:
         assert f"- `{kind}`: " in report
     assert "Default malloc:" in report and "Fixed mmap threshold" in report
     assert "| extractor_he time(8192) / time(4096) <= 2.27 (FFT path: O(n log n), n = 4320 -> 8640) | 2.50 | **NO** |" in report
@@ -268,7 +272,7 @@ def test_render_cpu_report():
 def test_render_cuda_report():
     train, decode = _fake_results(fields=("peak",))
     device = {"name": "cuda (NVIDIA Test GPU, compute capability 9.0, CUDA 12.4, 80.00 GB)", "type": "cuda"}
-    report = bench.render("python benchmarks/attention_speed.py --device cuda", ENV, _args(), LENGTHS, list(bench.KINDS),
+    report = speed_report.render("python benchmarks/attention_speed.py --device cuda", ENV, _args(), LENGTHS, list(measure.KINDS),
                           [128, 4096], train, {}, decode, [], 60.0, SELF_CHECKS, device=device, peak=PEAK, plot_name=None)
     assert report.startswith("# Attention speed and memory (CUDA)")
     assert "NVIDIA Test GPU" in report and "torch.cuda.synchronize()" in report
@@ -277,7 +281,7 @@ def test_render_cuda_report():
 
 
 def _cpu_report(train, decode, env=ENV, args=None, sweep_results=None):
-    return bench.render("python benchmarks/attention_speed.py", env, args or _args(), LENGTHS, list(bench.KINDS), [128, 4096],
+    return speed_report.render("python benchmarks/attention_speed.py", env, args or _args(), LENGTHS, list(measure.KINDS), [128, 4096],
                         train, sweep_results or {}, decode, [], 60.0, SELF_CHECKS, device={"name": "cpu", "type": "cpu"},
                         peak=PEAK, plot_name=None)
 
@@ -313,13 +317,13 @@ def test_report_marks_a_run_with_uncommitted_changes():
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(bench.BASELINES))
+@pytest.mark.parametrize("name", sorted(measure.BASELINES))
 def test_every_baseline_computes_its_kinds_function(name):
-    kind, baseline = bench.BASELINES[name]
-    assert name in bench.KINDS and bench.KINDS.index(name) > bench.KINDS.index(kind)  # listed after its kind
-    assert name not in bench.DECODE_KINDS
-    assert bench.check_baseline(name) < 1e-8
-    assert name in bench.LAYER_FLOP_FORMULAS and baseline.description
+    kind, baseline = measure.BASELINES[name]
+    assert name in measure.KINDS and measure.KINDS.index(name) > measure.KINDS.index(kind)  # listed after its kind
+    assert name not in measure.DECODE_KINDS
+    assert measure.check_baseline(name) < 1e-8
+    assert name in measure.LAYER_FLOP_FORMULAS and baseline.description
 
 
 def test_kind_option_refuses_an_unknown_option_listing_the_registered_ones(capsys):
@@ -345,11 +349,11 @@ def test_kind_options_reach_the_layers_the_counts_and_the_report():
 
     assert parse_option("extractor_lags=64") == ("extractor_lags", 64)
     assert parse_option("bet_no_diag_free=yes") == ("bet_no_diag_free", True)
-    assert bench.MODEL_OPTIONS == {"extractor_lags": 128}  # declared by the Extractors: the paper's window
-    assert bench.build("extractor_me").lags == 128
-    assert bench.build("extractor_me", model_options={"extractor_lags": 16}).lags == 16
-    assert bench.layer_flops("extractor_she", 1024, {"extractor_lags": 16}) != bench.layer_flops("extractor_she", 1024)
-    assert bench.estimate_bytes("extractor_she", 1024, {"extractor_lags": 16}) < bench.estimate_bytes("extractor_she", 1024)
+    assert measure.MODEL_OPTIONS == {"extractor_lags": 128}  # declared by the Extractors: the paper's window
+    assert measure.build("extractor_me").lags == 128
+    assert measure.build("extractor_me", model_options={"extractor_lags": 16}).lags == 16
+    assert measure.layer_flops("extractor_she", 1024, {"extractor_lags": 16}) != measure.layer_flops("extractor_she", 1024)
+    assert measure.estimate_bytes("extractor_she", 1024, {"extractor_lags": 16}) < measure.estimate_bytes("extractor_she", 1024)
     train, decode = _fake_results()
     report = _cpu_report(train, decode, args=_args(kind_options=[("extractor_lags", 64)]))
     assert "extractors: l = 64 lags" in report and "The extractors keep the last l = 64 inputs" in report
@@ -357,15 +361,15 @@ def test_kind_options_reach_the_layers_the_counts_and_the_report():
 
 
 def test_sweeps_are_declared_by_the_kinds_and_overridable():
-    assert [(k, s, sweep.values) for k, s, sweep in bench.declared_sweeps(bench.KINDS)] == [("cosformer", "chunk_size", (32, 64, 128))]
-    assert bench.parse_sweep("cosformer:chunk_size=16,32") == ("cosformer", "chunk_size", (16, 32))
+    assert [(k, s, sweep.values) for k, s, sweep in measure.declared_sweeps(measure.KINDS)] == [("cosformer", "chunk_size", (32, 64, 128))]
+    assert measure.parse_sweep("cosformer:chunk_size=16,32") == ("cosformer", "chunk_size", (16, 32))
     with pytest.raises(ValueError, match="cosformer:chunk is not a setting a registered kind declares; declared: cosformer:chunk_size"):
-        bench.parse_sweep("cosformer:chunk=16")
+        measure.parse_sweep("cosformer:chunk=16")
     with pytest.raises(ValueError, match="takes int values"):
-        bench.parse_sweep("cosformer:chunk_size=big")
-    assert bench.build("cosformer", {"chunk_size": 32}).chunk_size == 32
+        measure.parse_sweep("cosformer:chunk_size=big")
+    assert measure.build("cosformer", {"chunk_size": 32}).chunk_size == 32
     with pytest.raises(ValueError, match="no implementation setting 'no_such_setting'"):
-        bench.build("cosformer", {"no_such_setting": 1})
+        measure.build("cosformer", {"no_such_setting": 1})
     train, decode = _fake_results()
     results = {("cosformer", "chunk_size"): {32: {"times": [0.2]}, 64: {"times": [0.1]}}}
     report = _cpu_report(train, decode, sweep_results=results)
@@ -377,12 +381,12 @@ def test_declarations_name_what_exists():
     every declared model option is one of a registered kind."""
     from fairseq_plugins.modules.options import parse_option
 
-    for kind, setting, sweep in bench.declared_sweeps(bench.KINDS):
-        assert getattr(bench.build(kind), setting) == sweep.default, (kind, setting)
-    for kind in bench.DECODE_KINDS:
-        for target in bench.speed_benchmark(kind).targets:
-            assert target.other in bench.KINDS, (kind, target)
-    for option, value in bench.MODEL_OPTIONS.items():
+    for kind, setting, sweep in measure.declared_sweeps(measure.KINDS):
+        assert getattr(measure.build(kind), setting) == sweep.default, (kind, setting)
+    for kind in measure.DECODE_KINDS:
+        for target in measure.speed_benchmark(kind).targets:
+            assert target.other in measure.KINDS, (kind, target)
+    for option, value in measure.MODEL_OPTIONS.items():
         assert parse_option(f"{option}={value}") == (option, value)
 
 
@@ -391,6 +395,6 @@ def test_declarations_name_what_exists():
 def test_times_keep_three_significant_digits_for_the_comparison_tool(seconds, text):
     from benchmarks.compare_speed_reports import seconds as read_back
 
-    assert bench.fmt_time(seconds) == text
+    assert common.fmt_time(seconds) == text
     if seconds is not None:
         assert read_back(text) == pytest.approx(seconds, rel=0.005)

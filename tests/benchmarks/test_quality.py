@@ -420,16 +420,16 @@ def test_decode_report_marks_a_part_measured_with_uncommitted_changes(tmp_path):
 
 
 def test_a_measurement_records_the_revision_checked_at_its_start(monkeypatch):
-    """A run that started clean records that revision even when a report under docs/ was edited while it ran
+    """A run that started clean records that revision even when a report under docs/records/ was edited while it ran
     (the code it loaded is that revision's); any other change during the run marks it."""
     monkeypatch.setattr(provenance, "git_revision", lambda: "abc123def456")
     monkeypatch.setattr(provenance, "_checked", None)
     assert provenance.measured_revision() == "abc123def456"  # no check at the start: the checkout's revision
     provenance.require_committed(False, "a benchmark")
     monkeypatch.setattr(provenance, "git_revision", lambda: "abc123def456 (with uncommitted changes)")
-    monkeypatch.setattr(provenance, "changed_paths", lambda revision: ["docs/results.md", "docs/decode_speed.md"])
+    monkeypatch.setattr(provenance, "changed_paths", lambda revision: ["docs/records/results.md", "docs/records/decode_speed.md"])
     assert provenance.measured_revision() == "abc123def456"
-    monkeypatch.setattr(provenance, "changed_paths", lambda revision: ["docs/results.md", "benchmarks/quality.py"])
+    monkeypatch.setattr(provenance, "changed_paths", lambda revision: ["docs/records/results.md", "benchmarks/quality.py"])
     assert provenance.measured_revision() == "abc123def456 (with uncommitted changes)"
     assert quality.provenance()["git"] == "abc123def456 (with uncommitted changes)"
 

@@ -1,4 +1,4 @@
-"""benchmarks/supernet_ranking.py (docs/search.md's measured run): the architectures spread over the space's
+"""benchmarks/supernet_ranking.py (docs/records/search.md's measured run): the architectures spread over the space's
 FLOPs, Kendall's tau on known orders, the supernet's validations read from a train log, and the report
 rendered from stage results (the stages themselves run recipes and CLIs tested elsewhere)."""
 import json

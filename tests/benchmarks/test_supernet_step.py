@@ -1,4 +1,4 @@
-"""benchmarks/supernet_step.py (docs/search.md's step-cost table): one cell's worker measures a real training
+"""benchmarks/supernet_step.py (docs/records/search.md's step-cost table): one cell's worker measures a real training
 step in-process, the table and its section are written from the cells' results, and bad spaces are refused
 before any process starts."""
 import pytest
@@ -36,8 +36,8 @@ def test_the_section_has_the_table_command_and_machine(monkeypatch, tmp_path):
 
 
 def test_the_shown_command_names_no_json_path():
-    assert step.shown_arguments(["--steps", "30", "--json", "/work/x.json", "--output", "docs/search.md", "--json=/y"]) == [
-        "--steps", "30", "--output", "docs/search.md"]
+    assert step.shown_arguments(["--steps", "30", "--json", "/work/x.json", "--output", "docs/records/search.md", "--json=/y"]) == [
+        "--steps", "30", "--output", "docs/records/search.md"]
 
 
 def test_bad_spaces_are_refused(tmp_path):

@@ -1,6 +1,6 @@
 """fairseq's own failures, recorded so that a fixed fairseq shows up here.
 
-The README's known limitations name two generation options that fail in
+The known limitations in docs/troubleshooting.md name two generation options that fail in
 fairseq 0.12.3.1 itself, for every model: fairseq's own `transformer` fails
 exactly like our presets. We do not patch fairseq. Each test below runs the
 real CLI on a model of each kind (trained for 2 updates: the failures do not
@@ -91,7 +91,7 @@ def fails_with(command, option, error_pattern, where, input_text=None):
     except CommandFailed as failure:
         output = str(failure)
     else:
-        pytest.fail(f"fairseq now supports {option}: remove it from the README's known limitations and this test\n{output[-1500:]}")
+        pytest.fail(f"fairseq now supports {option}: remove it from docs/troubleshooting.md's limitations and this test\n{output[-1500:]}")
     assert re.search(error_pattern, output), f"{option} failed, but not with fairseq's known error {error_pattern!r}:\n{output}"
     assert re.search(where, output), f"{option} failed with {error_pattern!r}, but not in {where!r}:\n{output}"
 

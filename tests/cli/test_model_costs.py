@@ -38,7 +38,7 @@ def _parameters(module) -> int:
 
 
 def test_every_registered_kind_has_counts():
-    # a new kind without counts would make the README table impossible to compute
+    # a new kind without counts would make the preset table of docs/presets.md impossible to compute
     assert set(complexity.KIND_COSTS) == set(ATTENTION_REGISTRY)
 
 
@@ -215,10 +215,10 @@ def test_cli_table_and_errors(tmp_path, capsys):
 
 
 def test_readme_table_is_the_scripts_output():
-    # the README's counts are those of the code at this revision, not a copy that can drift
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    # the guide's counts are those of the code at this revision, not a copy that can drift
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "presets.md").read_text(encoding="utf-8")
     start = "<!-- model_costs: python -m fairseq_plugins.cli.model_costs -->\n"
     assert readme.count(start) == 1
     table = readme.split(start, 1)[1].split("<!-- /model_costs -->", 1)[0]
     expected = model_costs.markdown_table([model_costs.model_cost(model_costs.preset_args(arch)) for arch in model_costs.presets()])
-    assert table == expected, "README.md's preset table is out of date: rerun python -m fairseq_plugins.cli.model_costs"
+    assert table == expected, "docs/presets.md's preset table is out of date: rerun python -m fairseq_plugins.cli.model_costs"

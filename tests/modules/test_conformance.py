@@ -274,7 +274,7 @@ FUSED_ATTENTION_KINDS = ("softmax", "bet")
 def test_fused_attention_never_runs_cudnn(kind, variant, placement, monkeypatch):
     """Every scaled_dot_product_attention call of a full pass (training, with padding) runs with
     PyTorch's cuDNN backend off (``without_cudnn_attention``: its gradients were wrong on an H100,
-    docs/gpu.md). The guard acts on CUDA only; here it is made to act on the CPU to see it."""
+    docs/records/gpu.md). The guard acts on CUDA only; here it is made to act on the CPU to see it."""
     from fairseq_plugins.modules import shared
 
     monkeypatch.setattr(shared, "CUDNN_DEVICE_TYPES", ("cpu",))

@@ -1,4 +1,4 @@
-"""A new attention kind is one package (issue 13): the toy kind of the README's
+"""A new attention kind is one package (issue 13): the toy kind of docs/adding-a-kind.md's
 "Adding an attention kind" section, written as it stands there into a temporary
 package ``toy_mean_attention``, registers through the public API only and then is
 a choice of the per-layer options (loaded with fairseq's ``--user-dir``), passes
@@ -26,10 +26,9 @@ KIND, PACKAGE = "toy_mean", "toy_mean_attention"
 
 
 def readme_toy_package_source():
-    """The first python block of the README's "Adding an attention kind" section."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Adding an attention kind\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    """The first python block of the guide docs/adding-a-kind.md."""
+    guide = (ROOT / "docs" / "adding-a-kind.md").read_text(encoding="utf-8")
+    return re.findall(r"```python\n(.*?)```", guide, re.S)[0]
 
 
 @pytest.fixture(scope="module")

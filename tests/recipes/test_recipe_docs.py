@@ -1,5 +1,5 @@
 """The recipes' documentation says what the scripts do: every override they read is documented, the
-default checkpoint folders are the documented ones, and the README's quick fairseq-train command trains
+default checkpoint folders are the documented ones, and the quick fairseq-train command of docs/datasets.md trains
 with the IWSLT14 recipe's settings. All through DRY_RUN=1 (no data, no training)."""
 import os
 import re
@@ -72,7 +72,7 @@ def test_default_checkpoint_folders_are_the_documented_ones(dataset, env, folder
                       else "mixed_transformer_lm_tiny", **env)
     preset = re.search(r"--arch (\S+)", command).group(1)
     assert f"--save-dir {os.path.join(ROOT_DIR, 'checkpoints', folder, preset)} " in command
-    readme, recipes_readme = _read("README.md"), _read("recipes", "README.md")
+    readme, recipes_readme = _read("docs", "datasets.md"), _read("recipes", "README.md")
     if dataset == "multi30k":  # one folder per direction: both share one preparation
         assert "`checkpoints/multi30k.<src>-<tgt>/<preset>/`" in readme
         assert "`checkpoints/multi30k.<SRC>-<TGT>/<preset>`" in recipes_readme
@@ -94,15 +94,15 @@ def _flags(words):
 
 
 def test_readme_quick_fairseq_train_uses_the_iwslt14_recipes_settings():
-    readme = _read("README.md")
-    block = readme[readme.index("## Using it with fairseq"):]
+    readme = _read("docs", "datasets.md")
+    block = readme[readme.index("## Training and decoding with fairseq's commands"):]
     block = block[block.index("```bash") + len("```bash"):]
     block = block[:block.index("```")]
     train = next(line for line in block.replace("\\\n", " ").splitlines() if line.startswith("fairseq-train"))
     documented = _flags(shlex.split(train))
     recipe = _flags(shlex.split(dry_run("iwslt14_de_en", "mformer_iwslt_de_en")))
     for flag in TRAINING_FLAGS:
-        assert flag in documented, f"README's fairseq-train lacks the recipe's {flag} {recipe.get(flag)}"
+        assert flag in documented, f"docs/datasets.md's fairseq-train lacks the recipe's {flag} {recipe.get(flag)}"
         assert documented[flag] == recipe[flag], (flag, documented[flag], recipe[flag])
     assert "--share-decoder-input-output-embed" in documented and "--share-decoder-input-output-embed" in recipe
     # the data folder the recipe's prepare.sh writes and its train.sh reads by default

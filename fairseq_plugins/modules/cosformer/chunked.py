@@ -14,7 +14,7 @@ from ..precision import float32_backward, float32_forward
 from .recurrent import causal_step
 
 # Chunk length of the causal form, chosen by benchmarks/attention_speed.py on a
-# 2-core CPU (see docs/benchmarks.md); any value gives the same result.
+# 2-core CPU (see docs/records/benchmarks.md); any value gives the same result.
 DEFAULT_CHUNK_SIZE = 64
 
 
