@@ -38,6 +38,7 @@ if __package__ in (None, ""):  # run by path: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import quality  # noqa: E402
+from benchmarks.common import pipe_fields  # noqa: E402
 from benchmarks.provenance import REPO, require_committed  # noqa: E402
 from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
 
@@ -160,7 +161,7 @@ def valid_at(text: str, budget: int) -> dict:
     """The validation that fairseq-train ran at ``budget`` updates (it validates when it stops there)."""
     for line in reversed(text.splitlines()):
         if "| valid on 'valid' subset |" in line:
-            fields = quality._pipe_fields(line)
+            fields = pipe_fields(line)
             if int(fields.get("num_updates", -1)) == budget:
                 return {"valid_loss": fields["loss"], "valid_nll_loss": fields.get("nll_loss"), "valid_ppl": fields.get("ppl")}
     raise SystemExit(f"error: the training log has no validation at update {budget}")
