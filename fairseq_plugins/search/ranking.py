@@ -25,7 +25,9 @@ from ..modules import AttentionConfigError
 from .features import FeatureEncoder
 from .space import SearchSpace
 
-TARGETS = {"loss": "loss", "latency": "latency_ms"}  # --target -> the field of the collected records
+# --target -> (what `collect` collected, the field of its records); relative_latency: the latency over the
+# reference's measured beside it (latency.measure), what holds on a shared machine
+TARGETS = {"loss": ("loss", "loss"), "latency": ("latency", "latency_ms"), "relative_latency": ("latency", "relative_latency")}
 GROUP_SIZE = 32
 REGROUPINGS = 5
 # Small trees for a few hundred architectures; one thread and fixed seeds: the same models on every run.
@@ -45,11 +47,14 @@ def read_collected(path: str, target: str) -> Tuple[SearchSpace, List[Architectu
     from .collect import read_collection
 
     header, records = read_collection(path)
-    field = TARGETS[target]
-    if header["what"] != target:
-        raise RankingError(f"--data {path}: collected {header['what']}, not {target} (--target)")
+    what, field = TARGETS[target]
+    if header["what"] != what:
+        raise RankingError(f"--data {path}: collected {header['what']}, not {what} (--target {target})")
     space = SearchSpace.from_dict(header["space"], f"--data {path} (its header's space)")
     kept = [r for r in records if not r.get("dropped")]
+    if any(field not in r for r in kept):
+        raise RankingError(f"--data {path}: its records have no {field} (collected before the relative latency was "
+                           "measured: collect again into another file)")
     if len(kept) < 10:
         raise RankingError(f"--data {path}: {len(kept)} measured architectures; at least 10 are needed to fit and test a ranker")
     architectures = [Architecture.from_dict(r["architecture"]) for r in kept]
