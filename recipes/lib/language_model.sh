@@ -42,6 +42,39 @@ train_lm() {  # [PRESET] [fairseq-train flags...]
         --tokens-per-sample "$TOKENS_PER_SAMPLE" --sample-break-mode none "${criterion[@]}"
 }
 
+# supernet.sh: the weight-sharing language-model supernet (mixed_supertransformer_lm, README "The
+# supernet") over SEARCH_SPACE (default search_spaces/$SUPERNET_SPACE.yaml, the data set's space) with
+# --task supernet_language_modeling: SUPERNET_SAMPLING (sandwich: the largest, the smallest and
+# SANDWICH_RANDOM sampled sub-networks per update; random: one sampled), validation of the largest and
+# the smallest; the data set's language-model settings otherwise (train.sh's).
+train_lm_supernet() {  # [fairseq-train flags...]
+    DEFAULT_PRESET=mixed_supertransformer_lm
+    start_recipe "$@"
+    if [ "$PRESET" != mixed_supertransformer_lm ]; then
+        echo "[recipe] error: supernet.sh trains mixed_supertransformer_lm over SEARCH_SPACE; '$PRESET' is not a flag" \
+            "(give fairseq-train flags only, a space with SEARCH_SPACE=FILE)" >&2
+        return 2
+    fi
+    : "${SEARCH_SPACE:=$REPO_ROOT/search_spaces/$SUPERNET_SPACE.yaml}"
+    if [ ! -f "$SEARCH_SPACE" ]; then
+        echo "[recipe] error: SEARCH_SPACE=$SEARCH_SPACE: no such file (a search space YAML, see search_spaces/)" >&2
+        return 2
+    fi
+    local option
+    for option in SYNTAX_HINTS EVAL_BLEU; do
+        if [ "${!option:-0}" != 0 ]; then
+            echo "[recipe] error: $option=${!option}: not supported by supernet.sh (evaluate sub-networks with" \
+                "python -m fairseq_plugins.search evaluate)" >&2
+            return 2
+        fi
+    done
+    common_train_args
+    run_training --task supernet_language_modeling --search-space "$SEARCH_SPACE" \
+        --supernet-sampling "${SUPERNET_SAMPLING:-sandwich}" --supernet-sandwich-random "${SANDWICH_RANDOM:-2}" \
+        --share-decoder-input-output-embed --tokens-per-sample "$TOKENS_PER_SAMPLE" --sample-break-mode none \
+        --criterion cross_entropy
+}
+
 # The hint dataset prefix of a split, as the language_modeling_with_syntax task
 # reads it (fairseq_plugins/data/syntax_hints.py, hint_dataset_prefix).
 hint_prefix() {  # SPLIT
