@@ -202,6 +202,30 @@ prepare_dataset() {
     "$PYTHON" -m "$PREPARE_MODULE" --dest "$DATA_BIN" --work-dir "$WORK_DIR" "$@"
 }
 
+# supernet.sh's checks (translation.sh's train_supernet, language_model.sh's train_lm_supernet), after
+# start_recipe: the preset is the supernet ARCH (flags only), SEARCH_SPACE exists (default the data
+# set's, search_spaces/$SUPERNET_SPACE.yaml), and no SYNTAX_HINTS or EVAL_BLEU.
+check_supernet_recipe() {  # ARCH
+    if [ "$PRESET" != "$1" ]; then
+        echo "[recipe] error: supernet.sh trains $1 over SEARCH_SPACE; '$PRESET' is not a flag" \
+            "(give fairseq-train flags only, a space with SEARCH_SPACE=FILE)" >&2
+        return 2
+    fi
+    : "${SEARCH_SPACE:=$REPO_ROOT/search_spaces/$SUPERNET_SPACE.yaml}"
+    if [ ! -f "$SEARCH_SPACE" ]; then
+        echo "[recipe] error: SEARCH_SPACE=$SEARCH_SPACE: no such file (a search space YAML, see search_spaces/)" >&2
+        return 2
+    fi
+    local option
+    for option in SYNTAX_HINTS EVAL_BLEU; do
+        if [ "${!option:-0}" != 0 ]; then
+            echo "[recipe] error: $option=${!option}: not supported by supernet.sh (a supernet has no single model to" \
+                "beam-search or to point with; evaluate sub-networks with python -m fairseq_plugins.search evaluate)" >&2
+            return 2
+        fi
+    done
+}
+
 # Training flags shared by translation and language models.
 common_train_args() {
     case ${LR_SCHEDULER:-inverse_sqrt} in

@@ -50,24 +50,7 @@ train_lm() {  # [PRESET] [fairseq-train flags...]
 train_lm_supernet() {  # [fairseq-train flags...]
     DEFAULT_PRESET=mixed_supertransformer_lm
     start_recipe "$@"
-    if [ "$PRESET" != mixed_supertransformer_lm ]; then
-        echo "[recipe] error: supernet.sh trains mixed_supertransformer_lm over SEARCH_SPACE; '$PRESET' is not a flag" \
-            "(give fairseq-train flags only, a space with SEARCH_SPACE=FILE)" >&2
-        return 2
-    fi
-    : "${SEARCH_SPACE:=$REPO_ROOT/search_spaces/$SUPERNET_SPACE.yaml}"
-    if [ ! -f "$SEARCH_SPACE" ]; then
-        echo "[recipe] error: SEARCH_SPACE=$SEARCH_SPACE: no such file (a search space YAML, see search_spaces/)" >&2
-        return 2
-    fi
-    local option
-    for option in SYNTAX_HINTS EVAL_BLEU; do
-        if [ "${!option:-0}" != 0 ]; then
-            echo "[recipe] error: $option=${!option}: not supported by supernet.sh (evaluate sub-networks with" \
-                "python -m fairseq_plugins.search evaluate)" >&2
-            return 2
-        fi
-    done
+    check_supernet_recipe mixed_supertransformer_lm || return
     common_train_args
     run_training --task supernet_language_modeling --search-space "$SEARCH_SPACE" \
         --supernet-sampling "${SUPERNET_SAMPLING:-sandwich}" --supernet-sandwich-random "${SANDWICH_RANDOM:-2}" \
