@@ -57,10 +57,12 @@
 #                       supernet,collect,rank,prune,evolve,train,generate); recipes/lib/search.sh says more
 #   LOSS_SAMPLES LATENCY_SAMPLES SEARCH_SEED   search.sh collect: architectures (300 each), seed
 #   LATENCY_BEAM LATENCY_SOURCE_LENGTH LATENCY_TARGET_LENGTH LATENCY_THREADS LATENCY_DEVICE
-#   LATENCY_WARMUP LATENCY_REPEATS LATENCY_MAX_SPREAD   search.sh latency measurement
+#   LATENCY_WARMUP LATENCY_REPEATS LATENCY_ROUNDS LATENCY_REFERENCE LATENCY_MAX_SPREAD   search.sh latency
+#                       measurement (one pinned process per architecture, interleaved with the reference)
 #   PRUNE_KEEP          search.sh: fields the pruned space leaves free (0: no pruning)
-#   LATENCY_BUDGETS FLOPS_BUDGETS FITNESS EVOLVE_ARGS   search.sh evolve: budgets (ms, GFLOPs; comma-
-#                       separated), ranker or supernet fitness, more `search evolve` flags
+#   LATENCY_BUDGETS RELATIVE_LATENCY_BUDGETS FLOPS_BUDGETS FITNESS EVOLVE_ARGS   search.sh evolve: budgets
+#                       (ms, fractions of the reference's latency, GFLOPs; comma-separated), ranker or
+#                       supernet fitness, more `search evolve` flags
 #   TRAIN_PRESET        search.sh: the preset the found architectures are trained with
 #   PYTHON              interpreter with fairseq (default: python on PATH)
 #   DRY_RUN             1 = print the fairseq-train command instead of running it
