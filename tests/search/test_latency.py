@@ -98,32 +98,21 @@ def test_bad_settings_name_the_option():
     assert LatencySettings().cores() == allowed[-1:] and LatencySettings(core=allowed[0]).cores() == allowed[:1]
 
 
-TRANSLATION_SPACE = """
-shared_embed_dim: true
-encoder:
+# the choices of a side, the same in the encoder, the decoder and the language model
+SIDE = """
   embed_dim: [8, 16]
   layers: [1, 2]
   ffn_embed_dim: [8, 12]
   attention_heads: [2]
-  attention_kinds: [softmax, cosformer]
-decoder:
-  embed_dim: [8, 16]
-  layers: [1, 2]
-  ffn_embed_dim: [8, 12]
-  attention_heads: [2]
-  attention_kinds: [softmax, cosformer]
+  attention_kinds: [softmax, cosformer]"""
+TRANSLATION_SPACE = f"""shared_embed_dim: true
+encoder:{SIDE}
+decoder:{SIDE}
   cross_attention_heads: [2]
   cross_attention_kinds: [softmax]
   encoder_decoder_connect: [1]
 """
-LM_SPACE = """
-decoder:
-  embed_dim: [8, 16]
-  layers: [1, 2]
-  ffn_embed_dim: [8, 12]
-  attention_heads: [2]
-  attention_kinds: [softmax, cosformer]
-"""
+LM_SPACE = f"decoder:{SIDE}\n"
 TINY = LatencySettings(source_length=5, decoder_steps=4, beam=2, warmup=1, repeats=2, rounds=2, trim=0.0)
 
 
