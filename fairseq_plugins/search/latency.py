@@ -181,7 +181,7 @@ class Generation:
         self.sample = {"net_input": {"src_tokens": source.to(device), "src_lengths": torch.tensor([length], device=device)}}
         self.calls: List[int] = []
         # (fairseq calls decoder.forward directly, which runs no hooks: count the first layer's calls)
-        self.model.decoder.layers[0].register_forward_hook(lambda *_: self.calls.append(1))
+        self.hook = self.model.decoder.layers[0].register_forward_hook(lambda *_: self.calls.append(1))
 
     def __call__(self):
         self.calls.clear()
@@ -191,6 +191,9 @@ class Generation:
     @property
     def decoder_calls(self) -> int:
         return len(self.calls)
+
+    def close(self):
+        self.hook.remove()
 
 
 class Scoring:
@@ -206,6 +209,9 @@ class Scoring:
     def __call__(self):
         with torch.no_grad():
             self.model(self.tokens)
+
+    def close(self):
+        pass
 
 
 def workloads(model) -> Tuple[str, ...]:
@@ -233,11 +239,14 @@ def measure_here(build_candidate: ModelBuilder, build_reference: ModelBuilder, d
     candidate, reference = build_candidate(), build_reference()
     if language_model(candidate) != language_model(reference):
         raise LatencyError("--reference: a translation model and a language model cannot be compared")
-    record = {**asdict(settings), "device": device, "pid": os.getpid(), "cores": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads()}
+    record = {**asdict(settings), "device": device, "pid": os.getpid(), "cores": sorted(os.sched_getaffinity(0)),
+              "threads": torch.get_num_threads()}
     for name in workloads(candidate):
         timed_candidate = workload(name, candidate, dictionary, settings, device)
         timed_reference = workload(name, reference, dictionary, settings, device)
         measured = interleave(timed_candidate, timed_reference, settings, synchronize=synchronize)
+        timed_candidate.close()
+        timed_reference.close()  # (a model measured again in this process, on CUDA, counts its own calls only)
         if name == "generation":
             record.update(measured, decoder_calls=timed_candidate.decoder_calls)
             continue

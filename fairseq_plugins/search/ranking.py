@@ -120,6 +120,15 @@ def pair_accuracy(predicted: Sequence[float], measured: Sequence[float]) -> floa
     return right / total if total else float("nan")
 
 
+def relative_errors(predicted: Sequence[float], measured: Sequence[float], within: float = 0.1) -> dict:
+    """|predicted - measured| / measured: its mean, and the share of architectures within ``within`` (issue 33
+    judges a latency predictor by the share within 10 %)."""
+    errors = [abs(p - m) / abs(m) for p, m in zip(predicted, measured) if m != 0]
+    if not errors:
+        return {}
+    return {"mean_relative_error": sum(errors) / len(errors), "within_10_percent": sum(e <= within for e in errors) / len(errors)}
+
+
 # ----------------------------------------------------------------- models ---
 def fit_ranker(features, targets, seed: int):
     import lightgbm
@@ -167,6 +176,8 @@ def fit_and_evaluate(space: SearchSpace, architectures: Sequence[Architecture], 
               "lightgbm": dict(LIGHTGBM_PARAMETERS)}
     for name, values in predicted.items():
         report[name] = {"kendall_tau": kendall_tau(values, measured), "pair_accuracy": pair_accuracy(values, measured)}
+    # the regressor predicts the target itself (the budgets' constraint): how close, held out
+    report["pointwise"].update(relative_errors(predicted["pointwise"], measured))
     ranker = fit_ranker(features, list(targets), seed)
     regressor = fit_regressor(features, list(targets), seed)
     for name, model in (("pairwise", ranker), ("pointwise", regressor)):

@@ -159,3 +159,15 @@ def test_a_sub_network_is_measured_beside_the_reference_in_a_pinned_child(tmp_pa
     # errors in the child come back as this process's one-line error
     with pytest.raises(LatencyError, match="--target-length: 40 is more than the model's"):
         measure_subnetwork(model, task.target_dictionary, smallest, largest, LatencySettings(decoder_steps=40, rounds=2))
+
+
+def test_cuda_latency_runs_in_this_process_with_a_synchronisation_or_is_refused_without_a_device(tmp_path):
+    task, model = supernet(tmp_path, language_model=False)
+    smallest, largest = model.space.extreme(largest=False), model.space.extreme(largest=True)
+    if not torch.cuda.is_available():
+        with pytest.raises(LatencyError, match="--device cuda: no CUDA device is available"):
+            measure_subnetwork(model, task.target_dictionary, smallest, largest, TINY, device="cuda")
+        return
+    record = measure_subnetwork(model, task.target_dictionary, smallest, largest, TINY, device="cuda")
+    assert record["device"] == "cuda" and record["pid"] == os.getpid() and record["decoder_calls"] == 5
+    assert record["relative_latency"] > 0 and len(record["ratios"]) == 2

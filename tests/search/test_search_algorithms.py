@@ -75,6 +75,9 @@ def write_synthetic_collection(path, space, n, seed=3):
 
 def test_metrics_and_groups_on_known_orders():
     assert kendall_tau([1, 2, 3], [1, 2, 3]) == pytest.approx(1) and kendall_tau([3, 2, 1], [1, 2, 3]) == pytest.approx(-1)
+    from fairseq_plugins.search.ranking import relative_errors
+    errors = relative_errors([1.05, 2.5, 3.0, 3.7], [1.0, 2.0, 3.0, 4.0])  # 5 %, 25 %, 0 %, 7.5 %
+    assert errors["mean_relative_error"] == pytest.approx(0.375 / 4) and errors["within_10_percent"] == pytest.approx(0.75)
     assert pair_accuracy([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(5 / 6)
     assert pair_accuracy([1, 1, 3], [1, 2, 3]) == pytest.approx(2.5 / 3)  # a predicted tie counts half
     rows, labels, sizes = ranking_groups([3.0, 1.0, 2.0, 1.0, 5.0], seed=1)

@@ -508,8 +508,11 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
 
     loss_ranker = run("rank", "--data", losses, "--target", "loss")
     latency_ranker = run("rank", "--data", latencies, "--target", "latency")
-    for result in (loss_ranker, latency_ranker):
-        assert set(result["pairwise"]) == set(result["pointwise"]) == {"kendall_tau", "pair_accuracy", "objective"}
+    relative_ranker = run("rank", "--data", latencies, "--target", "relative_latency")
+    for result in (loss_ranker, latency_ranker, relative_ranker):
+        assert set(result["pairwise"]) == {"kendall_tau", "pair_accuracy", "objective"}
+        # the regressor predicts the target: how close it comes, held out
+        assert set(result["pointwise"]) == {"kendall_tau", "pair_accuracy", "objective", "mean_relative_error", "within_10_percent"}
     ranker, predictor = loss_ranker["files"]["ranker"], latency_ranker["files"]["regressor"]
 
     pruned = run("prune", "--space", space_file, "--importance", loss_ranker["files"]["importance"], "--keep", "3",
