@@ -7,14 +7,18 @@ Stages, each resumable (a finished stage is read back from ``--results``, commit
 1. ``supernet``: the supernet of ``benchmarks/supernet_ranking.py`` (its supernet stage, trained there if
    missing).
 2. ``collect``: inherited validation losses of ``--loss-samples`` and measured latencies of
-   ``--latency-samples`` sampled architectures (beam 5, 30 source tokens, 30 decoder steps, batch 1,
-   2 threads): ``python -m fairseq_plugins.search collect``.
-3. ``rank``: the pairwise rankers and the pointwise baselines on both (``search rank``).
-4. ``budgets``: the measured latency of the hand-written layouts at the space's size class (3 + 3 layers,
-   width 128, FFN 512, 4 heads: softmax everywhere, cosFormer everywhere, cosFormer in the encoder, the
-   mFormer layout of bench-quality), and the three budgets: the mFormer layout's latency, 0.75x and 0.6x
-   softmax's (``BUDGETS``; computed again from the measured latencies when ``BUDGETS`` changes).
-5. ``evolve``: ``search evolve`` at each budget (ranker fitness; constraint predicted, confirmed by measuring).
+   ``--latency-samples`` sampled architectures (beam 5, 30 source tokens, 30 decoder steps, batch 1; the
+   latency protocol of ``fairseq_plugins/search/latency.py``: one process pinned to one core with one
+   thread, each architecture interleaved with the softmax layout as the reference, in milliseconds and
+   relative to it): ``python -m fairseq_plugins.search collect``.
+3. ``rank``: the pairwise rankers and the pointwise baselines on the loss, the latency and the relative
+   latency (``search rank``).
+4. ``budgets``: the latency of the hand-written layouts at the space's size class (3 + 3 layers, width 128,
+   FFN 512, 4 heads: softmax everywhere, cosFormer everywhere, cosFormer in the encoder, the mFormer layout
+   of bench-quality) relative to the softmax reference, and the three budgets of relative latency: the
+   mFormer layout's, 0.75x and 0.6x softmax's (``BUDGETS``; computed again when ``BUDGETS`` changes).
+5. ``evolve``: ``search evolve`` at each budget (ranker fitness; the relative latency predicted, confirmed
+   by measuring).
 6. ``train``: every found architecture and every hand-written layout trained from scratch with
    bench-quality's Multi30k settings and ``--seeds`` seeds (``recipes/multi30k/train.sh`` with
    ``--architecture-file``), then ``generate.sh`` (sacreBLEU on test 2016 flickr, beam 5).
@@ -52,7 +56,9 @@ STAGES = ("supernet", "collect", "rank", "budgets", "evolve", "train")
 SUITE = supernet_ranking.SUITE
 SPACE = supernet_ranking.SPACE
 TRAIN_ENV = {**supernet_ranking.TRAIN_ENV, "GEN_EXTRA_ARGS": "--max-len-a 1.2 --max-len-b 10", "SUBSETS": "test"}
-LATENCY = dict(source_length=30, decoder_steps=30, beam=5, threads=2)
+LATENCY = dict(source_length=30, decoder_steps=30, beam=5, threads=1)
+LATENCY_OPTIONS = ["--source-length", str(LATENCY["source_length"]), "--target-length", str(LATENCY["decoder_steps"]),
+                   "--beam", str(LATENCY["beam"]), "--threads", str(LATENCY["threads"])]
 BASELINE = "softmax"
 # The hand-written layouts at the space's size class: (encoder self, decoder self, cross) kinds per layer
 LAYOUTS = {
@@ -129,9 +135,16 @@ def search_cli(ctx: Context, *argv: str) -> dict:
 
 
 # ------------------------------------------------------------------- stages ---
+def reference_file(results: str) -> str:
+    """The latency reference (the softmax layout) as ``--reference`` reads it."""
+    path = os.path.join(results, "reference.json")
+    with atomic_output(path) as f:
+        f.write(layout_architecture(BASELINE).to_json() + "\n")
+    return path
+
+
 def collect(ctx: Context, results: str, checkpoint: str, loss_samples: int, latency_samples: int):
-    latency = ["--source-length", str(LATENCY["source_length"]), "--target-length", str(LATENCY["decoder_steps"]),
-               "--beam", str(LATENCY["beam"]), "--threads", str(LATENCY["threads"])]
+    latency = [*LATENCY_OPTIONS, "--reference", reference_file(results)]
     for what, n, extra in (("loss", loss_samples, []), ("latency", latency_samples, latency)):
         log(f"collect: {what} of {n} architectures (resumes {relative(os.path.join(results, what + '.jsonl'))})")
         search_cli(ctx, "collect", "--what", what, "--checkpoint", checkpoint, "--space", SPACE, "-n", str(n),
@@ -139,30 +152,33 @@ def collect(ctx: Context, results: str, checkpoint: str, loss_samples: int, late
 
 
 def rank(ctx: Context, results: str):
-    for target in ("loss", "latency"):
+    for target in ("loss", "latency", "relative_latency"):
         search_cli(ctx, "rank", "--data", os.path.join(results, f"{target}.jsonl"), "--target", target,
                    "--output", os.path.join(results, f"ranker_{target}"))
 
 
 def measure_layouts(results: str, checkpoint: str) -> dict:
     """The latency of every hand-written layout inside the supernet (its exported sub-network, as collect
-    measures), and the budgets."""
+    measures: beside the softmax reference), and the budgets."""
     path = os.path.join(results, "budgets.json")
     stored = json.load(open(path, encoding="utf-8")) if os.path.isfile(path) else None
-    if stored is not None and set(stored["layouts"]) == set(LAYOUTS):
+    if stored is not None and set(stored["layouts"]) == set(LAYOUTS) and all(
+            "relative_latency" in m for m in stored["layouts"].values()):
         measured = stored["layouts"]
     else:
-        from fairseq_plugins.search.latency import LatencySettings, measure_latency
+        from fairseq_plugins.search.latency import LatencySettings, measure_subnetwork
         from fairseq_plugins.search.subnetworks import load_supernet
 
         model, task, _ = load_supernet(checkpoint)
         settings = LatencySettings(**LATENCY)
+        reference = layout_architecture(BASELINE)
         measured = {}
         for name in LAYOUTS:
             architecture = layout_architecture(name)
             model.space.check_contains(architecture, f"layout {name}")
-            measured[name] = measure_latency(model.subnetwork(architecture), task.target_dictionary, settings)
-            log(f"budgets: {name} {measured[name]['latency_ms']:.1f} ms")
+            measured[name] = measure_subnetwork(model, task.target_dictionary, architecture, reference, settings)
+            log(f"budgets: {name} {measured[name]['latency_ms']:.1f} ms, {measured[name]['relative_latency']:.3f}x softmax "
+                f"(ratios spread {measured[name]['ratio_range']:.3f})")
     # the budgets follow BUDGETS, also when only BUDGETS changed since the layouts were measured
     result = {"layouts": measured, "budgets": budgets_of(measured)}
     if result != stored:
@@ -171,22 +187,22 @@ def measure_layouts(results: str, checkpoint: str) -> dict:
 
 
 def budgets_of(measured: Dict[str, dict]) -> Dict[str, float]:
-    """name -> milliseconds of every budget in ``BUDGETS``, from the layouts' measured latencies."""
-    return {f"{layout}_x{factor:g}": round(measured[layout]["latency_ms"] * factor, 2) for layout, factor in BUDGETS}
+    """name -> relative latency (over the softmax reference's) of every budget in ``BUDGETS``, from the
+    layouts' measured relative latencies."""
+    return {f"{layout}_x{factor:g}": round(measured[layout]["relative_latency"] * factor, 4) for layout, factor in BUDGETS}
 
 
 def evolve(ctx: Context, results: str, checkpoint: str, budgets: Dict[str, float]):
-    for name, milliseconds in budgets.items():
+    for name, relative_latency in budgets.items():
         output = os.path.join(results, f"evolve_{name}")
         if os.path.isfile(os.path.join(output, "best.json")):
             log(f"evolve {name}: done before")
             continue
-        log(f"evolve {name}: --latency-ms {milliseconds}")
+        log(f"evolve {name}: --relative-latency {relative_latency}")
         search_cli(ctx, "evolve", "--space", SPACE, "--fitness", "ranker", "--ranker", os.path.join(results, "ranker_loss", "ranker.txt"),
-                   "--checkpoint", checkpoint, "--latency-ms", str(milliseconds),
-                   "--latency-predictor", os.path.join(results, "ranker_latency", "regressor.txt"),
-                   "--source-length", str(LATENCY["source_length"]), "--target-length", str(LATENCY["decoder_steps"]),
-                   "--beam", str(LATENCY["beam"]), "--threads", str(LATENCY["threads"]), "--output", output)
+                   "--checkpoint", checkpoint, "--relative-latency", str(relative_latency),
+                   "--latency-predictor", os.path.join(results, "ranker_relative_latency", "regressor.txt"),
+                   *LATENCY_OPTIONS, "--reference", reference_file(results), "--output", output)
 
 
 def candidates(results: str) -> Dict[str, dict]:
@@ -199,7 +215,7 @@ def candidates(results: str) -> Dict[str, dict]:
     return found
 
 
-def train(ctx: Context, results: str, seeds: Sequence[int]):
+def train(ctx: Context, results: str, seeds: Sequence[int], supernet: str):
     # seed by seed: a stage cut off by the end of a session has trained every architecture once before any twice
     found = candidates(results)
     for seed in seeds:
@@ -228,19 +244,26 @@ def train(ctx: Context, results: str, seeds: Sequence[int]):
                       "valid": training.get("valid"), "hypotheses": hypotheses, "command": shell_line(env, command),
                       **supernet_ranking.provenance()}
             if seed == seeds[0]:  # the latency of the trained model itself (weights do not change the work)
-                record["latency"] = measure_checkpoint(save_dir)
+                record["latency"] = measure_checkpoint(save_dir, supernet)
             write_json(path, record)
 
 
-def measure_checkpoint(save_dir: str) -> dict:
+def measure_checkpoint(save_dir: str, supernet: str) -> dict:
+    """The trained model's latency beside the reference (the softmax layout exported from ``supernet``: the
+    weights do not change the work), and its counted FLOPs."""
     from fairseq import checkpoint_utils
 
     from fairseq_plugins.complexity import architecture_cost
-    from fairseq_plugins.search.latency import LatencySettings, measure_latency
+    from fairseq_plugins.search.latency import LatencySettings, measure
+    from fairseq_plugins.search.subnetworks import load_supernet
 
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([os.path.join(save_dir, "checkpoint_last.pt")])
     model = models[0]
-    measured = measure_latency(model, task.target_dictionary, LatencySettings(**LATENCY))
+    supernet_model, _, _ = load_supernet(supernet)
+    reference = layout_architecture(BASELINE)
+    measured = measure(lambda: model, lambda: supernet_model.subnetwork(reference), task.target_dictionary,
+                       LatencySettings(**LATENCY))
+    measured["reference"] = reference.to_dict()
     cost = architecture_cost(model.architecture, LATENCY["source_length"], LATENCY["decoder_steps"])
     return {**measured, "gflops": cost.total_flops(len(task.target_dictionary)) / 1e9}
 
@@ -265,6 +288,7 @@ def summary(runs: Dict[str, List[dict]]) -> Dict[str, dict]:
         rows[name] = {"seeds": [r["seed"] for r in records], "bleu_mean": statistics.fmean(bleus),
                       "bleu_std": statistics.stdev(bleus) if len(bleus) > 1 else 0.0, "bleus": bleus,
                       "params": records[0]["params"], "latency_ms": latency["latency_ms"] if latency else None,
+                      "relative_latency": latency.get("relative_latency") if latency else None,
                       "latency_std": latency["stdev_ms"] if latency else None, "gflops": latency["gflops"] if latency else None}
     return rows
 
@@ -387,18 +411,25 @@ def evolution_lines(results: str) -> List[str]:
     s = found[0][1]["settings"]
     lines = [f"* Evolution (population {s['population']}, {s['parents']} parents, {s['mutations']} mutations with per-gene "
              f"probability {s['mutation_probability']}, {s['crossovers']} crossovers, at most {s['iterations']} iterations, "
-             f"stopped after {s['patience']} without improvement; fitness: the loss ranker; the latency predicted by the "
-             "latency regressor, then the final candidates measured):"]
+             + (f"stopped after {s['patience']} without improvement" if s.get('patience') else "no early stop")
+             + "; fitness: the loss ranker; the latency predicted by the latency regressor, then the final candidates "
+             "measured):"]
     for name, result in found:
         best, confirmed = result["best"], result["confirmed_latency"]
         measured = next((c for c in confirmed if c["architecture"] == best["architecture"]), None)
-        measured_text = f"measured {measured['latency_ms']:.1f} ± {measured['stdev_ms']:.1f} ms" if measured else "not measured"
+        measured_text = (f"measured {measured['latency_ms']:.1f} ± {measured['stdev_ms']:.1f} ms"
+                         + (f", {measured['relative_latency']:.3f}x the reference" if "relative_latency" in measured else "")
+                         if measured else "not measured")
         history = result["history"]
+        units = {"--latency-ms": " ms", "--relative-latency": "x the reference", "--flops": " GFLOPs", "--params": " M parameters"}
+        budget = ", ".join(f"{limit}{units.get(option, ' ' + option)}" for option, limit in result["constraints"].items())
+        predicted = (f"latency predicted {best['latency_ms']:.1f} ms" if "latency_ms" in best else
+                     f"relative latency predicted {best['relative_latency']:.3f}" if "relative_latency" in best else "")
         lines.append(
-            f"  * {name} ({result['constraints']['--latency-ms']} ms): {count(len(history), 'iteration')}"
+            f"  * {name} ({budget}): {count(len(history), 'iteration')}"
             f"{' (stopped early)' if result['stopped_early'] else ''}, {history[-1]['evaluated']:,} architectures evaluated; "
             f"best: {supernet_ranking.describe(best['architecture'])}; {best['mparams']:.2f} M parameters, "
-            f"{best['gflops']:.3f} GFLOPs; latency predicted {best['latency_ms']:.1f} ms, {measured_text}; "
+            f"{best['gflops']:.3f} GFLOPs; {predicted}, {measured_text}; "
             f"{sum(c['within_budget'] for c in confirmed)} of {len(confirmed)} measured candidates within the budget.")
     return lines
 
@@ -412,7 +443,7 @@ def render(ctx: Optional[Context], results: str, command: str, plot_path: Option
     lines += [f"Rendered by `{command}` from `{relative(results)}/` (committed stage results; each records its revision, "
               "machine and command).", ""]
     lines += collection_lines(results)
-    for target in ("loss", "latency"):
+    for target in ("loss", "latency", "relative_latency"):
         report = os.path.join(results, f"ranker_{target}", "report.json")
         if os.path.isfile(report):
             r = json.load(open(report, encoding="utf-8"))
@@ -422,7 +453,7 @@ def render(ctx: Optional[Context], results: str, command: str, plot_path: Option
     budgets_path = os.path.join(results, "budgets.json")
     if os.path.isfile(budgets_path):
         budgets = json.load(open(budgets_path, encoding="utf-8"))
-        lines.append("* Latency budgets (ms, measured inside the supernet): " + ", ".join(
+        lines.append("* Latency budgets (relative to the softmax layout's latency, measured beside it inside the supernet): " + ", ".join(
             f"{name} {value}" for name, value in budgets["budgets"].items()) + ".")
     lines += evolution_lines(results)
     supernet_path = os.path.join(supernet_results, "supernet.json")
@@ -514,7 +545,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if "evolve" in stages:
             timed(times, "evolve", evolve, ctx, args.results, checkpoint, budgets)
         if "train" in stages:
-            timed(times, "train", train, ctx, args.results, seeds)
+            timed(times, "train", train, ctx, args.results, seeds, checkpoint)
     prepare(ctx, SUITE)  # (the references of the paired test)
     report = render(ctx, args.results, command, os.path.join(os.path.dirname(os.path.abspath(args.output)), "search_pareto.png"))
     write_report(args.output, report, REPORT_BEGIN, REPORT_END)

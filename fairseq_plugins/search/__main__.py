@@ -81,7 +81,8 @@ def count(args) -> None:
     if args.latency:
         latency = LatencySettings.from_args(args)
         latency.check()
-    print(json.dumps(cost(args.checkpoint, args.architecture, args.source_length, args.target_length, latency)))
+    print(json.dumps(cost(args.checkpoint, args.architecture, args.source_length, args.target_length, latency,
+                          args.reference, args.device)))
 
 
 def collect(args) -> None:
@@ -90,8 +91,9 @@ def collect(args) -> None:
     as `cost --latency` measures it, on --device), appended to --output (JSON lines: a header with the settings,
     the space and the machine, then one record per architecture with the revision, threads and load). A rerun
     continues the file (the same seeded sequence, measured architectures skipped); other settings are refused.
-    A latency whose spread (stdev / mean of the timed runs) exceeds --max-spread is measured again up to
-    --remeasure times, then written as dropped (left out by rank, counted here)."""
+    Latencies are in milliseconds and relative to --reference (`cost --latency`'s protocol); one whose
+    repeatability (ratio_range) exceeds --max-spread is measured again up to --remeasure times, then written
+    as dropped (left out by rank, counted here)."""
     from .collect import collect as run_collect
     from .latency import LatencySettings
 
@@ -99,7 +101,8 @@ def collect(args) -> None:
     progress = (lambda count, record: print(f"[collect] {count}: {json.dumps({k: v for k, v in record.items() if k != 'architecture'})}",
                                             file=sys.stderr, flush=True)) if args.verbose else None
     print(json.dumps(run_collect(args.what, args.checkpoint, args.space, args.n, args.output, seed=args.seed,
-                                 subset=args.subset, max_tokens=args.max_tokens, latency=latency, max_spread=args.max_spread,
+                                 subset=args.subset, max_tokens=args.max_tokens, latency=latency, reference=args.reference,
+                                 max_spread=args.max_spread,
                                  remeasure=args.remeasure, device=args.device, progress=progress)))
 
 
@@ -129,7 +132,8 @@ def evolve(args) -> None:
     --flops in GFLOPs, --params in millions, counted as `cost` counts them), fitness: the loss ranker's score
     (--fitness ranker) or the inherited loss (--fitness supernet). Writes --output/best.json (for
     --architecture-file), result.json (costs, history, confirmation) and train_command.sh (the exact
-    fairseq-train command with the supernet's training options)."""
+    fairseq-train command with the supernet's training options). An interrupted evolution resumes
+    from --output/state.json (written after every iteration) to the result an uninterrupted one gives."""
     from .commands import evolve_command
 
     print(json.dumps(evolve_command(args)))
@@ -138,24 +142,35 @@ def evolve(args) -> None:
 def pareto_search(args) -> None:
     """The whole trade-off instead of one budget: Optuna's NSGA-II over --space minimising the fitness and
     --objective (predicted latency, FLOPs or parameters), under the optional budgets; writes the Pareto set of
-    the feasible architectures to --output (JSON lines, by increasing --objective)."""
+    the feasible architectures to --output (JSON lines, by increasing --objective). The study is stored in
+    --output.optuna.sqlite after every trial: an interrupted search continues to --trials trials."""
     from .commands import pareto_command
 
     print(json.dumps(pareto_command(args)))
 
 
-def add_latency_options(parser, device: bool = True):
-    """The lengths and the latency measurement's settings (``latency.LatencySettings.from_args``)."""
+def add_latency_options(parser):
+    """The lengths and the latency measurement's settings (``latency.LatencySettings.from_args``; the protocol:
+    ``latency``'s docstring)."""
     parser.add_argument("--source-length", type=int, default=30, help="source tokens (default: %(default)s)")
-    parser.add_argument("--target-length", type=int, default=30, help="target tokens / decoder steps (default: %(default)s)")
+    parser.add_argument("--target-length", type=int, default=30,
+                        help="target tokens / decoder steps; language models: the context scored and the tokens "
+                        "sampled (default: %(default)s)")
     parser.add_argument("--beam", type=int, default=5, help="latency: beam size (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=1, help="latency: torch threads (default: %(default)s)")
-    parser.add_argument("--warmup", type=int, default=3, help="latency: untimed runs first (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=10, help="latency: timed runs (default: %(default)s)")
-    parser.add_argument("--trim", type=float, default=0.1,
-                        help="latency: fraction of the fastest and of the slowest runs left out of the mean (default: %(default)s)")
-    if device:
-        parser.add_argument("--device", default="cpu", help="latency: cpu or cuda[:N] (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1, help="latency: torch threads, each pinned to one core (default: %(default)s)")
+    parser.add_argument("--core", type=int, default=None,
+                        help="latency: the (first) core the measuring process is pinned to (default: the last this process may use)")
+    parser.add_argument("--warmup", type=int, default=3, help="latency: untimed runs of each model first (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=5, help="latency: timed runs per block (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="latency: candidate/reference block pairs, interleaved ABBA (default: %(default)s)")
+    parser.add_argument("--trim", type=float, default=0.2,
+                        help="latency: fraction of the fastest and of the slowest runs of a block left out of its mean "
+                        "(default: %(default)s)")
+    parser.add_argument("--reference", metavar="ARCHITECTURE_JSON",
+                        help="latency: the fixed reference architecture measured beside every candidate "
+                        "(default: the supernet space's largest)")
+    parser.add_argument("--device", default="cpu", help="latency: cpu or cuda[:N] (default: %(default)s)")
 
 
 def add_budget_options(parser):
@@ -167,7 +182,10 @@ def add_budget_options(parser):
                         "dictionary sizes and the training command")
     parser.add_argument("--subset", default="valid", help="--fitness supernet: data subset (default: %(default)s)")
     parser.add_argument("--latency-ms", type=float, help="budget: predicted latency in milliseconds")
-    parser.add_argument("--latency-predictor", help="the regressor.txt of `rank --target latency`")
+    parser.add_argument("--relative-latency", type=float,
+                        help="budget: predicted latency over the reference's (--reference, measured beside it)")
+    parser.add_argument("--latency-predictor",
+                        help="the regressor.txt of `rank --target latency` (--latency-ms) or `relative_latency` (--relative-latency)")
     parser.add_argument("--flops", type=float, help="budget: forward GFLOPs of one sentence pair of the stated lengths")
     parser.add_argument("--params", type=float, help="budget: millions of parameters")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
@@ -218,7 +236,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     coster.add_argument("--checkpoint", required=True, help="a mixed_supertransformer checkpoint (its dictionaries and options)")
     coster.add_argument("--architecture", required=True, help="architecture JSON (as sample prints)")
     coster.add_argument("--latency", action="store_true", help="also measure the exported sub-network's latency (see above)")
-    add_latency_options(coster, device=False)
+    add_latency_options(coster)
     coster.set_defaults(run=count)
 
     collector = commands.add_parser("collect", help="inherited losses or measured latencies of sampled architectures",
@@ -233,14 +251,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     collector.add_argument("--max-tokens", type=int, default=4096, help="loss: tokens per batch (default: %(default)s)")
     add_latency_options(collector)
     collector.add_argument("--max-spread", type=float, default=0.1,
-                           help="latency: largest stdev / mean accepted (default: %(default)s)")
+                           help="latency: largest ratio_range (spread of the rounds' ratios to the reference) "
+                           "accepted (default: %(default)s)")
     collector.add_argument("--remeasure", type=int, default=2, help="latency: measurements again before dropping (default: %(default)s)")
     collector.add_argument("--verbose", action="store_true", help="print every record as it is written")
     collector.set_defaults(run=collect)
 
     ranker = commands.add_parser("rank", help="fit and test a pairwise ranker (and a pointwise baseline)", description=rank.__doc__)
     ranker.add_argument("--data", required=True, help="a collect file")
-    ranker.add_argument("--target", required=True, choices=("loss", "latency"), help="what the file collected")
+    ranker.add_argument("--target", required=True, choices=("loss", "latency", "relative_latency"),
+                        help="what to rank by: loss, latency (milliseconds) or relative_latency (over the reference's, "
+                        "measured beside it) of a latency collection")
     ranker.add_argument("--output", help="folder of the models and reports (default: ranker_<target>/ beside --data)")
     ranker.add_argument("--test-fraction", type=float, default=0.2, help="held-out share (default: %(default)s)")
     ranker.add_argument("--seed", type=int, default=1, help="split and model seed (default: %(default)s)")
@@ -262,8 +283,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     evolver.add_argument("--crossovers", type=int, default=50, help="(default: %(default)s)")
     evolver.add_argument("--mutation-probability", type=float, default=0.3, help="per gene (default: %(default)s)")
     evolver.add_argument("--iterations", type=int, default=30, help="(default: %(default)s)")
-    evolver.add_argument("--patience", type=int, default=5,
-                         help="stop when the best fitness has not improved for this many iterations (default: %(default)s)")
+    evolver.add_argument("--patience", type=int, default=None,
+                         help="stop early when the best fitness has not improved for this many iterations (default: no early "
+                         "stop, as Hardware-Aware Transformers)")
     evolver.add_argument("--confirm", type=int, default=5,
                          help="--latency-ms: final candidates whose latency is measured (default: %(default)s)")
     evolver.add_argument("--flops-fraction", type=float,
@@ -282,7 +304,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                           help="the cost traded against the fitness (default: %(default)s)")
     paretoer.add_argument("--trials", type=int, default=500, help="architectures evaluated (default: %(default)s)")
     paretoer.add_argument("--population", type=int, default=50, help="NSGA-II population (default: %(default)s)")
-    paretoer.add_argument("--output", required=True, help="the Pareto set (JSON lines)")
+    paretoer.add_argument("--output", required=True,
+                          help="the Pareto set (JSON lines); the study is stored beside it (OUTPUT.optuna.sqlite: a rerun continues it)")
     paretoer.set_defaults(run=pareto_search)
     args = parser.parse_args(argv)
     if getattr(args, "n", 1) < 1:

@@ -1,6 +1,7 @@
 """Data for the rankers (``python -m fairseq_plugins.search collect``): for N architectures sampled from a
 space, the inherited validation loss inside the supernet, or the measured latency of the exported
-sub-network (``latency.measure_latency``: what Hardware-Aware Transformers measures).
+sub-network, in milliseconds and relative to a fixed reference architecture (``latency.measure``'s
+protocol: one pinned process per architecture, the two interleaved).
 
 The output is a JSON-lines file: a header line (what is collected, the space, the sampling seed, the
 checkpoint, the latency settings, the machine) and one record per architecture with its value, the
@@ -9,9 +10,9 @@ architectures are the same seeded sequence, those already in the file are skippe
 written at once (atomically, the whole file), so an interrupted run loses at most the architecture it was
 measuring. A run whose settings differ from the header's is refused, naming the setting.
 
-Latency: a measurement whose spread (standard deviation over the trimmed mean of its timed runs) exceeds
-``--max-spread`` is measured again, up to ``--remeasure`` times; one that never settles is written as
-dropped (with its spreads), left out by ``rank`` and counted in the summary.
+Latency: a measurement whose repeatability (``ratio_range``: the spread of its rounds' ratios to the
+reference over their median) exceeds ``--max-spread`` is measured again, up to ``--remeasure`` times; one
+that never settles is written as dropped (with its spreads), left out by ``rank`` and counted in the summary.
 """
 import datetime
 import json
@@ -26,7 +27,7 @@ from ..files import atomic_output
 from ..provenance import available_cores, cpu_model, git_revision, load_average
 from ..models.architecture import Architecture
 from ..modules import AttentionConfigError
-from .latency import LatencySettings, measure_latency
+from .latency import LatencySettings, measure_subnetwork
 from .space import SearchSpace
 
 WHAT = ("loss", "latency")
@@ -105,10 +106,11 @@ def distinct_samples(space: SearchSpace, n: int, seed: int) -> Iterator[Architec
 
 
 def collect(what: str, checkpoint: str, space_path: str, n: int, output: str, seed: int = 1, subset: str = "valid",
-            max_tokens: int = 4096, latency: Optional[LatencySettings] = None, max_spread: float = 0.1,
+            max_tokens: int = 4096, latency: Optional[LatencySettings] = None, reference: Optional[str] = None,
+            max_spread: float = 0.1,
             remeasure: int = 2, device: str = "cpu", progress=None) -> dict:
     """Collect (module docstring); returns the summary (counts)."""
-    from .subnetworks import InheritedLoss, load_supernet, refuse_language_model_latency
+    from .subnetworks import InheritedLoss, load_supernet, reference_architecture
 
     if what not in WHAT:
         raise CollectError(f"--what: expected one of {', '.join(WHAT)}, got {what!r}")
@@ -121,15 +123,15 @@ def collect(what: str, checkpoint: str, space_path: str, n: int, output: str, se
     latency.check()
     model, task, state = load_supernet(checkpoint)
     space.check_within(model.space, f"--space {space_path}", f"the supernet {checkpoint}")
-    if what == "latency":
-        refuse_language_model_latency(model, checkpoint, "--what latency")
+    reference_model = reference_architecture(reference, model) if what == "latency" else None
     # what the records depend on: a file continues only with the same (the same supernet: its content, wherever
     # it lies; latencies: the same machine)
     settings = {"what": what, "space": space.to_dict(), "seed": seed, "checkpoint_sha256": file_sha256(checkpoint)}
     if what == "loss":
         settings.update(subset=subset, max_tokens=max_tokens)
     else:
-        settings.update(latency=asdict(latency), max_spread=max_spread, remeasure=remeasure, device=device, machine=machine())
+        settings.update(latency=asdict(latency), reference=reference_model.to_dict(), max_spread=max_spread, remeasure=remeasure,
+                        device=device, machine=machine())
     records: List[dict] = []
     if os.path.isfile(output):
         header, records = read_collection(output)
@@ -151,7 +153,7 @@ def collect(what: str, checkpoint: str, space_path: str, n: int, output: str, se
             record = {"architecture": architecture.to_dict(), "loss": result["loss"], "nll_loss": result["nll_loss"],
                       "tokens": result["tokens"]}
         else:
-            record = measure_settled(model.subnetwork(architecture), task.target_dictionary, latency, max_spread,
+            record = measure_settled(model, task.target_dictionary, architecture, reference_model, latency, max_spread,
                                      remeasure, device)
             record["architecture"] = architecture.to_dict()
         record.update(provenance(threads))
@@ -168,17 +170,18 @@ def collect(what: str, checkpoint: str, space_path: str, n: int, output: str, se
             "remeasured": sum(len(r.get("spreads", [])) - 1 for r in records if what == "latency")}
 
 
-def measure_settled(model, dictionary, settings: LatencySettings, max_spread: float, remeasure: int, device: str) -> dict:
-    """``measure_latency`` until the spread (stdev / trimmed mean) is at most ``max_spread``, at most
-    ``1 + remeasure`` times; the record of the last measurement, with every spread, ``dropped`` when none
-    settled."""
+def measure_settled(model, dictionary, architecture: Architecture, reference: Architecture, settings: LatencySettings,
+                    max_spread: float, remeasure: int, device: str) -> dict:
+    """``latency.measure_subnetwork`` until its ``ratio_range`` is at most ``max_spread``, at most
+    ``1 + remeasure`` times; the record of the last measurement (without the architectures), with every
+    spread, ``dropped`` when none settled."""
     spreads = []
     for _ in range(1 + remeasure):
-        measured = measure_latency(model, dictionary, settings, device=device)
-        spreads.append(measured["stdev_ms"] / measured["latency_ms"])
+        measured = measure_subnetwork(model, dictionary, architecture, reference, settings, device)
+        spreads.append(measured["ratio_range"])
         if spreads[-1] <= max_spread:
             break
-    record = {key: measured[key] for key in ("latency_ms", "stdev_ms", "min_ms", "max_ms", "decoder_calls")}
+    record = {key: value for key, value in measured.items() if key not in ("reference",) and key not in asdict(settings)}
     record["spreads"] = spreads
     if spreads[-1] > max_spread:
         record["dropped"] = True

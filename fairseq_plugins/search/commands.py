@@ -6,7 +6,7 @@ import os
 import shlex
 import sys
 from dataclasses import asdict
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..files import atomic_output, write_json
 from ..models.architecture import Architecture
@@ -60,25 +60,43 @@ class Costs:
                 else "without the dictionary-sized embeddings and output projection (no --checkpoint)")
 
 
-def latency_model(path: str, space: SearchSpace, space_option: str):
-    """The latency regressor of ``rank --target latency``, checked to have seen every choice of ``space``."""
+# latency budget option -> (the constraint's name, the predictor's `rank --target`)
+LATENCY_BUDGETS = {"--latency-ms": ("latency_ms", "latency"), "--relative-latency": ("relative_latency", "relative_latency")}
+
+
+def latency_model(path: str, space: SearchSpace, space_option: str, target: Optional[str] = None):
+    """The latency regressor of ``rank --target latency`` or ``relative_latency`` (``target``: that one),
+    checked to have seen every choice of ``space``."""
     from .ranking import Predictor, RankingError
 
     predictor = Predictor(path, "--latency-predictor")
-    if predictor.target != "latency" or predictor.is_ranker:
-        raise RankingError(f"--latency-predictor {path}: expected the regressor.txt of `rank --target latency` (milliseconds), "
+    wanted = (target,) if target else ("latency", "relative_latency")
+    if predictor.target not in wanted or predictor.is_ranker:
+        raise RankingError(f"--latency-predictor {path}: expected the regressor.txt of `rank --target {' or '.join(wanted)}`, "
                            f"got a {'ranker' if predictor.is_ranker else 'regressor'} of {predictor.target}")
     predictor.check_space(space, space_option)
     return predictor
 
 
+def latency_budget(args) -> Optional[Tuple[str, str, float]]:
+    """(option, constraint name, limit) of the latency budget given, or None; two are refused."""
+    given = [(option, name, getattr(args, name)) for option, (name, _) in LATENCY_BUDGETS.items()
+             if getattr(args, name) is not None]
+    if len(given) > 1:
+        raise SearchError("--latency-ms and --relative-latency: give one latency budget (the predictor predicts one of them)")
+    return given[0] if given else None
+
+
 def build_constraints(costs: Costs, args, space: SearchSpace) -> List[Constraint]:
     constraints = []
-    if args.latency_ms is not None:
+    budget = latency_budget(args)
+    if budget is not None:
+        option, name, limit = budget
+        target = LATENCY_BUDGETS[option][1]
         if not args.latency_predictor:
-            raise SearchError("--latency-ms needs --latency-predictor (the regressor.txt of `rank --target latency`)")
-        predictor = latency_model(args.latency_predictor, space, f"--space {args.space}")
-        constraints.append(Constraint("latency_ms", "--latency-ms", args.latency_ms, predictor.predict))
+            raise SearchError(f"{option} needs --latency-predictor (the regressor.txt of `rank --target {target}`)")
+        predictor = latency_model(args.latency_predictor, space, f"--space {args.space}", target)
+        constraints.append(Constraint(name, option, limit, predictor.predict))
     if args.flops is not None:
         constraints.append(costs.constraint("gflops", "--flops", args.flops))
     if args.params is not None:
@@ -122,19 +140,24 @@ def checked_space(args, supernet: Supernet) -> SearchSpace:
     return space
 
 
-def confirm_latency(candidates: Sequence[Candidate], supernet: Supernet, limit: float, settings: LatencySettings,
-                    count: int, device: str) -> List[dict]:
-    """Measure the latency of the ``count`` fittest candidates (exported from the supernet, as ``collect``
-    measures): what the predicted constraint said, confirmed or not."""
-    from .latency import measure_latency
+def confirm_latency(candidates: Sequence[Candidate], supernet: Supernet, budget: Tuple[str, str, float],
+                    settings: LatencySettings, count: int, device: str, reference: Optional[str]) -> List[dict]:
+    """Measure the latency of the ``count`` fittest candidates (exported from the supernet, beside the
+    reference, as ``collect`` measures): what the predicted constraint said, confirmed or not."""
+    from .latency import measure_subnetwork
+    from .subnetworks import reference_architecture
 
+    _, name, limit = budget
     model, task = supernet.model, supernet.task
+    reference_model = reference_architecture(reference, model)
     confirmed = []
     for candidate in list(candidates)[:count]:
-        measured = measure_latency(model.subnetwork(candidate.architecture), task.target_dictionary, settings, device=device)
+        measured = measure_subnetwork(model, task.target_dictionary, candidate.architecture, reference_model, settings, device)
         confirmed.append({"architecture": candidate.architecture.to_dict(), "fitness": candidate.fitness,
-                          "predicted_latency_ms": candidate.costs.get("latency_ms"), "latency_ms": measured["latency_ms"],
-                          "stdev_ms": measured["stdev_ms"], "within_budget": measured["latency_ms"] <= limit})
+                          f"predicted_{name}": candidate.costs.get(name), "latency_ms": measured["latency_ms"],
+                          "relative_latency": measured["relative_latency"], "reference_ms": measured["reference_ms"],
+                          "ratio_range": measured["ratio_range"], "stdev_ms": measured["stdev_ms"],
+                          "within_budget": measured[name] <= limit})
     return confirmed
 
 
@@ -198,11 +221,17 @@ def file_digest(path: Optional[str]) -> Optional[str]:
 def search_inputs(args, space: SearchSpace, settings: EvolutionSettings, latency: LatencySettings) -> dict:
     """Everything a search's result depends on (an output folder holding a result of other inputs is refused)."""
     return {"space": space.to_dict(), "fitness": args.fitness, "ranker_sha256": file_digest(args.ranker if args.fitness == "ranker" else None),
-            "latency_predictor_sha256": file_digest(args.latency_predictor if args.latency_ms is not None else None),
+            "latency_predictor_sha256": file_digest(args.latency_predictor if latency_budget(args) else None),
             "checkpoint_sha256": file_digest(args.checkpoint), "latency_ms": args.latency_ms, "flops": args.flops,
             "flops_fraction": getattr(args, "flops_fraction", None),
+            "relative_latency": args.relative_latency, "reference_sha256": file_digest(args.reference),
             "params": args.params, "settings": asdict(settings), "latency": asdict(latency), "confirm": args.confirm,
             "device": args.device, "subset": args.subset if args.fitness == "supernet" else None}
+
+
+def evolution_progress(verbose: bool):
+    """What ``evolve`` reports after every iteration (``--verbose``: the history entry)."""
+    return (lambda entry: print(json.dumps(entry), flush=True)) if verbose else None
 
 
 def evolve_command(args) -> dict:
@@ -217,9 +246,10 @@ def evolve_command(args) -> dict:
         raise SearchError(f"--train-max-update: expected a positive number of updates, got {train_max_update}")
     latency = LatencySettings.from_args(args)
     latency.check()
-    if args.latency_ms is not None:
+    budget = latency_budget(args)
+    if budget is not None:
         if not args.checkpoint:
-            raise SearchError("--latency-ms: the final candidates are confirmed by measurement: give --checkpoint (the supernet)")
+            raise SearchError(f"{budget[0]}: the final candidates are confirmed by measurement: give --checkpoint (the supernet)")
         if args.confirm < 1:
             raise SearchError(f"--confirm: expected at least 1 candidate to measure, got {args.confirm}")
     space = SearchSpace.from_file(args.space)
@@ -240,31 +270,31 @@ def evolve_command(args) -> dict:
               + "; searching again (its result is replaced)", file=sys.stderr, flush=True)
     supernet = Supernet(args.checkpoint)
     space = checked_space(args, supernet)
-    if supernet.model is not None and args.latency_ms is not None:
-        from .subnetworks import refuse_language_model_latency
-
-        refuse_language_model_latency(supernet.model, args.checkpoint, "--latency-ms")
     costs = Costs(supernet, args.source_length, args.target_length)
     constraints = build_constraints(costs, args, space)
     fitness = build_fitness(args, supernet, space)
-    found = evolve(space, fitness, constraints, settings,
-                   progress=lambda h: print(json.dumps(h), flush=True) if args.verbose else None)
+    state_path = os.path.join(args.output, "state.json")
+    found = evolve(space, fitness, constraints, settings, progress=evolution_progress(args.verbose),
+                   state=state_path, inputs=inputs)
     result = {"inputs": inputs, "fitness": args.fitness, "constraints": {c.option: c.limit for c in constraints},
               "counted": costs.what, "history": found["history"], "stopped_early": found["stopped_early"],
               "settings": found["settings"], "population": [candidate_dict(c) for c in found["population"][:10]],
-              "confirmed_latency": None, "latency_settings": asdict(latency) if args.latency_ms is not None else None}
+              "confirmed_latency": None, "latency_settings": asdict(latency) if budget is not None else None}
     best = found["best"]
     os.makedirs(args.output, exist_ok=True)
-    if args.latency_ms is not None:
-        result["confirmed_latency"] = confirmed = confirm_latency(found["population"], supernet, args.latency_ms, latency,
-                                                                  args.confirm, args.device)
+    if budget is not None:
+        option, name, limit = budget
+        result["confirmed_latency"] = confirmed = confirm_latency(found["population"], supernet, budget, latency,
+                                                                  args.confirm, args.device, args.reference)
         within = [c for c in confirmed if c["within_budget"]]
         if not within:
             write_json(result_path, {**result, "best": None})  # (what was found and measured: kept, not a finished search)
-            measured = ", ".join(format(c["latency_ms"], ".1f") for c in confirmed)
-            raise SearchError(f"--latency-ms {args.latency_ms}: none of the {len(confirmed)} fittest candidates measured "
-                              f"within the budget (measured: {measured} ms; see {result_path}): the latency predictor is off "
-                              "on this machine; collect more latency data, loosen the budget or raise --confirm")
+            if os.path.isfile(state_path):
+                os.remove(state_path)
+            measured = ", ".join(format(c[name], ".3g") for c in confirmed)
+            raise SearchError(f"{option} {limit}: none of the {len(confirmed)} fittest candidates measured within the budget "
+                              f"(measured: {measured}; see {result_path}): the latency predictor is off on this machine; "
+                              "collect more latency data, loosen the budget or raise --confirm")
         chosen = Architecture.from_dict(within[0]["architecture"])
         best = next(c for c in found["population"] if c.architecture == chosen)
     result["best"] = {**candidate_dict(best), **costs.counted(best.architecture)}
@@ -278,6 +308,8 @@ def evolve_command(args) -> dict:
         f.write("#!/usr/bin/env bash\n# trains the best architecture from scratch with the supernet's training options "
                 f"and {budget}\n" + command + ' "$@"\n')
     write_json(result_path, result)
+    if os.path.isfile(state_path):  # (finished: result.json holds the search)
+        os.remove(state_path)
     return {"best": result["best"], "iterations": len(found["history"]),
             "files": {name: os.path.join(args.output, name) for name in ("best.json", "result.json", "train_command.sh")}}
 
@@ -289,14 +321,20 @@ def pareto_command(args) -> dict:
     constraints = build_constraints(costs, args, space)
     if args.objective == "latency":
         if not args.latency_predictor:
-            raise SearchError("--objective latency needs --latency-predictor (the regressor.txt of `rank --target latency`)")
+            raise SearchError("--objective latency needs --latency-predictor (the regressor.txt of `rank --target latency` "
+                              "or `relative_latency`)")
         predictor = latency_model(args.latency_predictor, space, f"--space {args.space}")
-        objective = Constraint("latency_ms", "--objective latency", float("inf"), predictor.predict)
+        name = LATENCY_BUDGETS["--latency-ms" if predictor.target == "latency" else "--relative-latency"][0]
+        objective = Constraint(name, "--objective latency", float("inf"), predictor.predict)
     else:
         objective = costs.constraint({"flops": "gflops", "params": "mparams"}[args.objective], f"--objective {args.objective}",
                                      float("inf"))
     fitness = build_fitness(args, supernet, space)
-    front = pareto(space, fitness, objective, constraints, trials=args.trials, population=args.population, seed=args.seed)
+    inputs = {"fitness": args.fitness, "ranker_sha256": file_digest(args.ranker if args.fitness == "ranker" else None),
+              "latency_predictor_sha256": file_digest(args.latency_predictor), "checkpoint_sha256": file_digest(args.checkpoint),
+              "subset": args.subset if args.fitness == "supernet" else None, "lengths": [args.source_length, args.target_length]}
+    front = pareto(space, fitness, objective, constraints, trials=args.trials, population=args.population, seed=args.seed,
+                   storage=args.output + ".optuna.sqlite", inputs=inputs)
     if not front:
         raise SearchError("no feasible architecture was found: loosen the constraints or run more --trials")
     records = [candidate_dict(c) for c in front]

@@ -1,12 +1,38 @@
-"""Measured latency of a translation model as Hardware-Aware Transformers measures it: the encoder once,
-then incremental beam-search decoding of a fixed number of steps, with fairseq's own ``SequenceGenerator``
-(what fairseq-generate runs); threads pinned, warm-up runs discarded, a trimmed mean and the spread over
-the timed runs. The step count is fixed (no end of sentence before it, one forced at it), so that every
-model is timed on the same work whatever it would translate."""
+"""Measured latency of a sub-network, relative to a fixed reference model, as a shared machine allows.
+
+The work timed is Hardware-Aware Transformers': for a translation model, one source sentence through the
+encoder, then incremental beam search (fairseq's ``SequenceGenerator``, what fairseq-generate runs) for a
+fixed number of decoder steps (no end of sentence before it, one forced at it), so every model is timed on
+the same work whatever it would translate. A language model has two: scoring (one forward pass over a
+context of ``decoder_steps`` tokens) and sampling (``decoder_steps`` tokens drawn one at a time by
+fairseq's sampling search, the context growing to ``decoder_steps``), reported in tokens per second.
+
+The protocol (``measure``), because the speed of a shared machine changes by factors within minutes:
+
+* one process per measurement (forked: the models are not reloaded), pinned to one core
+  (``os.sched_setaffinity``; ``--core``, default the last core this process may use) with one thread
+  (``--threads``), so that neither other jobs' threads nor the measuring one's move it across cores;
+* the candidate and a fixed reference model (``--reference``) timed in the same process, interleaved in
+  blocks of ``repeats`` runs, ``rounds`` block pairs in ABBA order (R C, C R, R C, ...), after ``warmup``
+  untimed runs of each; a block's value is the trimmed mean of its runs (a run slowed by a preemption is
+  left out), a round's ratio is the candidate's block over the reference's block beside it (a change of
+  the machine's speed between rounds weighs on both);
+* reported: milliseconds (the median over rounds of the block values, candidate and reference), the
+  relative latency (the median of the round ratios: a round disturbed throughout is outvoted) and its
+  repeatability (``ratio_range``: (largest - smallest round ratio) / relative latency; ``ratio_stdev``:
+  the ratios' standard deviation over it). ``collect`` measures again a candidate whose ``ratio_range``
+  exceeds ``--max-spread``.
+
+On CUDA (``--device cuda``) the measurement runs in this process (a CUDA context does not survive a fork),
+every run ends with ``torch.cuda.synchronize``; the protocol is otherwise the same.
+"""
+import multiprocessing
+import os
 import statistics
 import time
+import traceback
 from dataclasses import asdict, dataclass
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -15,7 +41,13 @@ from ..modules import AttentionConfigError
 
 # The command-line option of each setting (``python -m fairseq_plugins.search cost --latency``).
 OPTIONS = {"source_length": "--source-length", "decoder_steps": "--target-length", "beam": "--beam",
-           "threads": "--threads", "warmup": "--warmup", "repeats": "--repeats", "trim": "--trim"}
+           "threads": "--threads", "warmup": "--warmup", "repeats": "--repeats", "rounds": "--rounds",
+           "trim": "--trim", "core": "--core"}
+CANDIDATE, REFERENCE = "candidate", "reference"
+
+
+class LatencyError(AttentionConfigError):
+    """A latency setting or model that cannot be measured; the message names the option."""
 
 
 @dataclass(frozen=True)
@@ -25,25 +57,45 @@ class LatencySettings:
     beam: int = 5
     threads: int = 1
     warmup: int = 3
-    repeats: int = 10
-    trim: float = 0.1  # the fraction of the fastest and of the slowest timed runs left out of the mean
+    repeats: int = 5   # timed runs per block
+    rounds: int = 6    # candidate/reference block pairs
+    trim: float = 0.2  # the fraction of the fastest and of the slowest runs of a block left out of its mean
+    core: Optional[int] = None  # the (first) core the measuring process is pinned to; None: the last allowed
 
     @classmethod
     def from_args(cls, args) -> "LatencySettings":
         """The settings of the command line's latency options (``OPTIONS``; decoder steps: --target-length)."""
         return cls(source_length=args.source_length, decoder_steps=args.target_length, beam=args.beam,
-                   threads=args.threads, warmup=args.warmup, repeats=args.repeats, trim=args.trim)
+                   threads=args.threads, warmup=args.warmup, repeats=args.repeats, rounds=args.rounds,
+                   trim=args.trim, core=args.core)
 
     def check(self):
         for name in ("source_length", "decoder_steps", "beam", "threads", "repeats"):
             if getattr(self, name) < 1:
-                raise AttentionConfigError(f"{OPTIONS[name]}: expected at least 1, got {getattr(self, name)}")
+                raise LatencyError(f"{OPTIONS[name]}: expected at least 1, got {getattr(self, name)}")
+        if self.rounds < 2:
+            raise LatencyError(f"--rounds: expected at least 2 (the repeatability is the spread over rounds), got {self.rounds}")
         if self.warmup < 0:
-            raise AttentionConfigError(f"--warmup: expected 0 or more, got {self.warmup}")
+            raise LatencyError(f"--warmup: expected 0 or more, got {self.warmup}")
         if not 0 <= self.trim < 0.5:
-            raise AttentionConfigError(f"--trim: expected a fraction in [0, 0.5), got {self.trim}")
+            raise LatencyError(f"--trim: expected a fraction in [0, 0.5), got {self.trim}")
+        self.cores()
+
+    def cores(self) -> List[int]:
+        """The ``threads`` cores the measuring process is pinned to: from ``core`` on, or the last allowed ones."""
+        allowed = sorted(os.sched_getaffinity(0))
+        if self.core is None:
+            if self.threads > len(allowed):
+                raise LatencyError(f"--threads {self.threads}: this process may use {len(allowed)} cores")
+            return allowed[-self.threads:]
+        wanted = list(range(self.core, self.core + self.threads))
+        if not set(wanted) <= set(allowed):
+            raise LatencyError(f"--core {self.core}: with --threads {self.threads}, cores {wanted} are not all among "
+                               f"the cores this process may use ({', '.join(map(str, allowed))})")
+        return wanted
 
 
+# ------------------------------------------------------------------ arithmetic ---
 def trimmed(times: List[float], trim: float) -> List[float]:
     """``times`` sorted, without the ``trim`` fraction at each end."""
     cut = int(len(times) * trim)
@@ -51,51 +103,211 @@ def trimmed(times: List[float], trim: float) -> List[float]:
     return ordered[cut:len(ordered) - cut]
 
 
-def measure_latency(model, dictionary, settings: LatencySettings, seed: int = 1, device: str = "cpu") -> Dict:
-    """Seconds per sentence of one source sentence of ``settings.source_length`` random tokens translated
-    with beam ``settings.beam`` for exactly ``settings.decoder_steps`` tokens (+ the end of sentence), on
-    ``device`` (cuda: the model is moved there and every run ends with a synchronisation)."""
-    from fairseq.sequence_generator import SequenceGenerator
+def block_order(rounds: int) -> List[Tuple[str, str]]:
+    """ABBA: the reference first in even rounds, the candidate first in odd ones (every candidate block
+    beside a reference block, neither always first after the other's)."""
+    return [(REFERENCE, CANDIDATE) if r % 2 == 0 else (CANDIDATE, REFERENCE) for r in range(rounds)]
 
-    settings.check()
+
+def summarize(candidate_ms: Sequence[float], reference_ms: Sequence[float]) -> Dict[str, object]:
+    """Milliseconds, relative latency and its repeatability from the block values of each round."""
+    ratios = [c / r for c, r in zip(candidate_ms, reference_ms)]
+    relative = statistics.median(ratios)
+    return {"latency_ms": statistics.median(candidate_ms), "reference_ms": statistics.median(reference_ms),
+            "relative_latency": relative, "ratios": ratios, "ratio_range": (max(ratios) - min(ratios)) / relative,
+            "ratio_stdev": (statistics.stdev(ratios) if len(ratios) > 1 else 0.0) / relative}
+
+
+def interleave(run_candidate: Callable[[], object], run_reference: Callable[[], object], settings: LatencySettings,
+               clock: Callable[[], float] = time.perf_counter, synchronize: Callable[[], None] = lambda: None) -> Dict:
+    """Time the two in ``block_order`` (module docstring); ``clock`` in seconds, ``synchronize`` after every
+    run (CUDA). Returns ``summarize``'s figures, the block values, the order and the runs' extremes."""
+    runs = {CANDIDATE: run_candidate, REFERENCE: run_reference}
+    for name in (REFERENCE, CANDIDATE):
+        for _ in range(settings.warmup):
+            runs[name]()
+            synchronize()
+    blocks: Dict[str, List[float]] = {CANDIDATE: [], REFERENCE: []}
+    every: Dict[str, List[float]] = {CANDIDATE: [], REFERENCE: []}
+    for pair in block_order(settings.rounds):
+        for name in pair:
+            times = []
+            for _ in range(settings.repeats):
+                start = clock()
+                runs[name]()
+                synchronize()
+                times.append(1000 * (clock() - start))
+            every[name] += times
+            blocks[name].append(statistics.fmean(trimmed(times, settings.trim)))
+    candidate = blocks[CANDIDATE]
+    return {**summarize(candidate, blocks[REFERENCE]), "candidate_blocks_ms": candidate, "reference_blocks_ms": blocks[REFERENCE],
+            "order": [name for pair in block_order(settings.rounds) for name in pair],
+            "stdev_ms": statistics.stdev(candidate), "min_ms": min(every[CANDIDATE]), "max_ms": max(every[CANDIDATE])}
+
+
+# ------------------------------------------------------------------- workloads ---
+def language_model(model) -> bool:
+    return not hasattr(model, "encoder")
+
+
+def check_positions(model, settings: LatencySettings):
     max_steps = model.max_decoder_positions() - 1
     if settings.decoder_steps > max_steps:
-        raise AttentionConfigError(f"--target-length: {settings.decoder_steps} is more than the model's {max_steps} target positions")
-    if settings.source_length > model.max_positions()[0]:
-        raise AttentionConfigError(f"--source-length: {settings.source_length} is more than the model's {model.max_positions()[0]} "
-                         "source positions")
+        raise LatencyError(f"--target-length: {settings.decoder_steps} is more than the model's {max_steps} target positions")
+    if not language_model(model) and settings.source_length > model.max_positions()[0]:
+        raise LatencyError(f"--source-length: {settings.source_length} is more than the model's {model.max_positions()[0]} "
+                           "source positions")
+
+
+class Generation:
+    """One call: fairseq's SequenceGenerator on one fixed input for exactly ``decoder_steps`` steps (+ the end
+    of sentence): beam search of a random source sentence (translation), or sampling from the start of a
+    document (language model). ``decoder_calls``: the decoder steps of the last call."""
+
+    def __init__(self, model, dictionary, settings: LatencySettings, device: str, seed: int = 1):
+        from fairseq import search
+        from fairseq.sequence_generator import SequenceGenerator
+
+        check_positions(model, settings)
+        self.model = model.eval().to(device)
+        sampling = language_model(model)
+        self.generator = SequenceGenerator([self.model], dictionary, beam_size=1 if sampling else settings.beam,
+                                           search_strategy=search.Sampling(dictionary) if sampling else None,
+                                           min_len=settings.decoder_steps, max_len_a=0, max_len_b=settings.decoder_steps)
+        rng = torch.Generator().manual_seed(seed)
+        length = 1 if sampling else settings.source_length
+        source = torch.randint(dictionary.nspecial, len(dictionary), (1, length), generator=rng)
+        source[0, -1] = dictionary.eos()
+        self.sample = {"net_input": {"src_tokens": source.to(device), "src_lengths": torch.tensor([length], device=device)}}
+        self.calls: List[int] = []
+        # (fairseq calls decoder.forward directly, which runs no hooks: count the first layer's calls)
+        self.hook = self.model.decoder.layers[0].register_forward_hook(lambda *_: self.calls.append(1))
+
+    def __call__(self):
+        self.calls.clear()
+        with torch.no_grad():
+            self.generator.forward(self.sample)
+
+    @property
+    def decoder_calls(self) -> int:
+        return len(self.calls)
+
+    def close(self):
+        self.hook.remove()
+
+
+class Scoring:
+    """One call: a language model's forward pass over a context of ``decoder_steps`` random tokens (what
+    scoring a text, or one training step's forward, costs)."""
+
+    def __init__(self, model, dictionary, settings: LatencySettings, device: str, seed: int = 1):
+        check_positions(model, settings)
+        self.model = model.eval().to(device)
+        rng = torch.Generator().manual_seed(seed)
+        self.tokens = torch.randint(dictionary.nspecial, len(dictionary), (1, settings.decoder_steps), generator=rng).to(device)
+
+    def __call__(self):
+        with torch.no_grad():
+            self.model(self.tokens)
+
+    def close(self):
+        pass
+
+
+def workloads(model) -> Tuple[str, ...]:
+    """The work timed for ``model``: ``generation`` (translation: beam search; language model: sampling),
+    and for a language model also ``scoring``."""
+    return ("sampling", "scoring") if language_model(model) else ("generation",)
+
+
+def workload(name: str, model, dictionary, settings: LatencySettings, device: str):
+    return (Scoring if name == "scoring" else Generation)(model, dictionary, settings, device)
+
+
+# ----------------------------------------------------------------- the protocol ---
+ModelBuilder = Callable[[], torch.nn.Module]
+
+
+def measure_here(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictionary, settings: LatencySettings,
+                 device: str = "cpu") -> Dict:
+    """The protocol in this process (``measure`` runs it in a pinned child on the CPU)."""
     on_cuda = torch.device(device).type == "cuda"
     if on_cuda and not torch.cuda.is_available():
-        raise AttentionConfigError(f"--device {device}: no CUDA device is available")
-    model = model.eval().to(device)
-    generator = SequenceGenerator([model], dictionary, beam_size=settings.beam, min_len=settings.decoder_steps,
-                                  max_len_a=0, max_len_b=settings.decoder_steps)
-    rng = torch.Generator().manual_seed(seed)
-    source = torch.randint(dictionary.nspecial, len(dictionary), (1, settings.source_length), generator=rng)
-    source[0, -1] = dictionary.eos()
-    sample = {"net_input": {"src_tokens": source.to(device), "src_lengths": torch.tensor([settings.source_length], device=device)}}
+        raise LatencyError(f"--device {device}: no CUDA device is available")
+    synchronize = (lambda: torch.cuda.synchronize(device)) if on_cuda else (lambda: None)
+    torch.manual_seed(1)  # (sampling: the same draws every time; the work does not depend on them)
+    candidate, reference = build_candidate(), build_reference()
+    if language_model(candidate) != language_model(reference):
+        raise LatencyError("--reference: a translation model and a language model cannot be compared")
+    record = {**asdict(settings), "device": device, "pid": os.getpid(), "cores": sorted(os.sched_getaffinity(0)),
+              "threads": torch.get_num_threads()}
+    for name in workloads(candidate):
+        timed_candidate = workload(name, candidate, dictionary, settings, device)
+        timed_reference = workload(name, reference, dictionary, settings, device)
+        measured = interleave(timed_candidate, timed_reference, settings, synchronize=synchronize)
+        timed_candidate.close()
+        timed_reference.close()  # (a model measured again in this process, on CUDA, counts its own calls only)
+        if name == "generation":
+            record.update(measured, decoder_calls=timed_candidate.decoder_calls)
+            continue
+        tokens = settings.decoder_steps
+        measured.update(context=tokens, tokens_per_second=1000 * tokens / measured["latency_ms"],
+                        reference_tokens_per_second=1000 * tokens / measured["reference_ms"])
+        if name == "sampling":
+            measured["decoder_calls"] = timed_candidate.decoder_calls
+            # a language model's latency (budgets, the predictor): sampling's
+            record.update({key: value for key, value in measured.items() if key not in ("context", "tokens_per_second",
+                                                                                          "reference_tokens_per_second")})
+        record[name] = measured
+    return record
 
-    calls = []
-    # (fairseq calls decoder.forward directly, which runs no hooks: count the first layer's calls)
-    hook = model.decoder.layers[0].register_forward_hook(lambda *_: calls.append(1))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(settings.threads)
-    times = []
+
+def _child(connection, build_candidate, build_reference, dictionary, settings: LatencySettings, device: str):
     try:
-        with torch.no_grad():
-            for run in range(settings.warmup + settings.repeats):
-                calls.clear()
-                start = time.perf_counter()
-                generator.forward(sample)
-                if on_cuda:
-                    torch.cuda.synchronize(device)
-                elapsed = time.perf_counter() - start
-                if run >= settings.warmup:
-                    times.append(elapsed)
+        os.sched_setaffinity(0, settings.cores())
+        torch.set_num_threads(settings.threads)
+        connection.send({"record": measure_here(build_candidate, build_reference, dictionary, settings, device)})
+    except AttentionConfigError as error:
+        connection.send({"error": str(error)})
+    except BaseException:  # (the parent raises it: nothing is lost silently)
+        connection.send({"failure": traceback.format_exc()})
     finally:
-        torch.set_num_threads(threads)
-        hook.remove()
-    kept = trimmed(times, settings.trim)
-    return {**asdict(settings), "device": device, "decoder_calls": len(calls), "latency_ms": 1000 * statistics.fmean(kept),
-            "stdev_ms": 1000 * (statistics.stdev(kept) if len(kept) > 1 else 0.0),
-            "min_ms": 1000 * min(times), "max_ms": 1000 * max(times)}
+        connection.close()
+
+
+def measure(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictionary, settings: LatencySettings,
+            device: str = "cpu") -> Dict:
+    """The latency of the model ``build_candidate`` returns, relative to ``build_reference``'s (module
+    docstring); on the CPU in a forked child process pinned to ``settings.cores()`` with ``settings.threads``
+    threads (the builders run there: the sub-networks are built in the child, not in this process)."""
+    settings.check()
+    if torch.device(device).type != "cpu":
+        return measure_here(build_candidate, build_reference, dictionary, settings, device)
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_child, args=(sender, build_candidate, build_reference, dictionary, settings, device))
+    child.start()
+    sender.close()
+    try:
+        answer = receiver.recv()
+    except EOFError:
+        answer = {"failure": "the measuring process ended without a result"}
+    finally:
+        child.join()
+    if "error" in answer:
+        raise LatencyError(answer["error"])
+    if "failure" in answer:
+        raise RuntimeError(f"latency measurement failed (exit status {child.exitcode}):\n{answer['failure']}")
+    return answer["record"]
+
+
+def measure_subnetwork(model, dictionary, architecture, reference, settings: LatencySettings, device: str = "cpu") -> Dict:
+    """``measure`` of two architectures of a loaded supernet (their exported sub-networks, as ``export`` writes
+    them); the record names the reference."""
+    record = measure(lambda: model.subnetwork(architecture), lambda: model.subnetwork(reference), dictionary, settings, device)
+    return {**record, "reference": reference.to_dict()}
+
+
+def default_reference(model):
+    """The reference when none is given: the largest architecture of the supernet's space."""
+    return model.space.extreme(largest=True)

@@ -25,7 +25,9 @@ from ..modules import AttentionConfigError
 from .features import FeatureEncoder
 from .space import SearchSpace
 
-TARGETS = {"loss": "loss", "latency": "latency_ms"}  # --target -> the field of the collected records
+# --target -> (what `collect` collected, the field of its records); relative_latency: the latency over the
+# reference's measured beside it (latency.measure), what holds on a shared machine
+TARGETS = {"loss": ("loss", "loss"), "latency": ("latency", "latency_ms"), "relative_latency": ("latency", "relative_latency")}
 GROUP_SIZE = 32
 REGROUPINGS = 5
 # Small trees for a few hundred architectures; one thread and fixed seeds: the same models on every run.
@@ -45,11 +47,14 @@ def read_collected(path: str, target: str) -> Tuple[SearchSpace, List[Architectu
     from .collect import read_collection
 
     header, records = read_collection(path)
-    field = TARGETS[target]
-    if header["what"] != target:
-        raise RankingError(f"--data {path}: collected {header['what']}, not {target} (--target)")
+    what, field = TARGETS[target]
+    if header["what"] != what:
+        raise RankingError(f"--data {path}: collected {header['what']}, not {what} (--target {target})")
     space = SearchSpace.from_dict(header["space"], f"--data {path} (its header's space)")
     kept = [r for r in records if not r.get("dropped")]
+    if any(field not in r for r in kept):
+        raise RankingError(f"--data {path}: its records have no {field} (collected before the relative latency was "
+                           "measured: collect again into another file)")
     if len(kept) < 10:
         raise RankingError(f"--data {path}: {len(kept)} measured architectures; at least 10 are needed to fit and test a ranker")
     architectures = [Architecture.from_dict(r["architecture"]) for r in kept]
@@ -113,6 +118,15 @@ def pair_accuracy(predicted: Sequence[float], measured: Sequence[float]) -> floa
             agreement = (predicted[i] - predicted[j]) * (measured[i] - measured[j])
             right += 1.0 if agreement > 0 else (0.5 if agreement == 0 else 0.0)
     return right / total if total else float("nan")
+
+
+def relative_errors(predicted: Sequence[float], measured: Sequence[float], within: float = 0.1) -> dict:
+    """|predicted - measured| / measured: its mean, and the share of architectures within ``within`` (issue 33
+    judges a latency predictor by the share within 10 %)."""
+    errors = [abs(p - m) / abs(m) for p, m in zip(predicted, measured) if m != 0]
+    if not errors:
+        return {}
+    return {"mean_relative_error": sum(errors) / len(errors), "within_10_percent": sum(e <= within for e in errors) / len(errors)}
 
 
 # ----------------------------------------------------------------- models ---
@@ -189,6 +203,8 @@ def fit_and_evaluate(space: SearchSpace, architectures: Sequence[Architecture], 
         report[name] = {"kendall_tau": kendall_tau(values, measured), "pair_accuracy": pair_accuracy(values, measured)}
     if splits > 1:
         report["held_out_splits"] = held_out_comparison(features, list(targets), test_fraction, seed, splits)
+    # the regressor predicts the target itself (the budgets' constraint): how close, held out
+    report["pointwise"].update(relative_errors(predicted["pointwise"], measured))
     ranker = fit_ranker(features, list(targets), seed)
     regressor = fit_regressor(features, list(targets), seed)
     for name, model in (("pairwise", ranker), ("pointwise", regressor)):

@@ -37,16 +37,17 @@ def load_supernet(checkpoint: str, overrides: Optional[Dict] = None):
     return models[0], task, state
 
 
-def read_architecture(path: str, model) -> Architecture:
-    """The architecture in ``path`` (JSON, as ``sample`` prints), which must be in the supernet's space."""
+def read_architecture(path: str, model, option: str = "--architecture") -> Architecture:
+    """The architecture in ``path`` (JSON, as ``sample`` prints; ``option`` names it in errors), which must be
+    in the supernet's space."""
     try:
         with open(path, encoding="utf-8") as f:
             architecture = Architecture.from_json(f.read())
     except OSError as error:
-        raise SupernetError(f"--architecture {path}: cannot read it ({error.strerror})") from None
+        raise SupernetError(f"{option} {path}: cannot read it ({error.strerror})") from None
     except AttentionConfigError as error:
-        raise SupernetError(f"--architecture {path}: {error}") from None
-    model.space.check_contains(architecture, f"--architecture {path}")
+        raise SupernetError(f"{option} {path}: {error}") from None
+    model.space.check_contains(architecture, f"{option} {path}")
     return architecture
 
 
@@ -87,27 +88,28 @@ def counted_cost(model, task, architecture: Architecture, source_length: int, ta
     return {"parameters": counted.total_parameters(vocab) + extra, "forward_flops": counted.total_flops(vocab)}
 
 
-def refuse_language_model_latency(model, checkpoint: str, option: str):
-    """The latency measured is a translation's (an encoder, then beam search): not a language model's."""
-    if model.LANGUAGE_MODEL:
-        raise SupernetError(f"{option}: {checkpoint} is a language-model supernet (the latency measured is a "
-                            "translation's: an encoder and beam search)")
-
-
 def cost(checkpoint: str, architecture_path: str, source_length: int = 30, target_length: int = 30,
-         latency=None) -> Dict:
+         latency=None, reference_path: Optional[str] = None, device: str = "cpu") -> Dict:
     """``counted_cost`` of a sub-network; with ``latency`` (``latency.LatencySettings``), also the measured
-    latency of the exported model (``subnetwork``: what ``export`` writes)."""
+    latency of the exported model (``subnetwork``: what ``export`` writes) relative to the reference
+    architecture in ``reference_path`` (default: the space's largest), by ``latency.measure``'s protocol."""
     model, task, _ = load_supernet(checkpoint)
     architecture = read_architecture(architecture_path, model)
     result = {"architecture": architecture.to_dict(), "source_length": source_length, "target_length": target_length,
               **counted_cost(model, task, architecture, source_length, target_length)}
     if latency is not None:
-        from .latency import measure_latency
+        from .latency import measure_subnetwork
 
-        refuse_language_model_latency(model, checkpoint, "--latency")
-        result["latency"] = measure_latency(model.subnetwork(architecture), task.target_dictionary, latency)
+        result["latency"] = measure_subnetwork(model, task.target_dictionary, architecture,
+                                               reference_architecture(reference_path, model), latency, device)
     return result
+
+
+def reference_architecture(path: Optional[str], model) -> Architecture:
+    """The latency's reference: the architecture in ``path`` (``--reference``), or the space's largest."""
+    from .latency import default_reference
+
+    return read_architecture(path, model, "--reference") if path else default_reference(model)
 
 
 def standalone_task_config(task_cfg):

@@ -65,11 +65,13 @@
 #                       supernet,collect,rank,prune,evolve,train,generate); recipes/lib/search.sh says more
 #   LOSS_SAMPLES LATENCY_SAMPLES SEARCH_SEED   search.sh collect: architectures (300 each), seed
 #   LATENCY_BEAM LATENCY_SOURCE_LENGTH LATENCY_TARGET_LENGTH LATENCY_THREADS LATENCY_DEVICE
-#   LATENCY_WARMUP LATENCY_REPEATS LATENCY_MAX_SPREAD   search.sh latency measurement
+#   LATENCY_WARMUP LATENCY_REPEATS LATENCY_ROUNDS LATENCY_REFERENCE LATENCY_MAX_SPREAD   search.sh latency
+#                       measurement (one pinned process per architecture, interleaved with the reference)
 #   PRUNE_KEEP          search.sh: fields the pruned space leaves free (0: no pruning)
-#   LATENCY_BUDGETS FLOPS_BUDGETS FLOPS_FRACTIONS FITNESS EVOLVE_ARGS   search.sh evolve: budgets (ms,
-#                       GFLOPs, fractions of the largest architecture's FLOPs, default 0.75 when none is
-#                       given; comma-separated), ranker or supernet fitness, more `search evolve` flags
+#   LATENCY_BUDGETS RELATIVE_LATENCY_BUDGETS FLOPS_BUDGETS FLOPS_FRACTIONS FITNESS EVOLVE_ARGS   search.sh
+#                       evolve: budgets (ms, fractions of the reference's latency, GFLOPs, fractions of the
+#                       largest architecture's FLOPs, default 0.75 when none is given; comma-separated),
+#                       ranker or supernet fitness, more `search evolve` flags
 #   TRAIN_PRESET        search.sh: the preset the found architectures are trained with
 #   SEARCH_TINY TINY_MAX_UPDATE   search.sh: 1 = every stage at its smallest size (TINY_MAX_UPDATE updates
 #                       per training, default 20; a trial of the pipeline in minutes, in .../search_tiny)
@@ -211,6 +213,30 @@ prepare_dataset() {
         return 0
     fi
     "$PYTHON" -m "$PREPARE_MODULE" --dest "$DATA_BIN" --work-dir "$WORK_DIR" "$@"
+}
+
+# supernet.sh's checks (translation.sh's train_supernet, language_model.sh's train_lm_supernet), after
+# start_recipe: the preset is the supernet ARCH (flags only), SEARCH_SPACE exists (default the data
+# set's, search_spaces/$SUPERNET_SPACE.yaml), and no SYNTAX_HINTS or EVAL_BLEU.
+check_supernet_recipe() {  # ARCH
+    if [ "$PRESET" != "$1" ]; then
+        echo "[recipe] error: supernet.sh trains $1 over SEARCH_SPACE; '$PRESET' is not a flag" \
+            "(give fairseq-train flags only, a space with SEARCH_SPACE=FILE)" >&2
+        return 2
+    fi
+    : "${SEARCH_SPACE:=$REPO_ROOT/search_spaces/$SUPERNET_SPACE.yaml}"
+    if [ ! -f "$SEARCH_SPACE" ]; then
+        echo "[recipe] error: SEARCH_SPACE=$SEARCH_SPACE: no such file (a search space YAML, see search_spaces/)" >&2
+        return 2
+    fi
+    local option
+    for option in SYNTAX_HINTS EVAL_BLEU; do
+        if [ "${!option:-0}" != 0 ]; then
+            echo "[recipe] error: $option=${!option}: not supported by supernet.sh (a supernet has no single model to" \
+                "beam-search or to point with; evaluate sub-networks with python -m fairseq_plugins.search evaluate)" >&2
+            return 2
+        fi
+    done
 }
 
 # Training flags shared by translation and language models.

@@ -44,6 +44,22 @@ train_lm() {  # [PRESET] [fairseq-train flags...]
         --tokens-per-sample "$TOKENS_PER_SAMPLE" --sample-break-mode none "${criterion[@]}"
 }
 
+# supernet.sh: the weight-sharing language-model supernet (mixed_supertransformer_lm, README "The
+# supernet") over SEARCH_SPACE (default search_spaces/$SUPERNET_SPACE.yaml, the data set's space) with
+# --task supernet_language_modeling: SUPERNET_SAMPLING (sandwich: the largest, the smallest and
+# SANDWICH_RANDOM sampled sub-networks per update; random: one sampled), validation of the largest and
+# the smallest; the data set's language-model settings otherwise (train.sh's).
+train_lm_supernet() {  # [fairseq-train flags...]
+    DEFAULT_PRESET=mixed_supertransformer_lm
+    start_recipe "$@"
+    check_supernet_recipe mixed_supertransformer_lm || return
+    common_train_args
+    run_training --task supernet_language_modeling --search-space "$SEARCH_SPACE" \
+        --supernet-sampling "${SUPERNET_SAMPLING:-sandwich}" --supernet-sandwich-random "${SANDWICH_RANDOM:-2}" \
+        --share-decoder-input-output-embed --tokens-per-sample "$TOKENS_PER_SAMPLE" --sample-break-mode none \
+        --criterion cross_entropy
+}
+
 # The hint dataset prefix of a split, as the language_modeling_with_syntax task
 # reads it (fairseq_plugins/data/syntax_hints.py, hint_dataset_prefix).
 hint_prefix() {  # SPLIT

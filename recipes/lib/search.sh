@@ -8,21 +8,28 @@
 #   supernet  supernet.sh (the data set's space and settings) into SEARCH_DIR/supernet
 #   collect   inherited valid losses of LOSS_SAMPLES sampled architectures (loss.jsonl) and measured
 #             latencies of LATENCY_SAMPLES (latency.jsonl; LATENCY_BEAM, LATENCY_SOURCE_LENGTH,
-#             LATENCY_TARGET_LENGTH, LATENCY_THREADS, LATENCY_DEVICE; LATENCY_WARMUP, LATENCY_REPEATS timed runs,
-#             measured again when their spread exceeds LATENCY_MAX_SPREAD), sampled with SEARCH_SEED
-#   rank      the pairwise rankers and pointwise baselines (ranker_loss/, ranker_latency/)
+#             LATENCY_TARGET_LENGTH, LATENCY_DEVICE; the protocol of fairseq_plugins/search/latency.py: one
+#             process pinned to one core with LATENCY_THREADS threads, each architecture interleaved with the
+#             reference LATENCY_REFERENCE (an architecture JSON; default the space's largest) in LATENCY_ROUNDS
+#             block pairs of LATENCY_REPEATS runs after LATENCY_WARMUP; milliseconds and relative latency;
+#             measured again when the spread of its rounds' ratios exceeds LATENCY_MAX_SPREAD), sampled with
+#             SEARCH_SEED
+#   rank      the pairwise rankers and pointwise baselines (ranker_loss/, ranker_latency/,
+#             ranker_relative_latency/)
 #   prune     with PRUNE_KEEP > 0: the space with the PRUNE_KEEP most important fields free (pruned.yaml),
 #             which evolve then searches
 #   evolve    one evolution per budget: LATENCY_BUDGETS (milliseconds, comma-separated, predicted by
-#             the latency regressor and confirmed by measurement), FLOPS_BUDGETS (GFLOPs) and
+#             the latency regressor and confirmed by measurement), RELATIVE_LATENCY_BUDGETS (fractions of
+#             the reference's latency: what holds on a shared machine), FLOPS_BUDGETS (GFLOPs) and
 #             FLOPS_FRACTIONS (fractions of the searched space's largest architecture's FLOPs; default 0.75
 #             when no budget is given: needs no measurement beforehand), fitness FITNESS (ranker or
-#             supernet); EVOLVE_ARGS: more `search evolve` flags (word-split) -> evolve_latency_<X>ms/,
+#             supernet); EVOLVE_ARGS: more `search evolve` flags (word-split; HAT's settings by default, no
+#             early stop); an interrupted evolution resumes -> evolve_latency_<X>ms/, evolve_relative_<X>x/,
 #             evolve_flops_<X>g/ and evolve_flops_<X>x/ (best.json, result.json, train_command.sh, whose
 #             --max-update is the data set's training budget MAX_UPDATE, not the supernet's)
 #   train     every found architecture trained from scratch: train.sh TRAIN_PRESET --architecture-file
 #             best.json (the data set's training settings) into train_<budget>/
-#   generate  generate.sh on each of those
+#   generate  generate.sh on each of those (evaluate.sh for a language model)
 #
 #   SEARCH_DIR  default checkpoints/<dataset>/search; STAGES  comma-separated subset of the above (default
 #   all, in this order); the flags after search.sh go to the supernet's fairseq-train. Each search stage
@@ -61,8 +68,10 @@ search_wants() {  # is stage $1 in STAGES?
 }
 
 search_budget_dirs() {  # the evolution folders of the budgets, one per line
-    local budget latency=${LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-} fractions=${FLOPS_FRACTIONS:-}
+    local budget latency=${LATENCY_BUDGETS:-} relative=${RELATIVE_LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-}
+    local fractions=${FLOPS_FRACTIONS:-}
     for budget in ${latency//,/ }; do echo "$SEARCH_DIR/evolve_latency_${budget}ms"; done
+    for budget in ${relative//,/ }; do echo "$SEARCH_DIR/evolve_relative_${budget}x"; done
     for budget in ${flops//,/ }; do echo "$SEARCH_DIR/evolve_flops_${budget}g"; done
     for budget in ${fractions//,/ }; do echo "$SEARCH_DIR/evolve_flops_${budget}x"; done
 }
@@ -78,7 +87,7 @@ run_search() {  # [supernet fairseq-train flags...]
         0) ;;
         1)
             : "${TINY_MAX_UPDATE:=20}" "${SEARCH_DIR:=$REPO_ROOT/checkpoints/${SAVE_NAME:-$DATASET}/search_tiny}"
-            : "${LOSS_SAMPLES:=12}" "${LATENCY_SAMPLES:=12}" "${LATENCY_WARMUP:=1}" "${LATENCY_REPEATS:=3}"
+            : "${LOSS_SAMPLES:=12}" "${LATENCY_SAMPLES:=12}" "${LATENCY_WARMUP:=1}" "${LATENCY_REPEATS:=3}" "${LATENCY_ROUNDS:=1}"
             : "${LATENCY_MAX_SPREAD:=10}"
             local tiny_warmup=5  # unless WARMUP was set (it holds the data set's default by now: lib/profile.sh)
             [ -z "$PROFILE_USER_WARMUP" ] || tiny_warmup=$PROFILE_USER_WARMUP
@@ -99,8 +108,9 @@ run_search() {  # [supernet fairseq-train flags...]
     : "${SEARCH_SPACE:=$REPO_ROOT/search_spaces/$SUPERNET_SPACE.yaml}"
     : "${TRAIN_PRESET:=$DEFAULT_PRESET}" "${FITNESS:=ranker}" "${SEARCH_SEED:=1}"
     : "${LOSS_SAMPLES:=300}" "${LATENCY_SAMPLES:=300}" "${LATENCY_BEAM:=5}" "${LATENCY_SOURCE_LENGTH:=30}"
-    : "${LATENCY_TARGET_LENGTH:=30}" "${LATENCY_THREADS:=2}" "${LATENCY_DEVICE:=cpu}" "${PRUNE_KEEP:=0}"
-    : "${LATENCY_WARMUP:=3}" "${LATENCY_REPEATS:=10}" "${LATENCY_MAX_SPREAD:=0.1}"
+    : "${LATENCY_TARGET_LENGTH:=30}" "${LATENCY_THREADS:=1}" "${LATENCY_DEVICE:=cpu}" "${PRUNE_KEEP:=0}"
+    : "${LATENCY_WARMUP:=3}" "${LATENCY_REPEATS:=5}" "${LATENCY_ROUNDS:=6}" "${LATENCY_MAX_SPREAD:=0.1}"
+    : "${SEARCH_EVALUATE:=generate.sh}"
     if ! [[ "$PRUNE_KEEP" =~ ^[0-9]+$ ]]; then
         echo "[recipe] error: PRUNE_KEEP=$PRUNE_KEEP: expected a number of fields (0: no pruning)" >&2
         return 2
@@ -114,13 +124,21 @@ run_search() {  # [supernet fairseq-train flags...]
             return 2
         fi
     done
-    if [ -z "${LATENCY_BUDGETS:-}${FLOPS_BUDGETS:-}${FLOPS_FRACTIONS:-}" ]; then
+    if [ -z "${LATENCY_BUDGETS:-}${RELATIVE_LATENCY_BUDGETS:-}${FLOPS_BUDGETS:-}${FLOPS_FRACTIONS:-}" ]; then
         # a budget that needs no measurement before the supernet exists: a share of the space's largest FLOPs
         FLOPS_FRACTIONS=0.75
         echo "[recipe] search: no budget given: FLOPS_FRACTIONS=$FLOPS_FRACTIONS (of the largest architecture's FLOPs;" \
-            "LATENCY_BUDGETS=<ms,...> or FLOPS_BUDGETS=<GFLOPs,...> choose others)" >&2
+            "LATENCY_BUDGETS=<ms,...>, RELATIVE_LATENCY_BUDGETS=<fractions of the reference's latency,...> or" \
+            "FLOPS_BUDGETS=<GFLOPs,...> choose others)" >&2
     fi
-    local here search checkpoint space
+    local here search checkpoint space latency_options
+    # the latency measurement's settings (collect, and evolve's confirmation)
+    latency_options=(--beam "$LATENCY_BEAM" --source-length "$LATENCY_SOURCE_LENGTH"
+                     --target-length "$LATENCY_TARGET_LENGTH" --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE"
+                     --warmup "$LATENCY_WARMUP" --repeats "$LATENCY_REPEATS" --rounds "$LATENCY_ROUNDS")
+    if [ -n "${LATENCY_REFERENCE:-}" ]; then
+        latency_options+=(--reference "$LATENCY_REFERENCE")
+    fi
     here=$(cd "$(dirname "$0")" && pwd)
     search=("$PYTHON" -m fairseq_plugins.search)
     checkpoint="$SEARCH_DIR/supernet/checkpoint_last.pt"
@@ -140,15 +158,13 @@ run_search() {  # [supernet fairseq-train flags...]
         search_json collect_loss "${search[@]}" collect --what loss --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
             -n "$LOSS_SAMPLES" --seed "$SEARCH_SEED" --output "$SEARCH_DIR/loss.jsonl" || return
         search_json collect_latency "${search[@]}" collect --what latency --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
-            -n "$LATENCY_SAMPLES" --seed "$SEARCH_SEED" --output "$SEARCH_DIR/latency.jsonl" --beam "$LATENCY_BEAM" \
-            --source-length "$LATENCY_SOURCE_LENGTH" --target-length "$LATENCY_TARGET_LENGTH" \
-            --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE" --warmup "$LATENCY_WARMUP" \
-            --repeats "$LATENCY_REPEATS" --max-spread "$LATENCY_MAX_SPREAD" || return
+            -n "$LATENCY_SAMPLES" --seed "$SEARCH_SEED" --output "$SEARCH_DIR/latency.jsonl" "${latency_options[@]}" \
+            --max-spread "$LATENCY_MAX_SPREAD" || return
     fi
     if search_wants rank; then
         local target
-        for target in loss latency; do
-            search_json "rank_$target" "${search[@]}" rank --data "$SEARCH_DIR/$target.jsonl" --target "$target" \
+        for target in loss latency relative_latency; do
+            search_json "rank_$target" "${search[@]}" rank --data "$SEARCH_DIR/${target#relative_}.jsonl" --target "$target" \
                 --output "$SEARCH_DIR/ranker_$target" --seed "$SEARCH_SEED" || return
         done
     fi
@@ -161,17 +177,21 @@ run_search() {  # [supernet fairseq-train flags...]
         space="$SEARCH_DIR/pruned.yaml"
     fi
     if search_wants evolve; then
-        local budget output common latency=${LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-} fractions=${FLOPS_FRACTIONS:-}
+        local budget output common latency=${LATENCY_BUDGETS:-} relative=${RELATIVE_LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-}
+        local fractions=${FLOPS_FRACTIONS:-}
         # shellcheck disable=SC2206
         common=(--space "$space" --fitness "$FITNESS" --ranker "$SEARCH_DIR/ranker_loss/ranker.txt" --checkpoint "$checkpoint"
-                --latency-predictor "$SEARCH_DIR/ranker_latency/regressor.txt" --beam "$LATENCY_BEAM"
-                --source-length "$LATENCY_SOURCE_LENGTH" --target-length "$LATENCY_TARGET_LENGTH"
-                --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE" --warmup "$LATENCY_WARMUP"
-                --repeats "$LATENCY_REPEATS" --seed "$SEARCH_SEED" --train-max-update "$train_updates" ${EVOLVE_ARGS:-})
+                "${latency_options[@]}" --seed "$SEARCH_SEED" --train-max-update "$train_updates" ${EVOLVE_ARGS:-})
         # (a search finished with the same inputs prints its result again without searching)
         for budget in ${latency//,/ }; do
             search_json "evolve_latency_${budget}ms" "${search[@]}" evolve "${common[@]}" --latency-ms "$budget" \
+                --latency-predictor "$SEARCH_DIR/ranker_latency/regressor.txt" \
                 --output "$SEARCH_DIR/evolve_latency_${budget}ms" || return
+        done
+        for budget in ${relative//,/ }; do
+            search_json "evolve_relative_${budget}x" "${search[@]}" evolve "${common[@]}" --relative-latency "$budget" \
+                --latency-predictor "$SEARCH_DIR/ranker_relative_latency/regressor.txt" \
+                --output "$SEARCH_DIR/evolve_relative_${budget}x" || return
         done
         for budget in ${flops//,/ }; do
             search_json "evolve_flops_${budget}g" "${search[@]}" evolve "${common[@]}" --flops "$budget" --output "$SEARCH_DIR/evolve_flops_${budget}g" || return
@@ -194,7 +214,7 @@ run_search() {  # [supernet fairseq-train flags...]
                 --architecture-file "$found/best.json" </dev/null || return
         fi
         if search_wants generate; then
-            search_step env SAVE_DIR="$SEARCH_DIR/$name" bash "$here/generate.sh" "$TRAIN_PRESET" </dev/null || return
+            search_step env SAVE_DIR="$SEARCH_DIR/$name" bash "$here/$SEARCH_EVALUATE" "$TRAIN_PRESET" </dev/null || return
         fi
     done < <(search_budget_dirs)
 }

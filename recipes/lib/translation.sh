@@ -52,24 +52,7 @@ train_supernet() {  # [fairseq-train flags...]
     DEFAULT_PRESET=mixed_supertransformer
     [ -n "${SUPERNET_ARGS+set}" ] || SUPERNET_ARGS=()
     start_recipe "$@"
-    if [ "$PRESET" != mixed_supertransformer ]; then
-        echo "[recipe] error: supernet.sh trains mixed_supertransformer over SEARCH_SPACE; '$PRESET' is not a flag" \
-            "(give fairseq-train flags only, a space with SEARCH_SPACE=FILE)" >&2
-        return 2
-    fi
-    : "${SEARCH_SPACE:=$REPO_ROOT/search_spaces/$SUPERNET_SPACE.yaml}"
-    if [ ! -f "$SEARCH_SPACE" ]; then
-        echo "[recipe] error: SEARCH_SPACE=$SEARCH_SPACE: no such file (a search space YAML, see search_spaces/)" >&2
-        return 2
-    fi
-    local option
-    for option in SYNTAX_HINTS EVAL_BLEU; do
-        if [ "${!option:-0}" != 0 ]; then
-            echo "[recipe] error: $option=${!option}: not supported by supernet.sh (a supernet has no single model to" \
-                "beam-search or to point with; evaluate sub-networks with python -m fairseq_plugins.search evaluate)" >&2
-            return 2
-        fi
-    done
+    check_supernet_recipe mixed_supertransformer || return
     common_train_args
     local share=(--share-all-embeddings)
     if [ "${SHARE_EMBEDDINGS:-all}" = decoder ]; then

@@ -109,13 +109,14 @@ def test_a_stage_records_its_time_also_when_stopped(tmp_path):
 
 
 def test_budgets_follow_BUDGETS_without_measuring_the_layouts_again(tmp_path):
-    layouts = {name: {"latency_ms": 100.0 + i} for i, name in enumerate(run.LAYOUTS)}
-    stale = {"layouts": layouts, "budgets": {"softmax_x0.5": 50.0}}
+    # (relative to the softmax reference, measured beside it)
+    layouts = {name: {"latency_ms": 100.0 + i, "relative_latency": 1.0 + i / 100} for i, name in enumerate(run.LAYOUTS)}
+    stale = {"layouts": layouts, "budgets": {"softmax_x0.5": 0.5}}
     (tmp_path / "budgets.json").write_text(json.dumps(stale))
     # a missing checkpoint: measuring would fail, so the budgets come from the stored latencies
     result = run.measure_layouts(str(tmp_path), str(tmp_path / "missing.pt"))
-    assert list(run.LAYOUTS)[0] == "softmax" and list(run.LAYOUTS)[3] == "mformer"  # 100 and 103 ms
-    assert result == {"layouts": layouts, "budgets": {"mformer_x1": 103.0, "softmax_x0.75": 75.0, "softmax_x0.6": 60.0}}
+    assert list(run.LAYOUTS)[0] == "softmax" and list(run.LAYOUTS)[3] == "mformer"  # 1.0x and 1.03x
+    assert result == {"layouts": layouts, "budgets": {"mformer_x1": 1.03, "softmax_x0.75": 0.75, "softmax_x0.6": 0.6}}
     assert json.loads((tmp_path / "budgets.json").read_text()) == result
 
 
@@ -170,7 +171,7 @@ def test_training_goes_seed_by_seed_so_a_cut_off_stage_has_trained_every_archite
 
     ctx = types.SimpleNamespace(work_dir=str(tmp_path / "work"), run=first_training)
     try:
-        run.train(ctx, str(results), [1, 2])
+        run.train(ctx, str(results), [1, 2], str(tmp_path / "supernet.pt"))
     except Started:
         pass
     assert started == [(str(tmp_path / "work" / "architectures" / "b.json"), "1")]

@@ -13,7 +13,7 @@ from prepared import ROOT_DIR
 RECIPES = os.path.join(ROOT_DIR, "recipes")
 # Set by the scripts themselves (a dataset's config.sh or recipes/lib), read with a default only so that
 # the other datasets' scripts run under `set -u`: not overrides.
-INTERNAL = {"DATA_NAME", "SAVE_NAME", "SAVE_SUFFIX", "NO_SYNTAX_HINTS_REASON"}
+INTERNAL = {"DATA_NAME", "SAVE_NAME", "SAVE_SUFFIX", "NO_SYNTAX_HINTS_REASON", "SEARCH_EVALUATE"}
 
 
 def _read(*parts):

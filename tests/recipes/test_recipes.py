@@ -355,12 +355,49 @@ def test_search_recipe_runs_every_stage_on_wmt_raw_data_and_resumes(prepare_samp
     assert re.search(r"^  done_before +True$", out.stdout, re.M) and "{" not in out.stdout
 
 
+TINY_LM_SPACE = """
+decoder: {embed_dim: [16, 32], layers: [1, 2], ffn_embed_dim: [32, 64], attention_heads: [2], attention_kinds: [softmax, cosformer]}
+"""
+
+
+def test_language_model_search_recipe_runs_every_stage_on_wikitext2(prepare_sample, tmp_path):
+    """recipes/wikitext2/search.sh on the WikiText-2 sample with a tiny space: the LM supernet, collect (the
+    latency: tokens per second of scoring and sampling, beside the reference), rank, evolve under a relative
+    latency budget (predicted, confirmed by measurement), train.sh on the found architecture and evaluate.sh."""
+    prepared = prepare_sample("wikitext2")
+    (tmp_path / "space.yaml").write_text(TINY_LM_SPACE)
+    search_dir = tmp_path / "search"
+    env = environment(prepared, tmp_path, SEARCH_SPACE=str(tmp_path / "space.yaml"), SEARCH_DIR=str(search_dir),
+                      MAX_UPDATE="3", TOKENS_PER_SAMPLE="64", CONTEXT_WINDOW="32", MAX_TOKENS="512", TOKENS_PER_UPDATE="512",
+                      SUPERNET_SAMPLING="sandwich", SANDWICH_RANDOM="1", LOSS_SAMPLES="12", LATENCY_SAMPLES="12",
+                      LATENCY_TARGET_LENGTH="6", LATENCY_WARMUP="0", LATENCY_REPEATS="1", LATENCY_ROUNDS="2",
+                      LATENCY_MAX_SPREAD="10", RELATIVE_LATENCY_BUDGETS="100",
+                      EVOLVE_ARGS="--population 6 --parents 2 --mutations 2 --crossovers 2 --iterations 2 --confirm 1")
+    recipe("wikitext2", "search.sh", "--dropout", "0.0", env=env)
+    log = (search_dir / "supernet" / "train.log").read_text()
+    assert "supernet_language_modeling" in log and re.search(r"valid on 'valid' subset .*\| smallest_loss [0-9.]+", log)
+    lines = (search_dir / "latency.jsonl").read_text().splitlines()
+    header, records = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
+    assert len(records) == 12 and header["latency"]["decoder_steps"] == 6
+    for record in records:  # sampling 6 tokens (+ the end) one at a time; scoring a context of 6
+        assert record["decoder_calls"] == 7 and record["relative_latency"] > 0
+        assert record["sampling"]["context"] == record["scoring"]["context"] == 6
+        assert record["sampling"]["tokens_per_second"] > 0 and record["scoring"]["tokens_per_second"] > 0
+    result = json.load(open(search_dir / "evolve_relative_100x" / "result.json"))
+    assert result["constraints"] == {"--relative-latency": 100.0} and result["confirmed_latency"][0]["within_budget"]
+    trained = (search_dir / "train_relative_100x" / "train.log").read_text()
+    assert "architecture from --architecture-file" in trained
+    score = json.load(open(search_dir / "train_relative_100x" / "evaluate" / "score-test.json"))
+    assert score["perplexity"] > 1
+
+
 def test_search_recipe_settings_and_errors(tmp_path):
     env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, DATA_BIN=str(tmp_path), NUM_GPUS="0", LATENCY_BUDGETS="40",
                SEARCH_DIR=str(tmp_path / "s"))
     out = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True, env=env,
                          check=True).stdout
-    assert "/search_spaces/multi30k_cpu.yaml" in out and "-n 300" in out and "--threads 2 --device cpu" in out
+    assert "/search_spaces/multi30k_cpu.yaml" in out and "-n 300" in out and "--threads 1 --device cpu" in out
+    assert "--warmup 3 --repeats 5 --rounds 6" in out and "--reference" not in out  # (the space's largest)
     assert "--beam 5 --source-length 30 --target-length 30" in out and " prune " not in out  # no pruning at CPU size
     assert "--train-max-update 15000 " in out  # train_command.sh: the training budget, not the supernet's
     assert f"train.sh mixed_transformer_iwslt_de_en --architecture-file {tmp_path / 's'}/evolve_latency_40ms/best.json" in out
@@ -390,6 +427,16 @@ def test_search_recipe_settings_and_errors(tmp_path):
     assert f"--flops-fraction 0.75 --output {tmp_path / 's'}/evolve_flops_0.75x" in result.stdout
     assert f"--architecture-file {tmp_path / 's'}/evolve_flops_0.75x/best.json" in result.stdout
     assert "no budget given: FLOPS_FRACTIONS=0.75" in result.stderr
+    # a language model: the relative latency budgets, the relative latency's ranker, evaluate.sh
+    out = subprocess.run(["bash", os.path.join(RECIPES, "wikitext2", "search.sh")], capture_output=True, text=True,
+                         env=dict(env, LATENCY_BUDGETS="", RELATIVE_LATENCY_BUDGETS="0.5", LATENCY_REFERENCE="ref.json"),
+                         check=True).stdout
+    assert "wikitext2/supernet.sh" in out and "/search_spaces/wikitext2_cpu.yaml" in out and "--reference ref.json" in out
+    assert f"rank --data {tmp_path / 's'}/latency.jsonl --target relative_latency" in out
+    assert (f"--relative-latency 0.5 --latency-predictor {tmp_path / 's'}/ranker_relative_latency/regressor.txt "
+            f"--output {tmp_path / 's'}/evolve_relative_0.5x") in out
+    assert f"train.sh mixed_transformer_lm_tiny --architecture-file {tmp_path / 's'}/evolve_relative_0.5x/best.json" in out
+    assert "wikitext2/evaluate.sh mixed_transformer_lm_tiny" in out and "generate.sh" not in out
     for overrides, message in (({"STAGES": "collect,fly"}, "error: STAGES=collect,fly: unknown stage 'fly'"),
                                ({"PRUNE_KEEP": "all"}, "error: PRUNE_KEEP=all: expected a number of fields")):
         result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,

@@ -75,6 +75,9 @@ def write_synthetic_collection(path, space, n, seed=3):
 
 def test_metrics_and_groups_on_known_orders():
     assert kendall_tau([1, 2, 3], [1, 2, 3]) == pytest.approx(1) and kendall_tau([3, 2, 1], [1, 2, 3]) == pytest.approx(-1)
+    from fairseq_plugins.search.ranking import relative_errors
+    errors = relative_errors([1.05, 2.5, 3.0, 3.7], [1.0, 2.0, 3.0, 4.0])  # 5 %, 25 %, 0 %, 7.5 %
+    assert errors["mean_relative_error"] == pytest.approx(0.375 / 4) and errors["within_10_percent"] == pytest.approx(0.75)
     assert pair_accuracy([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(5 / 6)
     assert pair_accuracy([1, 1, 3], [1, 2, 3]) == pytest.approx(2.5 / 3)  # a predicted tie counts half
     rows, labels, sizes = ranking_groups([3.0, 1.0, 2.0, 1.0, 5.0], seed=1)
@@ -241,3 +244,110 @@ def test_the_pareto_set_is_feasible_and_not_dominated(space_path):
         assert not (b.fitness <= a.fitness and b.costs["gflops"] <= a.costs["gflops"]
                     and (b.fitness, b.costs["gflops"]) != (a.fitness, a.costs["gflops"]))
     assert [c.costs["gflops"] for c in front] == sorted(c.costs["gflops"] for c in front)
+
+
+class Interrupted(KeyboardInterrupt):
+    """What stops a search in the tests (as Ctrl-C or the end of a session would)."""
+
+
+def interrupt_after(iterations):
+    def progress(entry):
+        if entry["iteration"] == iterations - 1:
+            raise Interrupted()
+    return progress
+
+
+def same_evolution(a, b):
+    assert (a["best"].architecture, a["best"].fitness, a["best"].costs) == (b["best"].architecture, b["best"].fitness, b["best"].costs)
+    assert [(c.architecture, c.fitness, c.costs) for c in a["population"]] == [(c.architecture, c.fitness, c.costs) for c in b["population"]]
+    assert a["history"] == b["history"] and a["stopped_early"] == b["stopped_early"]
+
+
+def test_an_interrupted_evolution_resumes_to_the_uninterrupted_result(tmp_path):
+    space = SearchSpace.from_yaml(EVOLUTION_SPACE)
+    evaluated = []
+
+    def fitness(architectures):
+        evaluated.extend(architectures)
+        return [synthetic_loss(a) + 0.01 * gflops_of(a) for a in architectures]
+
+    constraint = Constraint("gflops", "--flops", 1e9, gflops)
+    settings = EvolutionSettings(population=12, parents=4, mutations=4, crossovers=4, iterations=6, seed=3)
+    whole = evolve(space, fitness, [constraint], settings)
+    assert len(whole["history"]) == 6 and not whole["stopped_early"]  # no early stop unless asked (HAT)
+    state = str(tmp_path / "state.json")
+    with pytest.raises(Interrupted):
+        evolve(space, fitness, [constraint], settings, progress=interrupt_after(3), state=state, inputs={"run": 1})
+    assert json.loads(open(state).read())["iteration"] == 2
+    evaluated.clear()
+    resumed = evolve(space, fitness, [constraint], settings, state=state, inputs={"run": 1})
+    same_evolution(resumed, whole)
+    # the fitness of what was evaluated before the interruption is read back, not computed again
+    assert len(evaluated) == len(set(evaluated)) and len(evaluated) < whole["history"][-1]["evaluated"]
+    assert resumed["history"][-1]["evaluated"] == whole["history"][-1]["evaluated"]
+    # another search's state is refused, naming what differs
+    with pytest.raises(SearchError, match="state.json: the state of a search with other inputs \\(evolution, run\\)"):
+        evolve(space, fitness, [constraint], EvolutionSettings(population=12, parents=4, mutations=4, crossovers=4,
+                                                               iterations=7, seed=3), state=state, inputs={"run": 2})
+    # early stop only when asked
+    flat = EvolutionSettings(population=12, parents=4, mutations=4, crossovers=4, iterations=6, seed=3, patience=2)
+    stopped = evolve(space, lambda archs: [1.0] * len(archs), [constraint], flat)
+    assert stopped["stopped_early"] and len(stopped["history"]) == 3
+    with pytest.raises(SearchError, match="--patience: expected at least 1"):
+        EvolutionSettings(patience=0).check()
+
+
+def test_the_evolve_command_resumes_an_interrupted_search(space_path, tmp_path, monkeypatch):
+    import fairseq_plugins.search.commands as commands
+
+    write_synthetic_collection(tmp_path / "loss.jsonl", SearchSpace.from_file(space_path), 60)
+    status, out = run("rank", "--data", str(tmp_path / "loss.jsonl"), "--target", "loss", "--output", str(tmp_path / "r"))
+    assert status == 0
+    search = ["evolve", "--space", space_path, "--ranker", str(tmp_path / "r" / "ranker.txt"), "--params", "0.003",
+              "--population", "8", "--parents", "2", "--mutations", "3", "--crossovers", "3", "--iterations", "5"]
+    status, whole = run(*search, "--output", str(tmp_path / "whole"))
+    assert status == 0
+    with monkeypatch.context() as patched:
+        patched.setattr(commands, "evolution_progress", lambda verbose: interrupt_after(2))
+        with pytest.raises(Interrupted):
+            run(*search, "--output", str(tmp_path / "cut"))
+    assert (tmp_path / "cut" / "state.json").is_file() and not (tmp_path / "cut" / "result.json").exists()
+    status, resumed = run(*search, "--output", str(tmp_path / "cut"))
+    assert status == 0 and json.loads(resumed)["best"] == json.loads(whole)["best"]
+    results = [json.loads((tmp_path / name / "result.json").read_text()) for name in ("whole", "cut")]
+    assert results[0]["history"] == results[1]["history"] and results[0]["population"] == results[1]["population"]
+    assert not (tmp_path / "cut" / "state.json").exists()  # finished: result.json holds the search
+
+
+def test_an_interrupted_pareto_study_resumes_to_the_uninterrupted_front(space_path, tmp_path):
+    space = SearchSpace.from_file(space_path)
+    objective = Constraint("gflops", "--objective flops", float("inf"), gflops)
+    params = Constraint("mparams", "--params", 0.003, lambda archs: [architecture_cost(a, 30, 30).parameters / 1e6 for a in archs])
+    calls = []
+
+    def fitness(architectures):
+        calls.extend(architectures)
+        if len(calls) == 14:
+            raise Interrupted()
+        return [synthetic_loss(a) for a in architectures]
+
+    def front_of(front):
+        return [(c.architecture, c.fitness, c.costs) for c in front]
+
+    whole = pareto(space, lambda archs: [synthetic_loss(a) for a in archs], objective, [params], trials=40, population=8,
+                   seed=1, storage=str(tmp_path / "whole.sqlite"))
+    with pytest.raises(Interrupted):
+        pareto(space, fitness, objective, [params], trials=40, population=8, seed=1, storage=str(tmp_path / "cut.sqlite"))
+    resumed = pareto(space, fitness, objective, [params], trials=40, population=8, seed=1, storage=str(tmp_path / "cut.sqlite"))
+    assert front_of(resumed) == front_of(whole)
+
+    import optuna
+    from optuna.trial import TrialState
+
+    def drawn(path):
+        study = optuna.load_study(study_name="pareto", storage=f"sqlite:///{path}")
+        return [t.params for t in study.get_trials(states=(TrialState.COMPLETE,))]
+
+    assert drawn(tmp_path / "cut.sqlite") == drawn(tmp_path / "whole.sqlite") and len(drawn(tmp_path / "whole.sqlite")) == 40
+    with pytest.raises(SearchError, match="cut.sqlite: the study of a search with other inputs \\(trials\\)"):
+        pareto(space, fitness, objective, [params], trials=50, population=8, seed=1, storage=str(tmp_path / "cut.sqlite"))

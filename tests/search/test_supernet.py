@@ -493,10 +493,14 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     with pytest.raises(Exception, match="collected with checkpoint_sha256 = \"0+\", not"):
         collect("loss", checkpoint, space_file, 14, str(tmp_path / "other.jsonl"))
 
-    latency = ["--source-length", "5", "--target-length", "4", "--beam", "2", "--warmup", "1", "--repeats", "3"]
+    latency = ["--source-length", "5", "--target-length", "4", "--beam", "2", "--rounds", "2", "--warmup", "1", "--repeats", "3"]
     summary = run("collect", "--what", "latency", *common, "-n", "12", "--output", latencies, "--max-spread", "10", *latency)
     assert summary["records"] == 12 and summary["dropped"] == 0
-    assert all(r["latency_ms"] > 0 and r["decoder_calls"] == 5 for r in read_collection(latencies)[1])
+    header, records = read_collection(latencies)
+    # every record measured beside the space's largest architecture, in milliseconds and relative to it
+    assert header["reference"] == SearchSpace.from_file(space_file).extreme(largest=True).to_dict()
+    assert all(r["latency_ms"] > 0 and r["relative_latency"] > 0 and r["decoder_calls"] == 5 and len(r["ratios"]) == 2
+               for r in records)
     # a spread bound nothing meets: measured again, then dropped and counted
     dropped = run("collect", "--what", "latency", *common, "-n", "2", "--output", str(tmp_path / "tight.jsonl"),
                   "--max-spread", "1e-12", "--remeasure", "1", *latency)
@@ -504,8 +508,11 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
 
     loss_ranker = run("rank", "--data", losses, "--target", "loss")
     latency_ranker = run("rank", "--data", latencies, "--target", "latency")
-    for result in (loss_ranker, latency_ranker):
-        assert set(result["pairwise"]) == set(result["pointwise"]) == {"kendall_tau", "pair_accuracy", "objective"}
+    relative_ranker = run("rank", "--data", latencies, "--target", "relative_latency")
+    for result in (loss_ranker, latency_ranker, relative_ranker):
+        assert set(result["pairwise"]) == {"kendall_tau", "pair_accuracy", "objective"}
+        # the regressor predicts the target: how close it comes, held out
+        assert set(result["pointwise"]) == {"kendall_tau", "pair_accuracy", "objective", "mean_relative_error", "within_10_percent"}
     ranker, predictor = loss_ranker["files"]["ranker"], latency_ranker["files"]["regressor"]
 
     pruned = run("prune", "--space", space_file, "--importance", loss_ranker["files"]["importance"], "--keep", "3",
@@ -547,11 +554,11 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
                   "--mutations", "3", "--crossovers", "3", "--iterations", "2", "--confirm", "2", "--output",
                   str(tmp_path / "unmet"), *[a for a in latency if a not in ("--warmup", "1", "--repeats", "3")]]
     with monkeypatch.context() as patched:
-        patched.setattr(commands, "confirm_latency", lambda candidates, supernet, limit, settings, count, device: [
+        patched.setattr(commands, "confirm_latency", lambda candidates, supernet, budget, settings, count, device, reference: [
             {"architecture": c.architecture.to_dict(), "latency_ms": 2e6, "within_budget": False} for c in candidates[:count]])
         unmet = run(*unmet_args, status=2)
     assert "--latency-ms 1000000.0: none of the 2 fittest candidates measured within the budget (measured: " \
-           "2000000.0, 2000000.0 ms" in unmet
+           "2e+06, 2e+06;" in unmet
     assert json.loads((tmp_path / "unmet" / "result.json").read_text())["best"] is None
     assert not (tmp_path / "unmet" / "best.json").exists()
     retried = run(*unmet_args)

@@ -134,5 +134,11 @@ def test_train_evaluate_export_and_eval_lm(lm_data, tmp_path):
 
     bad = search("evaluate", "--checkpoint", checkpoint, "--bleu")
     assert bad.returncode == 2 and "--bleu: " in bad.stderr and "is a language-model supernet (BLEU scores translations)" in bad.stderr
-    bad = search("cost", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"), "--latency")
-    assert bad.returncode == 2 and "--latency: " in bad.stderr and "is a language-model supernet" in bad.stderr
+    # a language model's latency: tokens per second of scoring and of sampling a stated context, beside the reference
+    measured = search("cost", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"), "--latency",
+                      "--target-length", "6", "--warmup", "0", "--repeats", "1", "--rounds", "2")
+    assert measured.returncode == 0, measured.stderr[-3000:]
+    latency = json.loads(measured.stdout.strip().splitlines()[-1])["latency"]
+    assert latency["reference"] == model.space.extreme(largest=True).to_dict() and latency["decoder_calls"] == 7
+    assert latency["scoring"]["context"] == latency["sampling"]["context"] == 6
+    assert latency["scoring"]["tokens_per_second"] > 0 and latency["sampling"]["tokens_per_second"] > 0

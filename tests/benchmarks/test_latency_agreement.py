@@ -1,0 +1,54 @@
+"""benchmarks/latency_agreement.py (issue 33): the agreement arithmetic on known values, then the script on a
+tiny supernet: two runs of the same architectures, the second beside a busy process, a report that
+continues where it stopped and refuses other settings."""
+import json
+
+import pytest
+
+import fairseq_plugins  # noqa: F401
+from benchmarks import latency_agreement
+from fairseq_plugins.cli.pipeline import PLUGIN_DIR, fairseq_command, run
+from fairseq_plugins.cli.synthetic import binarize_translation, write_translation_task
+
+SPACE = """
+shared_embed_dim: true
+encoder: {embed_dim: [8, 16], layers: [1, 2], ffn_embed_dim: [8], attention_heads: [2], attention_kinds: [softmax, cosformer]}
+decoder: {embed_dim: [8, 16], layers: [1], ffn_embed_dim: [8], attention_heads: [2], attention_kinds: [softmax, cosformer],
+          cross_attention_heads: [2], cross_attention_kinds: [softmax], encoder_decoder_connect: [1]}
+"""
+
+
+def test_agreement_on_known_values():
+    result = latency_agreement.agreement([1.0, 2.0, 4.0], [1.02, 1.92, 4.0], 0.05)
+    assert result["differences"] == pytest.approx([0.02, -0.04, 0.0])
+    assert result["largest"] == pytest.approx(0.04) and result["median"] == pytest.approx(0.02) and result["within"]
+    assert not latency_agreement.agreement([1.0], [1.06], 0.05)["within"]
+
+
+def test_two_runs_one_under_load_are_reported_and_resumed(tmp_path, capsys):
+    write_translation_task(str(tmp_path / "raw"), splits={"train": 40, "valid": 5, "test": 5})
+    data = binarize_translation(str(tmp_path / "raw"), str(tmp_path / "bin"))
+    (tmp_path / "space.yaml").write_text(SPACE)
+    run(fairseq_command("train") + [
+        data, "--user-dir", PLUGIN_DIR, "--task", "supernet_translation", "--arch", "mixed_supertransformer",
+        "--search-space", str(tmp_path / "space.yaml"), "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3",
+        "--max-tokens", "1000", "--max-update", "1", "--cpu", "--save-dir", str(tmp_path / "ck"), "--no-epoch-checkpoints",
+        "--num-workers", "0", "--max-source-positions", "32", "--max-target-positions", "32", "--disable-validation"])
+    report = str(tmp_path / "agreement.json")
+    argv = ["--checkpoint", str(tmp_path / "ck" / "checkpoint_last.pt"), "-n", "3", "--load", "1", "--tolerance", "100",
+            "--source-length", "5", "--target-length", "4", "--beam", "2", "--warmup", "0", "--repeats", "1", "--rounds", "2",
+            "--output", report]
+    assert latency_agreement.main(argv) == 0
+    stored = json.loads(open(report).read())
+    first, second = stored["runs"]
+    assert [r["architecture"] for r in first] == [r["architecture"] for r in second] and len(first) == 3
+    assert [r["load_processes"] for r in first + second] == [0] * 3 + [1] * 3
+    assert all(r["reference"] == stored["inputs"]["reference"] and r["relative_latency"] > 0 for r in first + second)
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["architectures"] == 3 and summary["relative_latency"]["within"]
+    assert summary["relative_latency"]["differences"] == pytest.approx(
+        [(b["relative_latency"] - a["relative_latency"]) / a["relative_latency"] for a, b in zip(first, second)])
+    # a finished report is not measured again; other settings are refused
+    assert latency_agreement.main(argv) == 0 and json.loads(open(report).read())["runs"] == stored["runs"]
+    assert latency_agreement.main([a if a != "3" else "4" for a in argv]) == 2
+    assert "measured with other settings (n)" in capsys.readouterr().err

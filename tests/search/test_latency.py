@@ -1,0 +1,173 @@
+"""The latency protocol (issue 33): its arithmetic on a fake clock (the ABBA order of the blocks, trimmed
+blocks, ratios to the reference, their median and repeatability, a machine whose speed changes), then real
+measurements of tiny sub-networks in a pinned child process: a translation supernet's (beam search) and a
+language-model supernet's (tokens per second of scoring and sampling)."""
+import os
+
+import pytest
+import torch
+from fairseq import options, tasks
+
+import fairseq_plugins  # noqa: F401
+from fairseq_plugins.cli.synthetic import binarize_lm, binarize_translation, write_lm_corpus, write_translation_task
+from fairseq_plugins.search.latency import (CANDIDATE, REFERENCE, LatencyError, LatencySettings, block_order, interleave,
+                                            measure_subnetwork, summarize, trimmed)
+
+
+class FakeMachine:
+    """A clock whose runs take ``work[name]`` milliseconds times the machine's slowdown at that moment."""
+
+    def __init__(self, work, slowdown=lambda now: 1.0):
+        self.now, self.work, self.slowdown, self.log = 0.0, work, slowdown, []
+
+    def clock(self) -> float:
+        return self.now / 1000
+
+    def run(self, name):
+        def timed():
+            self.log.append(name)
+            self.now += self.work[name] * self.slowdown(self.now)
+        return timed
+
+
+def test_blocks_alternate_abba_after_the_warmup_of_each():
+    machine = FakeMachine({CANDIDATE: 2.0, REFERENCE: 1.0})
+    settings = LatencySettings(warmup=2, repeats=3, rounds=4, trim=0.0)
+    measured = interleave(machine.run(CANDIDATE), machine.run(REFERENCE), settings, clock=machine.clock)
+    assert block_order(4) == [(REFERENCE, CANDIDATE), (CANDIDATE, REFERENCE)] * 2
+    r, c = [REFERENCE] * 3, [CANDIDATE] * 3
+    assert machine.log == [REFERENCE] * 2 + [CANDIDATE] * 2 + r + c + c + r + r + c + c + r
+    assert measured["order"] == [REFERENCE, CANDIDATE, CANDIDATE, REFERENCE] * 2
+    assert measured["candidate_blocks_ms"] == pytest.approx([2.0] * 4) and measured["reference_blocks_ms"] == pytest.approx([1.0] * 4)
+    assert measured["relative_latency"] == pytest.approx(2.0) and measured["ratio_range"] == pytest.approx(0.0)
+    assert measured["latency_ms"] == pytest.approx(2.0) and measured["reference_ms"] == pytest.approx(1.0)
+
+
+def test_a_machine_slowing_down_between_rounds_leaves_the_relative_latency_as_it_is():
+    # every round pair on a machine twice as slow as the one before: milliseconds change by 8x, the ratio not
+    work = {CANDIDATE: 3.0, REFERENCE: 2.0}
+    machine = FakeMachine(work, slowdown=lambda now: 2.0 ** int(now // 50))
+    settings = LatencySettings(warmup=0, repeats=5, rounds=4, trim=0.0)
+    measured = interleave(machine.run(CANDIDATE), machine.run(REFERENCE), settings, clock=machine.clock)
+    assert max(measured["candidate_blocks_ms"]) / min(measured["candidate_blocks_ms"]) > 3
+    # (a block that straddles a change of speed gives a ratio off by the change; the median outvotes it)
+    assert measured["relative_latency"] == pytest.approx(1.5)
+
+
+def test_a_preempted_run_is_trimmed_out_of_its_block():
+    runs = iter([1.0, 1.0, 50.0, 1.0, 1.0])  # one reference run preempted
+    machine = FakeMachine({CANDIDATE: 4.0, REFERENCE: 1.0})
+    default_run = machine.run(REFERENCE)
+
+    def reference():
+        work = next(runs, 1.0)
+        machine.work[REFERENCE] = work
+        default_run()
+
+    measured = interleave(machine.run(CANDIDATE), reference, LatencySettings(warmup=0, repeats=5, rounds=2, trim=0.2),
+                          clock=machine.clock)
+    assert measured["reference_blocks_ms"] == pytest.approx([1.0, 1.0]) and measured["relative_latency"] == pytest.approx(4.0)
+    assert measured["max_ms"] == pytest.approx(4.0)
+    runs = iter([1.0, 1.0, 50.0, 1.0, 1.0])
+    untrimmed = interleave(machine.run(CANDIDATE), reference, LatencySettings(warmup=0, repeats=5, rounds=2, trim=0.0),
+                           clock=machine.clock)
+    assert untrimmed["reference_blocks_ms"][0] == pytest.approx(54.0 / 5)
+
+
+def test_the_ratio_median_and_repeatability_on_known_values():
+    summary = summarize([2.0, 3.0, 2.2, 10.0, 2.1], [1.0, 1.0, 1.0, 2.0, 1.0])
+    assert summary["ratios"] == pytest.approx([2.0, 3.0, 2.2, 5.0, 2.1])
+    assert summary["relative_latency"] == pytest.approx(2.2)  # the disturbed rounds outvoted
+    assert summary["latency_ms"] == pytest.approx(2.2) and summary["reference_ms"] == pytest.approx(1.0)
+    assert summary["ratio_range"] == pytest.approx((5.0 - 2.0) / 2.2)
+    ratios = [2.0, 3.0, 2.2, 5.0, 2.1]
+    mean = sum(ratios) / 5
+    stdev = (sum((r - mean) ** 2 for r in ratios) / 4) ** 0.5
+    assert summary["ratio_stdev"] == pytest.approx(stdev / 2.2)
+    assert trimmed([5.0, 1.0, 3.0, 100.0, 2.0, 4.0, 0.5, 3.5, 2.5, 1.5], 0.1) == [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0]
+
+
+def test_bad_settings_name_the_option():
+    allowed = sorted(os.sched_getaffinity(0))
+    for settings, message in ((LatencySettings(rounds=1), "--rounds: expected at least 2"),
+                              (LatencySettings(trim=0.5), "--trim: expected a fraction in [0, 0.5), got 0.5"),
+                              (LatencySettings(core=max(allowed) + 1), f"--core {max(allowed) + 1}: with --threads 1"),
+                              (LatencySettings(threads=len(allowed) + 1), f"--threads {len(allowed) + 1}: this process may use")):
+        with pytest.raises(LatencyError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+            settings.check()
+    assert LatencySettings().cores() == allowed[-1:] and LatencySettings(core=allowed[0]).cores() == allowed[:1]
+
+
+# the choices of a side, the same in the encoder, the decoder and the language model
+SIDE = """
+  embed_dim: [8, 16]
+  layers: [1, 2]
+  ffn_embed_dim: [8, 12]
+  attention_heads: [2]
+  attention_kinds: [softmax, cosformer]"""
+TRANSLATION_SPACE = f"""shared_embed_dim: true
+encoder:{SIDE}
+decoder:{SIDE}
+  cross_attention_heads: [2]
+  cross_attention_kinds: [softmax]
+  encoder_decoder_connect: [1]
+"""
+LM_SPACE = f"decoder:{SIDE}\n"
+TINY = LatencySettings(source_length=5, decoder_steps=4, beam=2, warmup=1, repeats=2, rounds=2, trim=0.0)
+
+
+def supernet(root, language_model: bool):
+    if language_model:
+        write_lm_corpus(str(root / "raw"), splits={"train": 20, "valid": 5, "test": 5})
+        data = binarize_lm(str(root / "raw"), str(root / "bin"))
+        (root / "space.yaml").write_text(LM_SPACE)
+        arguments = [data, "--task", "language_modeling", "--arch", "mixed_supertransformer_lm", "--tokens-per-sample", "16"]
+    else:
+        data = binarize_translation(write_translation_task(str(root / "raw"), splits={"train": 20, "valid": 5, "test": 5}),
+                                    str(root / "bin"))
+        (root / "space.yaml").write_text(TRANSLATION_SPACE)
+        arguments = [data, "--task", "translation", "-s", "src", "-t", "tgt", "--arch", "mixed_supertransformer",
+                     "--share-all-embeddings", "--max-source-positions", "32", "--max-target-positions", "32"]
+    args = options.parse_args_and_arch(options.get_training_parser(), input_args=[
+        *arguments, "--search-space", str(root / "space.yaml"), "--dropout", "0"])
+    task = tasks.setup_task(args)
+    torch.manual_seed(0)
+    return task, task.build_model(args)
+
+
+@pytest.mark.parametrize("language_model", [False, True], ids=["translation", "language_model"])
+def test_a_sub_network_is_measured_beside_the_reference_in_a_pinned_child(tmp_path, language_model):
+    task, model = supernet(tmp_path, language_model)
+    smallest, largest = model.space.extreme(largest=False), model.space.extreme(largest=True)
+    record = measure_subnetwork(model, task.target_dictionary, smallest, largest, TINY)
+    assert record["pid"] != os.getpid() and record["cores"] == sorted(os.sched_getaffinity(0))[-1:] and record["threads"] == 1
+    assert record["reference"] == largest.to_dict() and record["device"] == "cpu"
+    assert len(record["ratios"]) == 2 and record["relative_latency"] == pytest.approx(sorted(record["ratios"])[0] / 2
+                                                                                       + sorted(record["ratios"])[1] / 2)
+    assert record["latency_ms"] > 0 and record["reference_ms"] > 0 and record["ratio_range"] >= 0
+    assert record["min_ms"] <= record["latency_ms"] <= record["max_ms"]
+    # exactly 4 decoder steps and the forced end of sentence, whatever the model would generate
+    assert record["decoder_calls"] == 5
+    if language_model:
+        for name in ("scoring", "sampling"):
+            part = record[name]
+            assert part["context"] == 4 and part["tokens_per_second"] == pytest.approx(4000 / part["latency_ms"])
+            assert part["reference_tokens_per_second"] == pytest.approx(4000 / part["reference_ms"])
+        assert record["latency_ms"] == record["sampling"]["latency_ms"]
+    else:
+        assert "scoring" not in record
+    # errors in the child come back as this process's one-line error
+    with pytest.raises(LatencyError, match="--target-length: 40 is more than the model's"):
+        measure_subnetwork(model, task.target_dictionary, smallest, largest, LatencySettings(decoder_steps=40, rounds=2))
+
+
+def test_cuda_latency_runs_in_this_process_with_a_synchronisation_or_is_refused_without_a_device(tmp_path):
+    task, model = supernet(tmp_path, language_model=False)
+    smallest, largest = model.space.extreme(largest=False), model.space.extreme(largest=True)
+    if not torch.cuda.is_available():
+        with pytest.raises(LatencyError, match="--device cuda: no CUDA device is available"):
+            measure_subnetwork(model, task.target_dictionary, smallest, largest, TINY, device="cuda")
+        return
+    record = measure_subnetwork(model, task.target_dictionary, smallest, largest, TINY, device="cuda")
+    assert record["device"] == "cuda" and record["pid"] == os.getpid() and record["decoder_calls"] == 5
+    assert record["relative_latency"] > 0 and len(record["ratios"]) == 2
