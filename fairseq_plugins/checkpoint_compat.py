@@ -28,6 +28,7 @@ import collections
 import functools
 import os
 import typing
+import zipfile
 
 import numpy
 import torch
@@ -91,9 +92,16 @@ def _readable_checkpoint(path: str, error: BaseException) -> "CheckpointError":
         size = None
     if size == 0:
         return CheckpointError(f"{path}: an empty file, not a checkpoint (an interrupted copy or save?)")
-    reason = str(error).split(". ")[0].strip() or type(error).__name__
+    reason = (str(error).split(". ")[0].strip() if "PytorchStreamReader" in str(error) else "") or "not a complete zip archive"
     return CheckpointError(f"{path}: truncated or not a checkpoint ({size} bytes; torch cannot read it: {reason}); "
                            "use another checkpoint, or copy or save this one again")
+
+
+def _damaged(path: str, error: BaseException) -> bool:
+    try:
+        return os.path.getsize(path) == 0 or "PytorchStreamReader" in str(error) or not zipfile.is_zipfile(path)
+    except OSError:
+        return False
 
 
 def _loading_naming_the_file(load):
@@ -101,10 +109,11 @@ def _loading_naming_the_file(load):
     def load_checkpoint_to_cpu(path, *args, **kwargs):
         try:
             state = load(path, *args, **kwargs)
-        except (EOFError, RuntimeError) as error:
-            # EOFError: an empty file; RuntimeError: torch's zip reader on a truncated or foreign file
-            # (pickle's refusals of unsafe content are UnpicklingError and pass unchanged)
-            if isinstance(error, RuntimeError) and "zip archive" not in str(error) and "PytorchStreamReader" not in str(error):
+        except (EOFError, RuntimeError, OSError) as error:
+            # An empty file (EOFError), or torch's zip reader on a truncated or foreign file (RuntimeError or
+            # OSError EINVAL). A missing or unreadable file names itself; pickle's refusal of unsafe content is
+            # an UnpicklingError: both pass unchanged.
+            if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError)) or not _damaged(str(path), error):
                 raise
             raise _readable_checkpoint(str(path), error) from error
         remember_loaded(path, state)
