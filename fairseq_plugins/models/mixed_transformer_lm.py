@@ -60,7 +60,9 @@ def check_task_fits(args, task) -> None:
     the task of its command line, and a longer block (--tokens-per-sample above the positions the model was
     trained for, or one more for a BOS token of --add-bos-token the model was trained without) is skipped
     by fairseq's batching, so the perplexity is over nothing (1.00 over 0 tokens), or fails on an index."""
-    tokens = getattr(getattr(task, "cfg", None), "tokens_per_sample", None)
+    # (fairseq's language_modeling task keeps its options as .args, a dataclass task as .cfg)
+    tokens = next((value for value in (getattr(getattr(task, name, None), "tokens_per_sample", None) for name in ("cfg", "args"))
+                   if value is not None), None)
     if tokens is None:
         return
     if tokens < 1:  # fairseq-eval-lm has taken --context-window from it

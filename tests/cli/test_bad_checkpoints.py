@@ -100,3 +100,24 @@ def test_resuming_into_a_folder_of_other_attention_kinds_is_refused(trained, tmp
         "resume with the checkpoint's kinds, or train into another --save-dir")
     assert digest(save / "checkpoint_last.pt") == before
     assert sorted(os.listdir(save)) == ["checkpoint_last.pt"]
+
+
+def eval_lm(data, checkpoint, *extra):
+    return run(fairseq_command("eval_lm") + [data, "--user-dir", PLUGIN_DIR, "--path", str(checkpoint), "--cpu",
+                                             "--max-tokens", "512", "--num-workers", "0", *EVALUATE_ALL, *extra])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--tokens-per-sample", "64"], "--tokens-per-sample 64: more than the model's 32 positions (--max-target-positions; "
+                                    "a checkpoint's: what it was trained for); give --tokens-per-sample 32 or less"),
+    (["--tokens-per-sample", "32", "--add-bos-token"],
+     "--tokens-per-sample 32 + 1 (the BOS token of --add-bos-token): more than the model's 32 positions "
+     "(--max-target-positions; a checkpoint's: what it was trained for); give --tokens-per-sample 31 or less, or leave "
+     "out --add-bos-token if the model was trained without it"),
+    (["--tokens-per-sample", "32", "--context-window", "32"],
+     "--tokens-per-sample: 0 tokens per block are left to score; expected at least 1 (with fairseq-eval-lm: give a "
+     "--context-window smaller than --tokens-per-sample)"),
+], ids=["longer-blocks", "bos-token", "context-window"])
+def test_eval_lm_blocks_that_do_not_fit_the_model_are_refused(trained, extra, message):
+    root, _, _, _, lm = trained
+    assert one_line_error(eval_lm(str(root / "bin_lm"), lm, *extra)) == f"error: {message}"
