@@ -528,9 +528,11 @@ def _extract(archive: str, dest_dir: str) -> None:
 
 def fetch(resource: Resource, raw_dir: Optional[str], work_dir: str, download_ok: bool = True,
           retries: int = 3, mirrors: Sequence[str] = (), skipped: Optional[List[str]] = None) -> Dict[str, str]:
-    """``_fetch``; the files it gives are the inputs of the step that runs it (``Steps.run(track_inputs=True)``)."""
+    """``_fetch``; the files of a required resource are inputs of the step that runs it, keyed by their content
+    (``Steps.run(track_inputs=True)``). An optional one's are not: a test set found by a later run is added
+    without redoing the steps before it (Multi30k's extra test sets), so a changed copy of one is not noticed."""
     found = _fetch(resource, raw_dir, work_dir, download_ok, retries, mirrors, skipped)
-    if _inputs_read is not None:
+    if _inputs_read is not None and not resource.optional:
         _inputs_read.update(os.path.abspath(path) for path in found.values() if path)
     return found
 
