@@ -147,7 +147,8 @@ class InheritedLoss:
         load_subset(task, subset)
         iterator = task.get_batch_iterator(dataset=task.dataset(subset), max_tokens=max_tokens,
                                            max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
-                                           ignore_invalid_inputs=False, seed=1).next_epoch_itr(shuffle=False)
+                                           ignore_invalid_inputs=False, required_batch_size_multiple=1,  # every sentence
+                                           seed=1).next_epoch_itr(shuffle=False)
         self.batches = list(iterator)
 
     def evaluate(self, architecture: Architecture) -> Dict[str, float]:

@@ -121,3 +121,17 @@ def eval_lm(data, checkpoint, *extra):
 def test_eval_lm_blocks_that_do_not_fit_the_model_are_refused(trained, extra, message):
     root, _, _, _, lm = trained
     assert one_line_error(eval_lm(str(root / "bin_lm"), lm, *extra)) == f"error: {message}"
+
+
+def test_a_configuration_error_inside_fairseq_train_is_one_line(trained, tmp_path):
+    """The plugin's own errors inside fairseq's commands (errors.py's excepthook): one line and exit 2, the
+    traceback with FAIRSEQ_PLUGINS_DEBUG=1; nothing is written."""
+    _, data, _, _, _ = trained
+    command = fairseq_command("train") + [data, "--user-dir", PLUGIN_DIR, "--arch", "mixed_transformer", *TINY, "--cpu",
+                                          "--decoder-attention-kinds", "no_such_kind", "--save-dir", str(tmp_path / "save"),
+                                          "--max-update", "1", "--num-workers", "0"]
+    line = one_line_error(run(command))
+    assert line.startswith("error: ") and "no_such_kind" in line, line
+    debug = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "FAIRSEQ_PLUGINS_DEBUG": "1"})
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "AttentionConfigError" in debug.stderr
+    assert not (tmp_path / "save").exists() or not os.listdir(tmp_path / "save")
