@@ -50,3 +50,17 @@ def test_a_finished_training_is_not_trained_again(tmp_path):
     # a larger budget trains on (fairseq-train starts: here it fails on the missing data, which says so)
     result = train(tmp_path, MAX_UPDATE="6")
     assert "this training is finished" not in result.stderr and result.returncode != 0
+
+
+@pytest.mark.parametrize("size", [None, 0], ids=["missing", "empty"])
+def test_evaluating_an_empty_split_is_refused(tmp_path, size):
+    (tmp_path / "data").mkdir()
+    if size is not None:
+        (tmp_path / "data" / "test.bin").write_bytes(b"")
+    result = subprocess.run(["bash", os.path.join(RECIPES, "wikitext103", "evaluate.sh")], capture_output=True, text=True,
+                            cwd=str(tmp_path), env=dict(os.environ, PYTHON=sys.executable, NUM_GPUS="0",
+                                                        DATA_BIN=str(tmp_path / "data"), SAVE_DIR=str(tmp_path / "save")))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'data' / 'test.bin'} is missing or empty: the test split has no tokens to evaluate (SUBSETS=test)"]
+    assert not (tmp_path / "save").exists()
