@@ -13,23 +13,7 @@ from fairseq_plugins.errors import DEBUG_VARIABLE
 from fairseq_plugins.search.collect import read_collection
 
 ROOT = Path(__file__).resolve().parents[2]
-SPACE = """
-encoder:
-  embed_dim: [8, 16]
-  layers: [1, 2]
-  ffn_embed_dim: [8, 12]
-  attention_heads: [2, 4]
-  attention_kinds: [softmax, cosformer]
-decoder:
-  embed_dim: [8, 16]
-  layers: [1, 2]
-  ffn_embed_dim: [8, 12]
-  attention_heads: [2, 4]
-  attention_kinds: [softmax, cosformer]
-  cross_attention_heads: [2, 4]
-  cross_attention_kinds: [softmax]
-  encoder_decoder_connect: [1]
-"""
+SPACE = (ROOT / "search_spaces" / "multi30k_cpu.yaml").read_text(encoding="utf-8")  # a space of the project
 
 
 def search(*args, env=None):
@@ -46,7 +30,7 @@ def one_line_error(result) -> str:
 @pytest.fixture
 def files(tmp_path):
     (tmp_path / "space.yaml").write_text(SPACE)
-    (tmp_path / "latin1.yaml").write_bytes(SPACE.replace("encoder:", "# Größe\nencoder:").encode("latin-1"))
+    (tmp_path / "latin1.yaml").write_bytes(("# Größe\n" + SPACE).encode("latin-1"))
     (tmp_path / "checkpoint.pt").write_bytes(b"")
     return tmp_path
 
@@ -60,7 +44,7 @@ def files(tmp_path):
     (["collect", "--what", "loss", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "-n", "0",
       "--output", "{d}/out.jsonl"], "-n: expected at least 1"),
     (["sample", "--space", "{d}/latin1.yaml"],
-     "{d}/latin1.yaml: the search space: not UTF-8 text (line 2, byte 5: invalid start byte b'\\xf6'); save it as UTF-8"),
+     "{d}/latin1.yaml: the search space: not UTF-8 text (line 1, byte 4: invalid start byte b'\\xf6'); save it as UTF-8"),
     (["space", "--space", "{d}/missing.yaml"], "{d}/missing.yaml: the search space: cannot read it (No such file or directory)"),
     (["collect", "--what", "loss", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "-n", "2",
       "--output", "{d}/out.jsonl"], "{d}/checkpoint.pt: an empty file, not a checkpoint (an interrupted copy or save?)"),
