@@ -72,12 +72,15 @@ def one_line_errors(run: Callable[[], Optional[int]], *types: Type[BaseException
 
 
 def ours_in_chain(error: BaseException) -> Optional[BaseException]:
-    """``error`` or the error it was raised from or during (fairseq's trainer turns any failure to load a
-    checkpoint's weights into "Cannot load model parameters"), if one of the plugin's; else None."""
+    """``error`` if it is one of the plugin's; else, when it is fairseq's generic wrapper (a plain ``Exception``:
+    the trainer turns any failure to load a checkpoint's weights into "Cannot load model parameters"), the
+    plugin's error it was raised from or during; else None (a bug raised while handling ours stays a bug)."""
     seen = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, user_errors()):
             return error
+        if type(error) is not Exception:
+            return None
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return None
