@@ -212,8 +212,6 @@ def prepare_translation(args, config: TranslationConfig, write_raw: Callable[[st
 
 def write_parallel(raw_dir: str, name: str, sides: Dict[str, Sequence[str]]) -> None:
     """raw/<name>.<lang> for every language; all sides must have the same length."""
-    lengths = {lang: len(lines) for lang, lines in sides.items()}
-    if len(set(lengths.values())) != 1:
-        raise ValueError(f"{name}: sides differ in length {lengths}")
+    require_parallel(name, {os.path.join(raw_dir, f"{name}.{lang}"): len(lines) for lang, lines in sides.items()})
     for lang, lines in sides.items():
         write_lines(os.path.join(raw_dir, f"{name}.{lang}"), lines)
