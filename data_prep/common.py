@@ -43,10 +43,12 @@ import re
 import shutil
 import sys
 import tarfile
+import tempfile
 import time
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
@@ -60,6 +62,7 @@ PIN_FILES = ("requirements.txt", "constraints.txt", "Makefile")  # where `make s
 OUR_PACKAGES = ("data_prep", "fairseq_plugins")  # not installable: a missing one of these is a bug
 INVALID_UTF8_POLICIES = ("error", "replace")
 _invalid_utf8 = "error"  # the policy of read_lines when its caller gives none (see invalid_utf8_policy)
+_inputs_read: Optional[set] = None  # the files fetch gave during a step that tracks its inputs (Steps.run)
 
 
 class PrepError(RuntimeError):
@@ -207,8 +210,14 @@ def fail_for_missing_module(error: ModuleNotFoundError, purpose: str) -> NoRetur
     fail(missing_package(distribution_of(error.name), purpose, error.name.split(".")[0]))
 
 
+DEBUG_VARIABLE = "FAIRSEQ_PLUGINS_DEBUG"  # fairseq_plugins.errors' (not imported here: it needs torch)
+
+
 def fail(error: PrepError) -> NoReturn:
-    """Report a ``PrepError`` as one line on stderr and exit with status 2."""
+    """Report a ``PrepError`` as one line on stderr and exit with status 2 (as fairseq_plugins.errors does
+    for the package; with ``$FAIRSEQ_PLUGINS_DEBUG`` set, the error is raised with its traceback)."""
+    if os.environ.get(DEBUG_VARIABLE, "").strip().lower() not in ("", "0", "false", "no"):
+        raise error
     print(f"error: {error}", file=sys.stderr)
     raise SystemExit(2)
 
@@ -331,10 +340,26 @@ def read_lines(path: str, invalid_utf8: Optional[str] = None, universal_newlines
                     yield from (line[:-1] if line.endswith("\r") else line).split("\r")
                 else:
                     yield line
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise damaged_gzip(path, error) from None
     finally:  # also when the reader stops early: what was replaced so far is said
         if replaced and warn:
             log_warning(f"{path}: replaced {_plural(replaced, 'invalid UTF-8 sequence')} on "
                 f"{_plural(replaced_lines, 'line')} with U+FFFD (--invalid-utf8 replace; the first on {first})")
+
+
+def damaged_gzip(path: str, error: BaseException) -> PrepError:
+    """The error for a compressed file that ends early or is not what its name says."""
+    what = "truncated" if isinstance(error, EOFError) else "damaged"
+    return PrepError(f"{path}: a {what} compressed file ({error or type(error).__name__}); download or copy it again")
+
+
+def require_parallel(what: str, counts: Dict[str, int]) -> None:
+    """The sides of a parallel text must have one line per sentence pair: ``counts`` ({file: lines}) must agree."""
+    if len(set(counts.values())) > 1:
+        sides = ", ".join(f"{path} has {_plural(count, 'line')}" for path, count in counts.items())
+        raise PrepError(f"{what}: the sides differ in length ({sides}); a parallel text needs one line per sentence "
+                        "pair on every side (a file cut off, or of another release?)")
 
 
 def require_text(path: str, expected: str) -> None:
@@ -343,12 +368,15 @@ def require_text(path: str, expected: str) -> None:
     the split needs, for the message."""
     opener = gzip.open if path.endswith(".gz") else open
     lines = 0
-    with opener(path, "rb") as f:
-        for raw in f:
-            # Decoded only to see white space as fairseq's tokenizer does; read_lines judges the encoding.
-            if raw.decode("utf-8", errors="replace").strip():
-                return
-            lines += 1
+    try:
+        with opener(path, "rb") as f:
+            for raw in f:
+                # Decoded only to see white space as fairseq's tokenizer does; read_lines judges the encoding.
+                if raw.decode("utf-8", errors="replace").strip():
+                    return
+                lines += 1
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise damaged_gzip(path, error) from None
     raise PrepError(f"{path}: no text ({_plural(lines, 'blank line') if lines else 'an empty file'}); {expected}")
 
 
@@ -556,6 +584,14 @@ def extract(archive: str, dest_dir: str) -> str:
     if not archive.endswith((".tgz", ".tar.gz", ".tar", ".zip", ".gz")):
         raise PrepError(f"{archive}: unknown archive type")
     log(f"extracting {os.path.basename(archive)}")
+    try:
+        _extract(archive, dest_dir)
+    except (EOFError, gzip.BadGzipFile, zlib.error, tarfile.TarError, zipfile.BadZipFile) as error:
+        raise damaged_gzip(archive, error) from None
+    return dest_dir
+
+
+def _extract(archive: str, dest_dir: str) -> None:
     with atomic_directory(dest_dir) as partial:
         if archive.endswith((".tgz", ".tar.gz", ".tar")):
             with tarfile.open(archive) as tar:
@@ -566,11 +602,21 @@ def extract(archive: str, dest_dir: str) -> str:
         else:
             with gzip.open(archive, "rb") as src, open(os.path.join(partial, os.path.basename(archive)[:-3]), "wb") as dst:
                 shutil.copyfileobj(src, dst, CHUNK)
-    return dest_dir
 
 
 def fetch(resource: Resource, raw_dir: Optional[str], work_dir: str, download_ok: bool = True,
           retries: int = 3, mirrors: Sequence[str] = (), skipped: Optional[List[str]] = None) -> Dict[str, str]:
+    """``_fetch``; the files of a required resource are inputs of the step that runs it, keyed by their content
+    (``Steps.run(track_inputs=True)``). An optional one's are not: a test set found by a later run is added
+    without redoing the steps before it (Multi30k's extra test sets), so a changed copy of one is not noticed."""
+    found = _fetch(resource, raw_dir, work_dir, download_ok, retries, mirrors, skipped)
+    if _inputs_read is not None and not resource.optional:
+        _inputs_read.update(os.path.abspath(path) for path in found.values() if path)
+    return found
+
+
+def _fetch(resource: Resource, raw_dir: Optional[str], work_dir: str, download_ok: bool = True,
+           retries: int = 3, mirrors: Sequence[str] = (), skipped: Optional[List[str]] = None) -> Dict[str, str]:
     """Paths of ``resource.members`` (or of the file itself when it has no
     members), from ``raw_dir`` when they are there, else from the release file
     (found in ``raw_dir`` or downloaded into ``work_dir/downloads``), verified
@@ -639,12 +685,30 @@ def fetch(resource: Resource, raw_dir: Optional[str], work_dir: str, download_ok
 
 
 # ------------------------------------------------------------------ steps ---
+def input_digests(record: Dict[str, list], paths: Sequence[str]) -> Dict[str, Optional[str]]:
+    """{path: sha256 (None: missing)} of ``paths``; ``record`` ({path: [size, mtime_ns, sha256]}) caches the
+    digests and is updated: a file whose size and modification time are unchanged is not read again."""
+    digests = {}
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            digests[path] = None
+            continue
+        cached = record.get(path)
+        if not cached or cached[:2] != [info.st_size, info.st_mtime_ns]:
+            record[path] = cached = [info.st_size, info.st_mtime_ns, file_digest(path)]
+        digests[path] = cached[2]
+    return digests
+
+
 @dataclass
 class Steps:
-    """A resumable sequence of steps sharing ``work_dir/.stamps``."""
+    """A resumable sequence of steps sharing ``work_dir/.stamps``. ``names``: every step the preparation has,
+    in order (``--stop-after`` must name one: checked before any step runs)."""
 
     work_dir: str
-    total: int
+    names: Sequence[str]
     stop_after: Optional[str] = None
     done: List[str] = field(default_factory=list)
     _chain: str = ""
@@ -653,14 +717,58 @@ class Steps:
     # (e.g. an optional file it could not get now): no stamp is written.
     NO_STAMP = "no stamp"
 
-    def run(self, name: str, outputs: Sequence[str], action: Callable[[], object], **params) -> bool:
+    def __post_init__(self):
+        if self.stop_after is not None and self.stop_after not in self.names:
+            raise PrepError(f"--stop-after {self.stop_after}: not a step of this preparation (its steps: "
+                            f"{', '.join(self.names)})")
+
+    @property
+    def total(self) -> int:
+        return len(self.names)
+
+    def run(self, name: str, outputs: Sequence[str], action: Callable[[], object], track_inputs: bool = False,
+            **params) -> bool:
         """Run ``action`` unless a stamp with the same fingerprint exists and all
-        ``outputs`` exist. Returns True when the step ran."""
-        self._chain = self._fingerprint(self._chain, name, params)
+        ``outputs`` exist. Returns True when the step ran.
+
+        ``track_inputs``: the files the step reads through ``fetch`` (the release files, in --raw-dir or
+        downloaded) are part of its fingerprint by their content (sha256, recomputed only for a file whose
+        size or modification time changed): a changed input file is prepared again, an unchanged one is not."""
+        global _inputs_read
+        previous = self._chain
+        if track_inputs:
+            record = self._inputs_record(name)
+            fingerprint = self._fingerprint(previous, name, dict(params, inputs=input_digests(record, list(record))))
+        else:
+            fingerprint = self._fingerprint(previous, name, params)
         self.done.append(name)
-        ran = self._run_stamped(name, name, len(self.done), outputs, action, self._chain)
+        stamped = None
+        if track_inputs:
+            def stamped():  # after the action: the digests of the files it read now
+                read = sorted(_inputs_read or ())
+                digests = input_digests(record, read)
+                write_json(self._inputs_path(name), {path: record[path] for path in read}, sort_keys=True)
+                return self._fingerprint(previous, name, dict(params, inputs=digests))
+
+            _inputs_read = set()
+        try:
+            ran, self._chain = self._run_stamped(name, name, len(self.done), outputs, action, fingerprint, stamped)
+        finally:
+            if track_inputs:
+                _inputs_read = None
         self._stop_if_asked(name)
         return ran
+
+    def _inputs_path(self, name: str) -> str:
+        return os.path.join(self.work_dir, ".stamps", f"{name}.inputs.json")
+
+    def _inputs_record(self, name: str) -> Dict[str, list]:
+        """{path: [size, mtime_ns, sha256]} of the files the step read last time (none before a first run)."""
+        try:
+            with open(self._inputs_path(name), encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {}
 
     def run_each(self, name: str, parts: Sequence[str], outputs: Callable[[str], Sequence[str]],
                  action: Callable[[str], object], **params) -> List[str]:
@@ -675,7 +783,7 @@ class Steps:
         index = len(self.done)
         ran = [part for part in parts
                if self._run_stamped(f"{name}.{part}", f"{name} {part}", index, outputs(part), lambda part=part: action(part),
-                                    self._fingerprint(previous, name, dict(params, part=part)))]
+                                    self._fingerprint(previous, name, dict(params, part=part)))[0]]
         self._chain = self._fingerprint(previous, name, params)
         self._stop_if_asked(name)
         return ran
@@ -686,12 +794,14 @@ class Steps:
         return hashlib.sha256(fingerprint.encode()).hexdigest()
 
     def _run_stamped(self, stamp_name: str, label: str, index: int, outputs: Sequence[str], action: Callable[[], object],
-                     fingerprint: str) -> bool:
+                     fingerprint: str, stamped: Optional[Callable[[], str]] = None) -> Tuple[bool, str]:
+        """(whether the step ran, its fingerprint); ``stamped()``: the fingerprint to stamp once it has run,
+        when that depends on what it did (default: ``fingerprint``)."""
         stamp = os.path.join(self.work_dir, ".stamps", f"{stamp_name}.done")
         current = os.path.exists(stamp) and open(stamp).read().strip() == fingerprint
         if current and all(os.path.exists(p) for p in outputs):
             log(f"[{index}/{self.total}] {label}: up to date")
-            return False
+            return False, fingerprint
         log(f"[{index}/{self.total}] {label} ...")
         start = time.time()
         with contextlib.suppress(FileNotFoundError):
@@ -700,6 +810,8 @@ class Steps:
         missing = [p for p in outputs if not os.path.exists(p)]
         if missing:
             raise RuntimeError(f"step {label} did not write {missing}")
+        if stamped is not None:
+            fingerprint = stamped()
         if result is Steps.NO_STAMP:
             log(f"[{index}/{self.total}] {label}: done in {time.time() - start:.1f} s, not stamped "
                 "(it runs again next time)")
@@ -707,7 +819,7 @@ class Steps:
             with atomic_output(stamp) as f:
                 f.write(fingerprint + "\n")
             log(f"[{index}/{self.total}] {label}: done in {time.time() - start:.1f} s")
-        return True
+        return True, fingerprint
 
     def _stop_if_asked(self, name: str) -> None:
         if self.stop_after == name:
@@ -749,8 +861,8 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     """Defaults in the option help, the module docstring as it is written."""
 
 
-def argument_parser(name: str, description: str, default_dest: str) -> argparse.ArgumentParser:
-    """The options every preparation script shares."""
+def argument_parser(name: str, description: str, default_dest: str, steps: Sequence[str]) -> argparse.ArgumentParser:
+    """The options every preparation script shares; ``steps``: the names of its steps (``--stop-after``)."""
     parser = argparse.ArgumentParser(prog=f"python -m data_prep.{name}", description=description, formatter_class=_Formatter)
     parser.add_argument("--raw-dir", help="folder with the release files already on disk (archives, or the files "
                         "inside them, anywhere below it); what is missing is downloaded unless --no-download")
@@ -763,7 +875,8 @@ def argument_parser(name: str, description: str, default_dest: str) -> argparse.
     parser.add_argument("--retries", type=int, default=3, help="download attempts per location")
     parser.add_argument("--workers", type=int, default=max(1, min(8, os.cpu_count() or 1)),
                         help="processes for tokenisation, BPE and binarisation")
-    parser.add_argument("--stop-after", metavar="STEP", help="stop once this step is done (rerun to continue)")
+    parser.add_argument("--stop-after", metavar="STEP", choices=steps,
+                        help=f"stop once this step is done (rerun to continue): one of {', '.join(steps)}")
     add_invalid_utf8_argument(parser)
     return parser
 
@@ -778,12 +891,57 @@ def fetch_all(resources: Sequence[Resource], args, skipped: Optional[List[str]] 
     return paths
 
 
+# option -> the least value it takes (those a preparation has)
+MINIMUM = {"workers": 1, "retries": 1, "bpe_merges": 1, "spm_vocab_size": 1}
+FRACTIONS = ("valid_fraction", "test_fraction")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def check_arguments(args) -> None:
+    """Values no step could use, refused before any work (a ``PrepError`` naming the option)."""
+    for dest, least in MINIMUM.items():
+        value = getattr(args, dest, None)
+        if value is not None and value < least:
+            raise PrepError(f"{_flag(dest)}: expected at least {least}, got {value}")
+    fractions = [getattr(args, dest) for dest in FRACTIONS if getattr(args, dest, None) is not None]
+    for dest in FRACTIONS:
+        value = getattr(args, dest, None)
+        if value is not None and not 0 < value < 1:
+            raise PrepError(f"{_flag(dest)}: expected a fraction between 0 and 1 (both excluded), got {value}")
+    if sum(fractions) >= 1:
+        raise PrepError(f"{' + '.join(_flag(d) for d in FRACTIONS)}: {' + '.join(map(str, fractions))} leaves nothing "
+                        "to train on; expected a sum below 1")
+
+
+def require_writable_folder(path: str, option: str) -> None:
+    """Create the folder ``path`` (and its parents) now and check that a file can be written in it, so that
+    a destination that cannot be written fails before the work, not at its last step. ``option``: the option
+    and its value, for the message."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise PrepError(f"{option}: cannot create or write the folder {path} ({error.strerror}"
+                        f"{': ' + str(error.filename) if error.filename else ''})") from None
+
+
 def main_guard(prepare: Callable[[argparse.Namespace], str], parser: argparse.ArgumentParser,
                argv: Optional[Sequence[str]] = None) -> str:
-    """Parse, lock the work directory, run; a ``PrepError`` becomes a one-line error and exit status 2,
-    and so does a module that is not installed (also one that an imported package needs)."""
+    """Parse, check the options and the folders, lock the work directory, run; a ``PrepError`` becomes a
+    one-line error and exit status 2, and so does a module that is not installed (also one that an imported
+    package needs)."""
     args = parser.parse_args(argv)
     try:
+        check_arguments(args)
+        if os.path.exists(args.dest) and not os.path.isdir(args.dest):
+            raise PrepError(f"--dest {args.dest}: a file is in the way (expected a folder, or nothing)")
+        # (the destination is written beside itself and renamed into place: its parent is what must be writable)
+        require_writable_folder(os.path.dirname(os.path.abspath(args.dest)), f"--dest {args.dest}")
+        require_writable_folder(args.work_dir, f"--work-dir {args.work_dir}")
         with exclusive(args.work_dir), invalid_utf8_policy(args.invalid_utf8):
             dest = prepare(args)
     except PrepError as error:

@@ -17,7 +17,7 @@ import os
 from typing import Iterator, Optional, Sequence
 
 from .common import PrepError, Resource, argument_parser, atomic_output, fetch_all, file_digest, main_guard, write_lines
-from .language_model import prepare_lm
+from .language_model import LM_STEPS, prepare_lm
 
 ENWIK8_BYTES = 100_000_000
 RESOURCE = Resource(name="enwik8.zip", members=["enwik8"],
@@ -71,7 +71,7 @@ def prepare(args) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    parser = argument_parser("enwik8", __doc__, "work_dirs/data-bin/enwik8")
+    parser = argument_parser("enwik8", __doc__, "work_dirs/data-bin/enwik8", LM_STEPS)
     parser.add_argument("--input-file", help="prepare this byte file instead of enwik8")
     parser.add_argument("--valid-fraction", type=float, default=0.05)
     parser.add_argument("--test-fraction", type=float, default=0.05)

@@ -20,9 +20,9 @@ import os
 import re
 from typing import Optional, Sequence
 
-from .common import Resource, argument_parser, fetch_all, main_guard, read_lines, write_lines
+from .common import Resource, argument_parser, fetch_all, main_guard, read_lines, require_parallel, write_lines
 from .text import sgm_segments
-from .translation import TranslationConfig, add_bpe_arguments, prepare_translation
+from .translation import TRANSLATION_STEPS, TranslationConfig, add_bpe_arguments, prepare_translation
 
 SRC, TGT = "de", "en"
 TEST_PARTS = ["IWSLT14.TED.dev2010", "IWSLT14.TEDX.dev2012", "IWSLT14.TED.tst2010", "IWSLT14.TED.tst2011", "IWSLT14.TED.tst2012"]
@@ -59,16 +59,18 @@ def config(args) -> TranslationConfig:
 def prepare(args) -> str:
     def write_raw(raw_dir: str):
         files = fetch_all(RESOURCES, args)
+        tests = {(part, lang): sgm_segments(files[f"{part}.de-en.{lang}.xml"]) for part in TEST_PARTS for lang in (SRC, TGT)}
+        for part in TEST_PARTS:  # a cut-off file would shift every later pair of the test set
+            require_parallel(f"IWSLT14 {part}", {files[f"{part}.de-en.{lang}.xml"]: len(tests[part, lang]) for lang in (SRC, TGT)})
         for lang in (SRC, TGT):
             write_lines(os.path.join(raw_dir, f"train.{lang}"), train_lines(files[f"train.tags.de-en.{lang}"]))
-            write_lines(os.path.join(raw_dir, f"test.{lang}"),
-                        (seg for part in TEST_PARTS for seg in sgm_segments(files[f"{part}.de-en.{lang}.xml"])))
+            write_lines(os.path.join(raw_dir, f"test.{lang}"), (seg for part in TEST_PARTS for seg in tests[part, lang]))
 
     return prepare_translation(args, config(args), write_raw, {"release": RESOURCES[0].name})
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    parser = argument_parser("iwslt14", __doc__, "work_dirs/data-bin/iwslt14.tokenized.de-en")
+    parser = argument_parser("iwslt14", __doc__, "work_dirs/data-bin/iwslt14.tokenized.de-en", TRANSLATION_STEPS)
     add_bpe_arguments(parser, merges=10000)
     return main_guard(prepare, parser, argv)
 

@@ -12,12 +12,13 @@ from .common import Steps, binarize, invalid_utf8_params, log, require_text, wri
 from .text import dictionary_size
 
 SPLITS = ("train", "valid", "test")
+LM_STEPS = ("text", "binarize")
 
 
 def prepare_lm(args, write_text: Callable[[str], None], unit: str, raw_step_params: dict) -> str:
     """``write_text(text_dir)`` fetches the release and writes the three text files."""
     work, dest = args.work_dir, args.dest
-    steps = Steps(work, total=2, stop_after=args.stop_after)
+    steps = Steps(work, LM_STEPS, stop_after=args.stop_after)
     text = {split: os.path.join(work, "text", f"{split}.txt") for split in SPLITS}
 
     def write_checked_text():
@@ -26,7 +27,7 @@ def prepare_lm(args, write_text: Callable[[str], None], unit: str, raw_step_para
             for split, path in text.items():
                 require_text(path, f"the {split} split needs at least one token")
 
-    steps.run("text", list(text.values()), write_checked_text,
+    steps.run("text", list(text.values()), write_checked_text, track_inputs=True,
               raw_dir=os.path.abspath(args.raw_dir) if args.raw_dir else None, **raw_step_params,
               **invalid_utf8_params(args))
 

@@ -25,11 +25,12 @@ from .common import (
     log_warning,
     main_guard,
     read_lines,
+    require_parallel,
     require_text,
     sacrebleu_registry,
     write_lines,
 )
-from .translation import RawText, TranslationConfig, add_bpe_arguments, prepare_translation
+from .translation import TRANSLATION_STEPS, RawText, TranslationConfig, add_bpe_arguments, prepare_translation
 
 LANGS = ("de", "en")
 REQUIRED = ["train", "val", "test_2016_flickr"]
@@ -81,6 +82,9 @@ def prepare(args) -> str:
         for lang in LANGS:  # subword-nmt would crash on it, deep inside learn_bpe
             require_text(files[f"train.{lang}"], "the training split needs at least one sentence")
         for name in ["train", "val", *tests]:
+            require_parallel(f"Multi30k {name}", {files[f"{name}.{lang}"]: sum(1 for _ in read_lines(files[f"{name}.{lang}"]))
+                                                  for lang in LANGS})
+        for name in ["train", "val", *tests]:
             for lang in LANGS:
                 split = "valid" if name == "val" else name
                 write_lines(os.path.join(raw_dir, f"{split}.{lang}"), read_lines(files[f"{name}.{lang}"]))
@@ -90,7 +94,7 @@ def prepare(args) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    parser = argument_parser("multi30k", __doc__, "work_dirs/data-bin/multi30k.de-en")
+    parser = argument_parser("multi30k", __doc__, "work_dirs/data-bin/multi30k.de-en", TRANSLATION_STEPS)
     add_bpe_arguments(parser, merges=10000)
     parser.add_argument("--keep-case", action="store_true", help="do not lower-case")
     return main_guard(prepare, parser, argv)

@@ -45,6 +45,7 @@ from data_prep.common import (  # noqa: E402
     PrepError,
     add_invalid_utf8_argument,
     exclusive,
+    fail,
     fail_for_missing_module,
     file_digest,
     log,
@@ -402,8 +403,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     try:
         output = extract(args)
     except PrepError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2)
+        fail(error)
     log(f"ready: {output}.bin/.idx")
     return output
 

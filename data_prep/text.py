@@ -9,7 +9,8 @@ import re
 import unittest.mock
 from typing import Callable, Iterable, List, Optional, Sequence
 
-from .common import atomic_output, count_lines, log, progress, read_lines, require, require_text, write_lines
+from .common import (atomic_output, count_lines, log, progress, read_lines, require, require_parallel, require_text,
+                     write_lines)
 
 # --------------------------------------------------------------- raw text ---
 # prepare-iwslt14.sh / prepare-wmt14en2de.sh: grep '<seg id' | sed 's/<seg id="[0-9]*">\s*//g'
@@ -124,8 +125,7 @@ def clean_corpus(src_in: str, tgt_in: str, src_out: str, tgt_out: str, min_len: 
     empty side, a side outside [MIN, MAX] words, a length ratio above R either
     way, or a word longer than max_word_length; '|' is removed and white space
     collapsed, as there. Returns the number of pairs kept."""
-    if count_lines(src_in) != count_lines(tgt_in):
-        raise ValueError(f"{src_in} and {tgt_in} differ in their number of lines")
+    require_parallel("cleaning", {src_in: count_lines(src_in), tgt_in: count_lines(tgt_in)})
     total = kept = 0
     with atomic_output(src_out) as src_file, atomic_output(tgt_out) as tgt_file:
         for source, target in zip(read_lines(src_in), read_lines(tgt_in)):

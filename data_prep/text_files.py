@@ -11,7 +11,7 @@ import os
 from typing import Optional, Sequence
 
 from .common import PrepError, argument_parser, copy_text, file_digest, main_guard, require_text
-from .language_model import SPLITS, prepare_lm
+from .language_model import LM_STEPS, SPLITS, prepare_lm
 
 
 def prepare(args) -> str:
@@ -34,7 +34,7 @@ def prepare(args) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    parser = argument_parser("text_files", __doc__, "work_dirs/data-bin/text_files")
+    parser = argument_parser("text_files", __doc__, "work_dirs/data-bin/text_files", LM_STEPS)
     parser.add_argument("--input-dir", required=True, help="folder with train.txt, valid.txt and test.txt")
     return main_guard(prepare, parser, argv)
 

@@ -18,7 +18,8 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .common import Steps, binarize, invalid_utf8_params, log, read_lines, write_json, write_lines
+from .common import (Steps, binarize, count_lines, invalid_utf8_params, log, read_lines, require_parallel, write_json,
+                     write_lines)
 from .text import (
     MosesPipeline,
     apply_bpe,
@@ -33,6 +34,9 @@ from .text import (
     split_every,
     train_sentencepiece,
 )
+
+
+TRANSLATION_STEPS = ("raw", "tokenize", "text", "learn_bpe", "apply_bpe", "binarize")
 
 
 @dataclass
@@ -86,7 +90,7 @@ def prepare_translation(args, config: TranslationConfig, write_raw: Callable[[st
     work, dest = args.work_dir, args.dest
     src, tgt = config.langs
     sentencepiece = config.bpe == "sentencepiece"
-    steps = Steps(work, total=6, stop_after=args.stop_after)
+    steps = Steps(work, TRANSLATION_STEPS, stop_after=args.stop_after)
     path = lambda stage, split, lang: os.path.join(work, stage, f"{split}.{lang}")  # noqa: E731
     test_list = os.path.join(work, "raw", "test_sets.txt")
 
@@ -97,11 +101,14 @@ def prepare_translation(args, config: TranslationConfig, write_raw: Callable[[st
             names, complete = list(result.test_sets), result.complete
         else:
             names = result or config.test_sets
+        for split in first_splits + list(names):  # (the datasets check their release files; this, what they wrote)
+            require_parallel(f"the {split} split", {path("raw", split, lang): count_lines(path("raw", split, lang))
+                                                    for lang in config.langs})
         write_lines(test_list, names)
         return None if complete else Steps.NO_STAMP
 
     first_splits = ["train"] + ([] if config.valid_every else ["valid"])
-    steps.run("raw", [path("raw", s, l) for s in first_splits for l in config.langs] + [test_list], raw,
+    steps.run("raw", [path("raw", s, l) for s in first_splits for l in config.langs] + [test_list], raw, track_inputs=True,
               raw_dir=os.path.abspath(args.raw_dir) if args.raw_dir else None, **raw_step_params,
               **invalid_utf8_params(args))
     config.test_sets = list(read_lines(test_list))
@@ -205,8 +212,6 @@ def prepare_translation(args, config: TranslationConfig, write_raw: Callable[[st
 
 def write_parallel(raw_dir: str, name: str, sides: Dict[str, Sequence[str]]) -> None:
     """raw/<name>.<lang> for every language; all sides must have the same length."""
-    lengths = {lang: len(lines) for lang, lines in sides.items()}
-    if len(set(lengths.values())) != 1:
-        raise ValueError(f"{name}: sides differ in length {lengths}")
+    require_parallel(name, {os.path.join(raw_dir, f"{name}.{lang}"): len(lines) for lang, lines in sides.items()})
     for lang, lines in sides.items():
         write_lines(os.path.join(raw_dir, f"{name}.{lang}"), lines)

@@ -13,7 +13,7 @@ import os
 from typing import Optional, Sequence
 
 from .common import Resource, argument_parser, copy_text, fetch, main_guard
-from .language_model import SPLITS, prepare_lm
+from .language_model import LM_STEPS, SPLITS, prepare_lm
 
 
 # The md5 of each release zip as torchtext publishes it (torchtext/datasets/wikitext{2,103}.py).
@@ -46,6 +46,6 @@ def main_for(variant: str, argv: Optional[Sequence[str]] = None) -> str:
 
         return prepare_lm(args, write_text, unit="word", raw_step_params={"release": resource(variant).name})
 
-    parser = argument_parser(f"wikitext{variant}", __doc__, f"work_dirs/data-bin/wikitext-{variant}")
+    parser = argument_parser(f"wikitext{variant}", __doc__, f"work_dirs/data-bin/wikitext-{variant}", LM_STEPS)
     return main_guard(prepare, parser, argv)
 

@@ -32,7 +32,7 @@ from typing import List, Sequence, Tuple
 
 from .common import Resource, argument_parser, fetch_all, main_guard, read_lines, require, sacrebleu_registry, write_lines
 from .text import reference_segments, sgm_segments
-from .translation import TranslationConfig, add_bpe_arguments, prepare_translation
+from .translation import TRANSLATION_STEPS, TranslationConfig, add_bpe_arguments, prepare_translation
 
 SRC, TGT = "en", "de"
 
@@ -108,7 +108,7 @@ def prepare_wmt(args, train: Sequence[Resource], valid_key: str, test_key: str, 
 
 
 def wmt_main(name: str, doc: str, default_dest: str, merges: int, prepare, argv) -> str:
-    parser = argument_parser(name, doc, default_dest)
+    parser = argument_parser(name, doc, default_dest, TRANSLATION_STEPS)
     add_bpe_arguments(parser, merges=merges, sentencepiece=True)
     return main_guard(prepare, parser, argv)
 

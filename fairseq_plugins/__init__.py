@@ -4,9 +4,11 @@ Importing the package registers the attention kinds, models, architectures,
 tasks and criteria with fairseq, and the few classes that fairseq checkpoints
 contain as safe globals for ``torch.load(weights_only=True)``.
 """
+from .errors import install_excepthook
 from .known_warnings import hide_known_warnings
 
 hide_known_warnings()
+install_excepthook()  # the plugin's configuration errors inside fairseq's commands: one line (errors.py)
 
 from . import checkpoint_compat  # noqa: F401
 from . import modules  # noqa: F401

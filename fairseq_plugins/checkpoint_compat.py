@@ -25,10 +25,14 @@ loading is never switched off: everything else, e.g. a pickle that calls
 """
 import argparse
 import collections
+import functools
+import os
 import typing
+import zipfile
 
 import numpy
 import torch
+from fairseq import checkpoint_utils
 from fairseq.distributed.utils import _TensorPlaceholder
 from omegaconf import DictConfig, ListConfig
 from omegaconf.base import ContainerMetadata, Metadata
@@ -72,3 +76,71 @@ EVAL_BLEU_GLOBALS = [
 
 SAFE_GLOBALS = CHECKPOINT_GLOBALS + BROADCAST_GLOBALS + EVAL_BLEU_GLOBALS
 torch.serialization.add_safe_globals(SAFE_GLOBALS)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A checkpoint that cannot be read is named, with what is wrong. fairseq reads every checkpoint file through
+# checkpoint_utils.load_checkpoint_to_cpu (fairseq-train's resume, fairseq-generate, fairseq-eval-lm, the hub
+# interface, the search's and the analysis' loaders), which has no hook of its own: it is wrapped here, once,
+# and does what it did for every file torch can read. torch's own message for a damaged file names no file.
+def _readable_checkpoint(path: str, error: BaseException) -> "CheckpointError":
+    from .errors import CheckpointError
+
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = None
+    if size == 0:
+        return CheckpointError(f"{path}: an empty file, not a checkpoint (an interrupted copy or save?)")
+    reason = (str(error).split(". ")[0].strip() if "PytorchStreamReader" in str(error) else "") or "not a complete zip archive"
+    return CheckpointError(f"{path}: truncated or not a checkpoint ({size} bytes; torch cannot read it: {reason}); "
+                           "use another checkpoint, or copy or save this one again")
+
+
+def _damaged(path: str, error: BaseException) -> bool:
+    try:
+        return os.path.getsize(path) == 0 or "PytorchStreamReader" in str(error) or not zipfile.is_zipfile(path)
+    except OSError:
+        return False
+
+
+def _loading_naming_the_file(load):
+    @functools.wraps(load)
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        try:
+            state = load(path, *args, **kwargs)
+        except (EOFError, RuntimeError, OSError) as error:
+            # An empty file (EOFError), or torch's zip reader on a truncated or foreign file (RuntimeError or
+            # OSError EINVAL). A missing or unreadable file names itself; pickle's refusal of unsafe content is
+            # an UnpicklingError: both pass unchanged.
+            if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError)) or not _damaged(str(path), error):
+                raise
+            raise _readable_checkpoint(str(path), error) from error
+        remember_loaded(path, state)
+        return state
+
+    load_checkpoint_to_cpu.names_the_file = True
+    return load_checkpoint_to_cpu
+
+
+# The model options of the checkpoints loaded last, by the state dict they hold: a model's load_state_dict
+# (models/mixed_transformer.py) compares the file's options with its own and names the file when they differ.
+_LOADED: "collections.OrderedDict[int, tuple]" = collections.OrderedDict()
+
+
+def remember_loaded(path, state) -> None:
+    if isinstance(state, dict) and isinstance(state.get("model"), dict):
+        cfg = state.get("cfg")
+        model_cfg = cfg.get("model") if cfg is not None and hasattr(cfg, "get") else None
+        _LOADED[id(state["model"])] = (str(path), model_cfg if model_cfg is not None else state.get("args"))
+        while len(_LOADED) > 8:
+            _LOADED.popitem(last=False)
+
+
+def loaded_from(state_dict) -> tuple:
+    """(file, the model options saved in it) of a state dict that a checkpoint file gave, else (None, None)."""
+    return _LOADED.get(id(state_dict), (None, None))
+
+
+if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "names_the_file", False):
+    checkpoint_utils.load_checkpoint_to_cpu = _loading_naming_the_file(checkpoint_utils.load_checkpoint_to_cpu)

@@ -45,6 +45,26 @@ def atomic_directory(path: str) -> Iterator[str]:
         raise
 
 
+class TextFileError(ValueError):
+    """A text file that cannot be read or is not UTF-8; the message says why (callers name the file)."""
+
+
+def read_text(path: str) -> str:
+    """The whole of a UTF-8 text file of ours (a search space, an architecture, a JSON report); a missing or
+    unreadable file or one that is not UTF-8 raises ``TextFileError`` saying which byte."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as error:
+        raise TextFileError(f"cannot read it ({error.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise TextFileError(f"not UTF-8 text (line {line}, byte {error.start}: {error.reason} "
+                            f"{data[error.start:error.end]!r}); save it as UTF-8") from None
+
+
 def write_lines(path: str, lines: Iterable[str]) -> int:
     """Write one line per item (atomically); returns the number of lines."""
     count = 0

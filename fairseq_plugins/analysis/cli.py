@@ -16,9 +16,10 @@ import os
 import sys
 from typing import List, Optional
 
+from ..errors import one_line_errors
 from ..files import write_json
 from .runner import AnalysisError, AnalysisResult, Loaded, analyse, load, sentence_attention
-from .stats import AttentionStatisticsError, LayerStatistics
+from .stats import LayerStatistics
 
 DEFINITIONS = {
     "heads": "per layer, the H heads' distributions are averaged first (A = mean over heads, as fairseq's need_weights=True); "
@@ -218,9 +219,6 @@ def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
     previous_level = root.level
     root.setLevel(logging.WARNING)
     try:
-        return run(args)
-    except (AnalysisError, AttentionStatisticsError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return one_line_errors(lambda: run(args))
     finally:
         root.setLevel(previous_level)

@@ -190,6 +190,30 @@ def check_parallel(hints, target_sizes, hint_name: str, target_name: str):
         )
 
 
+def hints_before_sentence_start(hints, prefix: str) -> Optional[str]:
+    """What is wrong when hints of ``hints`` (the dataset loaded from ``prefix``) point before the start of their sentence (distance d_t
+    above the row t, rows 0-based; 0 = the row itself), else None. The writer never makes one; at batching
+    time such a hint is no hint (as one before a language-model block's start), so the loader says how many
+    there are instead of dropping them without a word. (One read of the file, vectorised.)"""
+    from fairseq.data import indexed_dataset
+
+    sizes = np.array(hints.sizes, dtype=np.int64)  # (a copy: the sizes live in the dataset's memory map)
+    values = np.fromfile(indexed_dataset.data_file_path(prefix), dtype=HINT_DTYPE).astype(np.int64)
+    if values.size != sizes.sum():
+        return None  # (check_hint_files names a damaged file)
+    starts = np.cumsum(sizes) - sizes
+    rows = np.arange(values.size, dtype=np.int64) - np.repeat(starts, sizes)
+    bad = np.nonzero(values > rows)[0]
+    if not len(bad):
+        return None
+    first = int(bad[0])
+    sentence_of = np.searchsorted(starts, bad, side="right") - 1
+    return (f"{prefix}.bin: {len(bad)} of {values.size} hints, in {len(np.unique(sentence_of))} of {len(sizes)} sentences, "
+            f"point before the start of their sentence and are not used (the first: sentence {int(sentence_of[0]) + 1}, row "
+            f"{int(rows[first])}, distance {int(values[first])}); data_prep/syntax_hints.py writes none: were they written "
+            "for another text?")
+
+
 # ------------------------------------------------------- hint extraction ---
 BPE_STYLES = ("subword-nmt", "sentencepiece", "none")
 SUBWORD_NMT_CONTINUATION = "@@"

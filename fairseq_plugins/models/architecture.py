@@ -195,11 +195,11 @@ class Architecture:
     @classmethod
     def from_file(cls, path: str) -> "Architecture":
         """``--architecture-file``: errors name the file."""
+        from ..files import TextFileError, read_text
+
         try:
-            with open(path) as f:
-                text = f.read()
-            return cls.from_json(text)
-        except (OSError, AttentionConfigError) as error:
+            return cls.from_json(read_text(path))
+        except (TextFileError, AttentionConfigError) as error:
             raise AttentionConfigError(f"--architecture-file {path}: {error}") from None
 
     # ----------------------------------------------------- model options ---

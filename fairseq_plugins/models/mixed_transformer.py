@@ -33,6 +33,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 
 from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError, build_attention
 from ..modules.options import ModelKindOptions
+from .checkpoint_checks import load_checked
 from .architecture import (
     Architecture,
     DecoderLayer,
@@ -266,7 +267,9 @@ def load_state_dict_describing_pruned(model, super_load, state_dict, strict, mod
     per-layer options must then describe the pruned model (a checkpoint saved from it reloads)."""
     options = model_cfg if model_cfg is not None else args
     pruned = options is not None and any(getattr(options, name, None) for name in ("encoder_layers_to_keep", "decoder_layers_to_keep"))
-    result = super_load(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+    # (weights of a checkpoint file: its kinds checked, a mismatch named; checkpoint_checks.py. A pruned model
+    # has other layer numbers than the file: fairseq's own loading checks it.)
+    result = load_checked(model if not pruned else None, super_load, state_dict, strict=strict, model_cfg=model_cfg, args=args)
     if pruned and not any(getattr(options, name, None) for name in ("encoder_layers_to_keep", "decoder_layers_to_keep")):
         describe_architecture(options, model.architecture)
     return result

@@ -55,6 +55,29 @@ def resolve_lm_sizes(args, task=None):
     return positions
 
 
+def check_task_fits(args, task) -> None:
+    """The task's samples must fit the model's positions: fairseq-eval-lm rebuilds a checkpoint's model with
+    the task of its command line, and a longer block (--tokens-per-sample above the positions the model was
+    trained for, or one more for a BOS token of --add-bos-token the model was trained without) is skipped
+    by fairseq's batching, so the perplexity is over nothing (1.00 over 0 tokens), or fails on an index."""
+    # (fairseq's language_modeling task keeps its options as .args, a dataclass task as .cfg)
+    tokens = next((value for value in (getattr(getattr(task, name, None), "tokens_per_sample", None) for name in ("cfg", "args"))
+                   if value is not None), None)
+    if tokens is None:
+        return
+    if tokens < 1:  # fairseq-eval-lm has taken --context-window from it
+        raise AttentionConfigError(f"--tokens-per-sample: {tokens} tokens per block are left to score; expected at least 1 "
+                                   "(with fairseq-eval-lm: give a --context-window smaller than --tokens-per-sample)")
+    bos = int(adds_bos_token(args, task))
+    limit = getattr(args, "max_target_positions", None)
+    if limit is not None and tokens + bos > limit:
+        needs = f"--tokens-per-sample {tokens} + 1 (the BOS token of --add-bos-token)" if bos else f"--tokens-per-sample {tokens}"
+        raise AttentionConfigError(
+            f"{needs}: more than the model's {limit} positions (--max-target-positions; a checkpoint's: what it was trained "
+            f"for); give --tokens-per-sample {limit - bos} or less" + (", or leave out --add-bos-token if the model was "
+                                                                      "trained without it" if bos else ""))
+
+
 @register_model("mixed_transformer_lm", dataclass=MixedTransformerLanguageModelConfig)
 class MixedTransformerLanguageModel(TransformerLanguageModel):
     @classmethod
@@ -70,6 +93,7 @@ class MixedTransformerLanguageModel(TransformerLanguageModel):
                 "--architecture-file needs an --arch preset of mixed_transformer_lm registered by this package "
                 "(e.g. mixed_transformer_lm_tiny), not mixed_transformer_lm itself")
         positions = resolve_lm_sizes(args, task)
+        check_task_fits(args, task)
         # The whole architecture, resolved and validated before any module is built: errors name the option.
         architecture = model_architecture(args, decoder_only=True)
         resolve_kind_options(args, architecture, positions)

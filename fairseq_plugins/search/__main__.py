@@ -310,18 +310,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "n", 1) < 1:
         parser.error("-n: expected at least 1")
-    if getattr(args, "beam", 1) < 1:
-        parser.error("--beam: expected at least 1")
+    for option in ("beam", "source_length", "target_length", "max_tokens", "batch_size"):
+        if getattr(args, option, 1) < 1:
+            parser.error(f"--{option.replace('_', '-')}: expected at least 1, got {getattr(args, option)}")
 
     import fairseq_plugins  # noqa: F401  (registers the attention kinds a space may name)
-    from ..modules import AttentionConfigError
+    from ..errors import one_line_errors
 
-    try:
-        args.run(args)
-    except AttentionConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return one_line_errors(lambda: args.run(args))
 
 
 if __name__ == "__main__":

@@ -8,13 +8,16 @@ checkpoint, the latency settings, the machine) and one record per architecture w
 revision, the machine's load and the thread count. A rerun with the same settings continues it: the
 architectures are the same seeded sequence, those already in the file are skipped, and every new record is
 written at once (atomically, the whole file), so an interrupted run loses at most the architecture it was
-measuring. A run whose settings differ from the header's is refused, naming the setting.
+measuring. Runs into the same file at the same time take turns to write it (a lock file beside it,
+``<output>.lock``), each rereading it first: no record is lost or written twice. A run whose settings differ from the header's is refused, naming the setting.
 
 Latency: a measurement whose repeatability (``ratio_range``: the spread of its rounds' ratios to the
 reference over their median) exceeds ``--max-spread`` is measured again, up to ``--remeasure`` times; one
 that never settles is written as dropped (with its spreads), left out by ``rank`` and counted in the summary.
 """
+import contextlib
 import datetime
+import fcntl
 import json
 import os
 import platform
@@ -23,7 +26,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from ..files import atomic_output
+from ..files import TextFileError, atomic_output, read_text
 from ..provenance import available_cores, cpu_model, git_revision, load_average
 from ..models.architecture import Architecture
 from ..modules import AttentionConfigError
@@ -62,23 +65,55 @@ def read_collection(path: str) -> Tuple[dict, List[dict]]:
     if not os.path.isfile(path):
         raise CollectError(f"{path}: no such collection file (python -m fairseq_plugins.search collect writes one)")
     header, records = None, []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise CollectError(f"{path}:{number}: not JSON ({error.msg})") from None
-            if number == 1:
-                if entry.get("record") != HEADER:
-                    raise CollectError(f"{path}:1: not a collection header (a file written by `collect`)")
-                header = entry
-            else:
-                records.append(entry)
+    try:
+        text = read_text(path)
+    except TextFileError as error:
+        raise CollectError(f"{path}: {error}") from None
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise CollectError(f"{path}:{number}: not JSON ({error.msg})") from None
+        if number == 1:
+            if entry.get("record") != HEADER:
+                raise CollectError(f"{path}:1: not a collection header (a file written by `collect`)")
+            header = entry
+        else:
+            records.append(entry)
     if header is None:
         raise CollectError(f"{path}: empty")
     return header, records
+
+
+@contextlib.contextmanager
+def output_lock(output: str):
+    """One writer of ``output`` at a time (``fcntl.flock`` on ``<output>.lock``, released when the process
+    ends, also when it is killed): two collections into the same file at once read and rewrite it in turn."""
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def continued_records(output: str, settings: dict) -> List[dict]:
+    """The records of ``output`` (none when there is no file yet); a file of other ``settings`` is refused."""
+    if not os.path.isfile(output):
+        return []
+    header, records = read_collection(output)
+    for key, value in settings.items():
+        if header.get(key) != value:
+            raise CollectError(f"{output}: collected with {key} = {json.dumps(header.get(key))}, not "
+                               f"{json.dumps(value)}: continue it with its own settings, or write another file")
+    return records
+
+
+def recorded(records: List[dict]) -> set:
+    return {json.dumps(r["architecture"], sort_keys=True) for r in records}
 
 
 def write_collection(path: str, header: dict, records: List[dict]):
@@ -132,21 +167,18 @@ def collect(what: str, checkpoint: str, space_path: str, n: int, output: str, se
     else:
         settings.update(latency=asdict(latency), reference=reference_model.to_dict(), max_spread=max_spread, remeasure=remeasure,
                         device=device, machine=machine())
-    records: List[dict] = []
-    if os.path.isfile(output):
-        header, records = read_collection(output)
-        for key, value in settings.items():
-            if header.get(key) != value:
-                raise CollectError(f"{output}: collected with {key} = {json.dumps(header.get(key))}, not "
-                                   f"{json.dumps(value)}: continue it with its own settings, or write another file")
     header = {"record": HEADER, **settings, "checkpoint": os.path.abspath(checkpoint), "machine": machine()}
-    done = {json.dumps(r["architecture"], sort_keys=True) for r in records}
+    with output_lock(output):  # the settings are checked, and the file started, by one writer at a time
+        records = continued_records(output, settings)
+        if not os.path.isfile(output):
+            write_collection(output, header, records)
     evaluator = InheritedLoss(model, task, state, subset, max_tokens) if what == "loss" else None
     threads = latency.threads if what == "latency" else torch.get_num_threads()
     added = 0
     for architecture in distinct_samples(space, n, seed):
         key = json.dumps(architecture.to_dict(), sort_keys=True)
-        if key in done:
+        records = continued_records(output, settings)  # (renamed into place whole: readable without the lock)
+        if key in recorded(records):  # measured already, maybe by another run writing the file now
             continue
         if what == "loss":
             result = evaluator.evaluate(architecture)
@@ -157,14 +189,16 @@ def collect(what: str, checkpoint: str, space_path: str, n: int, output: str, se
                                      remeasure, device)
             record["architecture"] = architecture.to_dict()
         record.update(provenance(threads))
-        records.append(record)
-        done.add(key)
-        write_collection(output, header, records)
-        added += 1
-        if progress:
-            progress(len(records), record)
-    if not records:
-        write_collection(output, header, records)
+        # Another run may write the same file at the same time: under the lock, the file as it is now gets this
+        # record unless that run has written one for the architecture already (never lost, never twice).
+        with output_lock(output):
+            records = continued_records(output, settings)
+            if key not in recorded(records):
+                records.append(record)
+                write_collection(output, header, records)
+                added += 1
+                if progress:
+                    progress(len(records), record)
     dropped = sum(1 for r in records if r.get("dropped"))
     return {"output": output, "what": what, "records": len(records), "added": added, "dropped": dropped,
             "remeasured": sum(len(r.get("spreads", [])) - 1 for r in records if what == "latency")}

@@ -8,7 +8,7 @@ import sys
 from dataclasses import asdict
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..files import atomic_output, write_json
+from ..files import TextFileError, atomic_output, read_text, write_json
 from ..models.architecture import Architecture
 from .evolution import Candidate, Constraint, EvolutionSettings, SearchError, evolve, pareto
 from .latency import LatencySettings
@@ -349,9 +349,8 @@ def prune_command(args) -> dict:
 
     space = SearchSpace.from_file(args.space)
     try:
-        with open(args.importance, encoding="utf-8") as f:
-            importance = json.load(f)
-    except (OSError, json.JSONDecodeError) as error:
+        importance = json.loads(read_text(args.importance))
+    except (TextFileError, json.JSONDecodeError) as error:
         raise SearchError(f"--importance {args.importance}: cannot read it ({error})") from None
     for key in ("fields", "best_architecture", "target"):
         if key not in importance:

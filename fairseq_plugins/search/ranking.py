@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..files import atomic_output, write_json
+from ..files import TextFileError, atomic_output, read_text, write_json
 from ..models.architecture import Architecture
 from ..modules import AttentionConfigError
 from .features import FeatureEncoder
@@ -251,11 +251,10 @@ class Predictor:
         if not os.path.isfile(model_path) or not os.path.isfile(report):
             raise RankingError(f"{option} {model_path}: no such model (or no report.json beside it): run `rank` first")
         try:
-            with open(report, encoding="utf-8") as f:
-                meta = json.load(f)
+            meta = json.loads(read_text(report))
             self.target, features = meta["target"], meta["features"]
             self.space = SearchSpace.from_dict(meta["space"], f"{report} (its space)")
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
+        except (TextFileError, json.JSONDecodeError, KeyError, TypeError) as error:
             raise RankingError(f"{option} {model_path}: {report} is not the report.json `rank` writes ({error})") from None
         self.encoder = FeatureEncoder(self.space)
         if self.encoder.names != features:

@@ -38,6 +38,7 @@ import random
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from ..files import TextFileError, read_text
 from ..models.architecture import Architecture, DecoderLayer, EncoderLayer
 from ..modules import (
     ATTENTION_REGISTRY,
@@ -140,10 +141,9 @@ class SearchSpace:
     @classmethod
     def from_file(cls, path: str) -> "SearchSpace":
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as error:
-            raise SearchSpaceError(f"{path}: cannot read the search space ({error.strerror})") from None
+            text = read_text(path)
+        except TextFileError as error:
+            raise SearchSpaceError(f"{path}: the search space: {error}") from None
         return cls.from_yaml(text, path)
 
     def to_dict(self) -> dict:

@@ -8,7 +8,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from ..files import atomic_output
+from ..files import TextFileError, atomic_output, read_text
 from ..models.architecture import Architecture
 from ..modules import AttentionConfigError
 
@@ -41,11 +41,8 @@ def read_architecture(path: str, model, option: str = "--architecture") -> Archi
     """The architecture in ``path`` (JSON, as ``sample`` prints; ``option`` names it in errors), which must be
     in the supernet's space."""
     try:
-        with open(path, encoding="utf-8") as f:
-            architecture = Architecture.from_json(f.read())
-    except OSError as error:
-        raise SupernetError(f"{option} {path}: cannot read it ({error.strerror})") from None
-    except AttentionConfigError as error:
+        architecture = Architecture.from_json(read_text(path))
+    except (TextFileError, AttentionConfigError) as error:
         raise SupernetError(f"{option} {path}: {error}") from None
     model.space.check_contains(architecture, f"{option} {path}")
     return architecture
@@ -127,6 +124,17 @@ def standalone_task_config(task_cfg):
     return values
 
 
+def load_subset(task, subset: str) -> None:
+    """``task.load_dataset(subset)``; a subset the data folder does not hold is refused naming the ones it does."""
+    try:
+        task.load_dataset(subset)
+    except FileNotFoundError:
+        data = str(task.cfg.data).split(os.pathsep)[0]
+        held = sorted({name.split(".")[0] for name in os.listdir(data) if name.endswith(".idx")}) if os.path.isdir(data) else []
+        raise SupernetError(f"--subset {subset}: no such subset in the data folder {data} (it holds: "
+                            f"{', '.join(held) or 'none'})") from None
+
+
 class InheritedLoss:
     """The loss of sub-networks inside a loaded supernet on ``subset`` (fairseq's criterion of the checkpoint,
     in bits per token as fairseq logs it; nothing extracted): the data and the criterion are read once, then
@@ -138,10 +146,11 @@ class InheritedLoss:
         self.model, self.subset = model.eval(), subset
         self.criterion = task.build_criterion(state["cfg"]["criterion"])
         self.criterion.eval()
-        task.load_dataset(subset)
+        load_subset(task, subset)
         iterator = task.get_batch_iterator(dataset=task.dataset(subset), max_tokens=max_tokens,
                                            max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
-                                           ignore_invalid_inputs=False, seed=1).next_epoch_itr(shuffle=False)
+                                           ignore_invalid_inputs=False, required_batch_size_multiple=1,  # every sentence
+                                           seed=1).next_epoch_itr(shuffle=False)
         self.batches = list(iterator)
 
     def evaluate(self, architecture: Architecture) -> Dict[str, float]:
@@ -190,7 +199,7 @@ def validation_bleu(checkpoint: str, architecture_path: Optional[str], subset: s
                                   max_len_b=max_len_b)
     # fairseq-generate strips what the generator adds (its get_symbols_to_strip_from_output)
     strip = {dictionary.eos()} | set(getattr(generator, "symbols_to_strip_from_output", ()))
-    task.load_dataset(subset)
+    load_subset(task, subset)
     iterator = task.get_batch_iterator(dataset=task.dataset(subset), max_sentences=batch_size,
                                        max_positions=utils.resolve_max_positions(task.max_positions(), subnetwork.max_positions()),
                                        ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1

@@ -9,7 +9,8 @@ from fairseq.data import data_utils
 from fairseq.dataclass import ChoiceEnum
 
 from ..data.hinted_datasets import has_hints
-from ..data.syntax_hints import HintDataError, check_parallel, hint_dataset_exists, load_hint_dataset
+from ..data.syntax_hints import (HintDataError, check_parallel, hint_dataset_exists, hints_before_sentence_start,
+                                  load_hint_dataset)
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,9 @@ class SyntaxHintsMixin:
         for prefix, target_sizes, target_name in shards:
             dataset = load_hint_dataset(prefix)
             check_parallel(dataset, target_sizes(), f"{prefix}.bin/.idx", target_name)
+            dropped = hints_before_sentence_start(dataset, prefix)
+            if dropped:
+                logger.warning(dropped)
             hints.append(dataset)
         logger.info(f"split {split}: loaded syntax hints from {', '.join(p for p, _, _ in shards)}")
         return hints

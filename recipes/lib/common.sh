@@ -178,15 +178,64 @@ warn_tokens_per_update() {
     fi
 }
 
+# A numeric setting that bash arithmetic or fairseq would misread (MAX_TOKENS=4k, UPDATE_FREQ=0, 08):
+# one error line naming the variable, exit 2, before anything runs.
+require_whole_number() {  # NAME LEAST: $NAME, when set, is a whole number >= LEAST
+    local name=$1 least=$2
+    local value=${!name-}
+    [ -n "$value" ] || return 0
+    if ! [[ $value =~ ^(0|[1-9][0-9]*)$ ]] || [ "$value" -lt "$least" ]; then
+        echo "error: $name=$value: expected a whole number of at least $least" >&2
+        exit 2
+    fi
+}
+
+check_numeric_settings() {
+    local name
+    for name in MAX_TOKENS TOKENS_PER_UPDATE MAX_UPDATE UPDATE_FREQ CPU_PROCS TOKENS_PER_SAMPLE GEN_MAX_TOKENS BEAM \
+        LOG_INTERVAL KEEP_INTERVAL_UPDATES SANDWICH_RANDOM LOSS_SAMPLES LATENCY_SAMPLES; do
+        require_whole_number "$name" 1
+    done
+    for name in NUM_GPUS SAVE_INTERVAL_UPDATES AVERAGE_LAST CONTEXT_WINDOW DATA_WORKERS WARMUP PRUNE_KEEP; do
+        require_whole_number "$name" 0
+    done
+    if [ -n "${CONTEXT_WINDOW:-}" ] && [ -n "${TOKENS_PER_SAMPLE:-}" ] && [ "$CONTEXT_WINDOW" -ge "$TOKENS_PER_SAMPLE" ]; then
+        echo "error: CONTEXT_WINDOW=$CONTEXT_WINDOW: expected less than TOKENS_PER_SAMPLE=$TOKENS_PER_SAMPLE (fairseq-eval-lm" \
+            "scores TOKENS_PER_SAMPLE - CONTEXT_WINDOW tokens per block)" >&2
+        exit 2
+    fi
+}
+
 # Every train/generate/evaluate script starts here: --help (prints and exits),
-# else PRESET and USER_ARGS from the arguments, and the devices.
+# else PRESET and USER_ARGS from the arguments, the numeric settings checked, and the devices.
 start_recipe() {
     if wants_help "$@"; then
         recipe_help
         exit 0
     fi
     parse_preset "$@"
+    check_numeric_settings
     device_setup
+}
+
+# True (0) when $SAVE_DIR/checkpoint_last.pt has reached MAX_UPDATE already: fairseq-train would do one
+# more update and overwrite it. Not when the flags set their own --max-update or --restore-file (theirs
+# win), nor when the checkpoint cannot be read (fairseq-train then says why).
+training_finished() {
+    local last="$SAVE_DIR/checkpoint_last.pt" done_updates
+    [ -f "$last" ] || return 1
+    case " ${USER_ARGS[*]} ${EXTRA_ARGS:-} " in
+        *" --max-update"* | *" --restore-file"* | *" --finetune-from-model"*) return 1 ;;
+    esac
+    done_updates=$("$PYTHON" -c 'import sys, torch, fairseq_plugins.checkpoint_compat
+state = torch.load(sys.argv[1], map_location="cpu", mmap=True)
+print((state.get("optimizer_history") or [{}])[-1].get("num_updates", 0))' "$last" 2>/dev/null) || return 1
+    if [[ $done_updates =~ ^[0-9]+$ ]] && [ "$done_updates" -ge "$MAX_UPDATE" ]; then
+        echo "[recipe] $last is at update $done_updates, MAX_UPDATE=$MAX_UPDATE: this training is finished, nothing to do" \
+            "(raise MAX_UPDATE to train on, or give another SAVE_DIR)" >&2
+        return 0
+    fi
+    return 1
 }
 
 # The checkpoint to evaluate: $CHECKPOINT, else the average of the last
@@ -291,6 +340,9 @@ run_training() {  # common_train_args + task flags ($@), logged to $SAVE_DIR/tra
         fi
         printf '%q ' "${command[@]}"
         echo
+        return 0
+    fi
+    if training_finished; then
         return 0
     fi
     mkdir -p "$SAVE_DIR"

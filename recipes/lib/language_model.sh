@@ -92,6 +92,13 @@ syntax_hints_lm() {  # [data_prep/syntax_hints.py flags...]
 evaluate_lm() {  # [PRESET] [fairseq-eval-lm flags...]
     start_recipe "$@"
     local checkpoint out subset unit log
+    for subset in ${SUBSETS:-test}; do  # fairseq-eval-lm would report a perplexity over nothing
+        if ! [ -s "$DATA_BIN/$subset.bin" ]; then
+            echo "error: $DATA_BIN/$subset.bin is missing or empty: the $subset split has no tokens to evaluate" \
+                "(SUBSETS=${SUBSETS:-test})" >&2
+            exit 2
+        fi
+    done
     checkpoint=$(select_checkpoint)
     out=${OUT_DIR:-$SAVE_DIR/evaluate}
     mkdir -p "$out"

@@ -4,6 +4,7 @@ invalid UTF-8 (one policy for the preparations and the syntax-hint tool:
 an error naming file, line and byte, or with ``--invalid-utf8 replace``
 U+FFFD and a warning with counts) and empty training files."""
 import gzip
+import os
 import subprocess
 import sys
 
@@ -203,3 +204,128 @@ def test_bpe_on_a_side_without_text_is_an_error_not_a_crash_in_subword_nmt(tmp_p
     assert str(error.value) == (f"{tmp_path / 'train.en'}: no text (an empty file); BPE is learnt on the training text "
                                 "(did the data, or its cleaning, leave no pair?)")
     assert not (tmp_path / "code").exists()
+
+
+# ------------------------------------------------- options and folders ---
+def multi30k_raw(tmp_path, gzipped_extra=False):
+    raw = tmp_path / "raw"
+    write_multi30k(str(raw), train=40, gzipped_extra=gzipped_extra)
+    return raw
+
+
+def multi30k(tmp_path, *extra):
+    return cli("multi30k", "--raw-dir", str(tmp_path / "raw"), "--work-dir", str(tmp_path / "work"), "--dest",
+               str(tmp_path / "bin"), "--no-download", "--workers", "1", *extra)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--workers", "0"], "--workers: expected at least 1, got 0"),
+    (["--bpe-merges", "-1"], "--bpe-merges: expected at least 1, got -1"),
+    (["--retries", "0"], "--retries: expected at least 1, got 0"),
+    (["--dest", "{d}/a-file/bin"], "--dest {d}/a-file/bin: cannot create or write the folder {d}/a-file (File exists: "
+                                   "{d}/a-file)"),
+    (["--dest", "{d}/a-file"], "--dest {d}/a-file: a file is in the way (expected a folder, or nothing)"),
+    (["--work-dir", "{d}/a-file/work"], "--work-dir {d}/a-file/work: cannot create or write the folder {d}/a-file/work "
+                                        "(Not a directory: {d}/a-file/work)"),
+], ids=["workers", "bpe-merges", "retries", "dest-under-a-file", "dest-a-file", "work-dir-under-a-file"])
+def test_bad_options_are_refused_before_any_work(tmp_path, extra, message):
+    multi30k_raw(tmp_path)
+    (tmp_path / "a-file").write_text("in the way\n")
+    before = sorted(os.listdir(tmp_path))
+    result = multi30k(tmp_path, *[value.format(d=tmp_path) for value in extra])
+    assert one_line_error(result) == "error: " + message.format(d=tmp_path)
+    assert sorted(os.listdir(tmp_path)) == before  # no work folder, no destination
+
+
+def test_a_misspelled_step_is_refused_before_any_work(tmp_path):
+    multi30k_raw(tmp_path)
+    result = multi30k(tmp_path, "--stop-after", "tokenise")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "python -m data_prep.multi30k: error: argument --stop-after: invalid choice: 'tokenise' (choose from 'raw', "
+        "'tokenize', 'text', 'learn_bpe', 'apply_bpe', 'binarize')")
+    assert sorted(os.listdir(tmp_path)) == ["raw"]
+
+
+@pytest.mark.parametrize("fractions, message", [
+    (["--valid-fraction", "1.5"], "--valid-fraction: expected a fraction between 0 and 1 (both excluded), got 1.5"),
+    (["--test-fraction", "0"], "--test-fraction: expected a fraction between 0 and 1 (both excluded), got 0.0"),
+    (["--valid-fraction", "0.6", "--test-fraction", "0.5"],
+     "--valid-fraction + --test-fraction: 0.6 + 0.5 leaves nothing to train on; expected a sum below 1"),
+])
+def test_byte_split_fractions_are_checked_up_front(tmp_path, fractions, message):
+    source = tmp_path / "input.txt"
+    source.write_bytes(b"abcdefghij" * 100)
+    result = cli("enwik8", "--input-file", str(source), "--work-dir", str(tmp_path / "work"), "--dest", str(tmp_path / "bin"),
+                 "--workers", "1", *fractions)
+    assert one_line_error(result) == "error: " + message
+    assert sorted(os.listdir(tmp_path)) == ["input.txt"]
+
+
+def test_a_truncated_gzip_in_the_raw_dir_is_named(tmp_path):
+    raw = multi30k_raw(tmp_path, gzipped_extra=True)
+    damaged = raw / "test_2017_flickr.de.gz"
+    data = damaged.read_bytes()
+    damaged.write_bytes(data[: len(data) // 2])
+    assert one_line_error(multi30k(tmp_path)) == (
+        f"error: {damaged}: a truncated compressed file (Compressed file ended before the end-of-stream marker was "
+        "reached); download or copy it again")
+    assert not (tmp_path / "bin").exists()
+
+
+def test_a_truncated_gzip_read_as_text_is_named(tmp_path):
+    path = tmp_path / "train.de.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(b"ein haus\n" * 1000)
+    path.write_bytes(path.read_bytes()[:30])
+    with pytest.raises(PrepError, match=f"^{path}: a truncated compressed file"):
+        list(read_lines(str(path)))
+
+
+@pytest.mark.parametrize("name", ["train", "test_2016_flickr"])
+def test_multi30k_sides_of_different_length_are_refused(tmp_path, name):
+    raw = multi30k_raw(tmp_path)
+    lines = (raw / f"{name}.en").read_text().splitlines(keepends=True)
+    (raw / f"{name}.en").write_text("".join(lines[:-3]))
+    assert one_line_error(multi30k(tmp_path)) == (
+        f"error: Multi30k {name}: the sides differ in length ({raw / (name + '.de')} has {len(lines)} lines, "
+        f"{raw / (name + '.en')} has {len(lines) - 3} lines); a parallel text needs one line per sentence pair on every "
+        "side (a file cut off, or of another release?)")
+    assert not (tmp_path / "bin").exists()
+
+
+def test_a_cut_off_iwslt14_test_xml_is_refused(tmp_path):
+    from raw_samples import write_iwslt14
+
+    raw = tmp_path / "raw"
+    write_iwslt14(str(raw), train_pairs=30, test_pairs=8)
+    xml = raw / "de-en" / "IWSLT14.TED.tst2010.de-en.en.xml"
+    kept = [line for line in xml.read_text().splitlines(keepends=True) if not line.startswith(('<seg id="7"', '<seg id="8"'))]
+    xml.write_text("".join(kept))
+    result = cli("iwslt14", "--raw-dir", str(raw), "--work-dir", str(tmp_path / "work"), "--dest", str(tmp_path / "bin"),
+                 "--no-download", "--workers", "1")
+    assert one_line_error(result) == (
+        f"error: IWSLT14 IWSLT14.TED.tst2010: the sides differ in length ({raw / 'de-en' / 'IWSLT14.TED.tst2010.de-en.de.xml'} "
+        f"has 8 lines, {xml} has 6 lines); a parallel text needs one line per sentence pair on every side (a file cut off, "
+        "or of another release?)")
+
+
+def test_a_changed_raw_file_is_prepared_again(tmp_path):
+    raw = multi30k_raw(tmp_path, gzipped_extra=True)  # (every test set there: the raw step is stamped)
+    assert multi30k(tmp_path, "--stop-after", "raw").returncode == 0
+    again = multi30k(tmp_path, "--stop-after", "raw")
+    assert "[1/6] raw: up to date" in again.stderr
+    text = (raw / "train.de").read_text().replace("Haus", "Hütte")
+    (raw / "train.de").write_text(text)
+    changed = multi30k(tmp_path, "--stop-after", "raw")
+    assert changed.returncode == 0 and "[1/6] raw: up to date" not in changed.stderr, changed.stderr
+    assert (tmp_path / "work" / "raw" / "train.de").read_text() == text
+
+
+def test_the_debug_variable_shows_the_traceback(tmp_path):
+    multi30k_raw(tmp_path)
+    code = (f"import sys; sys.path.insert(0, {ROOT_DIR!r}); from data_prep.multi30k import main; "
+            f"main({['--raw-dir', str(tmp_path / 'raw'), '--work-dir', str(tmp_path / 'w'), '--workers', '0']!r})")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "FAIRSEQ_PLUGINS_DEBUG": "1"})
+    assert result.returncode == 1 and "Traceback" in result.stderr and "PrepError: --workers" in result.stderr

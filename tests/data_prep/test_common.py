@@ -151,7 +151,7 @@ def test_steps_skip_done_work_and_redo_what_a_changed_parameter_affects(tmp_path
     calls = []
 
     def pipeline(merges):
-        steps = Steps(str(tmp_path), total=3)
+        steps = Steps(str(tmp_path), ("a", "b", "c"))
         for name, params in (("a", {}), ("b", {"merges": merges}), ("c", {})):
             out = tmp_path / f"{name}.txt"
             steps.run(name, [str(out)], lambda name=name, out=out: (calls.append(name), out.write_text(name)), **params)
@@ -173,7 +173,7 @@ def test_steps_with_a_stamp_per_part(tmp_path):
     calls = []
 
     def pipeline(splits, option=1):
-        steps = Steps(str(tmp_path), total=2)
+        steps = Steps(str(tmp_path), ("tokenize", "text"))
 
         def tokenize(split):
             calls.append(split)
@@ -192,6 +192,44 @@ def test_steps_with_a_stamp_per_part(tmp_path):
     assert calls[4:] == ["test"]  # the new part only; "text" keeps its stamp (its place in the chain is unchanged)
     pipeline(["train", "valid", "test"], option=2)
     assert calls[5:] == ["train", "valid", "test", "text"]
+
+
+def test_a_step_that_tracks_its_inputs_reruns_when_their_content_changes(tmp_path):
+    """The raw step's release files are keyed by content: an edited file redoes the step and the later ones; a
+    file rewritten with the same content (another modification time) does not; nor does a plain rerun."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "train.de").write_text("eins\n")
+    calls = []
+
+    def pipeline():
+        steps = Steps(str(tmp_path / "work"), ("raw", "text"))
+        resource = common.Resource(name="train.de.gz", urls=[], members=["train.de"])
+
+        def read_raw():
+            calls.append("raw")
+            path = common.fetch(resource, str(raw), str(tmp_path / "work"), download_ok=False)["train.de"]
+            (tmp_path / "raw.out").write_text(open(path).read())
+
+        steps.run("raw", [str(tmp_path / "raw.out")], read_raw, track_inputs=True, raw_dir=str(raw))
+        steps.run("text", [str(tmp_path / "text")], lambda: (calls.append("text"), (tmp_path / "text").write_text("t")))
+
+    pipeline()
+    pipeline()
+    assert calls == ["raw", "text"]
+    (raw / "train.de").write_text("zwei\n")
+    pipeline()
+    assert calls[2:] == ["raw", "text"] and (tmp_path / "raw.out").read_text() == "zwei\n"
+    os.utime(raw / "train.de", ns=(1, 1))  # same content, another time: read again, found unchanged
+    pipeline()
+    assert calls[4:] == []
+
+
+def test_a_misspelled_stop_after_is_refused_before_any_step(tmp_path):
+    with pytest.raises(PrepError, match=r"^--stop-after tokenise: not a step of this preparation \(its steps: raw, "
+                       r"tokenize, text\)$"):
+        Steps(str(tmp_path), ("raw", "tokenize", "text"), stop_after="tokenise")
+    assert not os.listdir(tmp_path)
 
 
 def test_one_preparation_per_work_dir(tmp_path):

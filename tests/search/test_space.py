@@ -168,7 +168,7 @@ def test_a_file_that_is_not_yaml_or_missing_names_the_file(tmp_path):
     bad.write_text("decoder: [unclosed\n")
     with pytest.raises(SearchSpaceError, match=f"{bad}: not YAML"):
         SearchSpace.from_file(str(bad))
-    with pytest.raises(SearchSpaceError, match=f"{tmp_path / 'none.yaml'}: cannot read the search space"):
+    with pytest.raises(SearchSpaceError, match=f"{tmp_path / 'none.yaml'}: the search space: cannot read it"):
         SearchSpace.from_file(str(tmp_path / "none.yaml"))
 
 

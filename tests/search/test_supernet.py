@@ -417,6 +417,10 @@ def test_export_errors_name_the_input(trained, tmp_path):
     assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == (
         f"error: --architecture {tmp_path / 'deep.json'}: --encoder-decoder-connect (decoder layer 0): 2 encoder layers, "
         "but the encoder has 1; give 1 to 1 (the last k encoder layers)"), out.stderr[-2000:]
+    # a subset the data does not hold (issue 35: a traceback before)
+    out = search("evaluate", "--checkpoint", checkpoint, "--subset", "valid7")
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == (
+        f"error: --subset valid7: no such subset in the data folder {data} (it holds: test, train, valid)"), out.stderr[-2000:]
     exported = tmp_path / "sub.pt"
     (tmp_path / "a.json").write_text(Architecture(
         16, (DecoderLayer("softmax", 2, 8, "softmax", 2, 1),), 16, (EncoderLayer("softmax", 2, 8),)).to_json())

@@ -122,6 +122,22 @@ def test_hints_survive_binarisation_and_batching(corpus, seed, max_tokens, extra
     assert first != other
 
 
+def test_hints_before_the_sentence_start_are_counted_in_a_warning(corpus, caplog):
+    """random_distances points some hints before their sentence's start: they are not used, and the loader says
+    how many (issue 35: they were dropped without a word)."""
+    a = corpus["a"]
+    distances = a["distances"]["train"]
+    bad = [(i, t, d) for i, line in enumerate(distances) for t, d in enumerate(line) if d > t]
+    assert bad  # (the fixture has some)
+    with caplog.at_level("WARNING"):
+        setup_task(a["dir"]).load_dataset("train")
+    prefix = hint_dataset_prefix(a["dir"], "train", "src", "tgt")
+    i, t, d = bad[0]
+    assert (f"{prefix}.bin: {len(bad)} of {sum(map(len, distances))} hints, in {len({b[0] for b in bad})} of "
+            f"{len(distances)} sentences, point before the start of their sentence and are not used (the first: sentence "
+            f"{i + 1}, row {t}, distance {d})") in caplog.text
+
+
 @pytest.mark.parametrize("extra", [[], ["--num-batch-buckets", "3"]])
 def test_left_padded_targets_shift_the_key_rows(corpus, extra):
     a = corpus["a"]

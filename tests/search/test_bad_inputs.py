@@ -1,0 +1,123 @@
+"""Bad input to the search's command line is one ``error:`` line naming the option or file (exit 2), before
+any work, and nothing is written; two ``collect`` runs into one file at once lose and duplicate nothing.
+(The bad inputs that need a trained supernet, e.g. ``evaluate --subset valid7``, are in test_supernet.py.)"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fairseq_plugins.errors import DEBUG_VARIABLE
+from fairseq_plugins.search.collect import read_collection
+
+ROOT = Path(__file__).resolve().parents[2]
+SPACE = (ROOT / "search_spaces" / "multi30k_cpu.yaml").read_text(encoding="utf-8")  # a space of the project
+
+
+def search(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "fairseq_plugins.search", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def one_line_error(result) -> str:
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    return result.stderr.strip().splitlines()[-1]
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "space.yaml").write_text(SPACE)
+    (tmp_path / "latin1.yaml").write_bytes(("# Größe\n" + SPACE).encode("latin-1"))
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["cost", "--checkpoint", "{d}/checkpoint.pt", "--architecture", "a.json", "--target-length", "0"],
+     "--target-length: expected at least 1, got 0"),
+    (["cost", "--checkpoint", "{d}/checkpoint.pt", "--architecture", "a.json", "--source-length", "-3"],
+     "--source-length: expected at least 1, got -3"),
+    (["evaluate", "--checkpoint", "{d}/checkpoint.pt", "--max-tokens", "0"], "--max-tokens: expected at least 1, got 0"),
+    (["collect", "--what", "loss", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "-n", "0",
+      "--output", "{d}/out.jsonl"], "-n: expected at least 1"),
+    (["sample", "--space", "{d}/latin1.yaml"],
+     "{d}/latin1.yaml: the search space: not UTF-8 text (line 1, byte 4: invalid start byte b'\\xf6'); save it as UTF-8"),
+    (["space", "--space", "{d}/missing.yaml"], "{d}/missing.yaml: the search space: cannot read it (No such file or directory)"),
+    (["collect", "--what", "loss", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "-n", "2",
+      "--output", "{d}/out.jsonl"], "{d}/checkpoint.pt: an empty file, not a checkpoint (an interrupted copy or save?)"),
+], ids=["cost-target-length", "cost-source-length", "evaluate-max-tokens", "collect-n", "space-not-utf8", "space-missing",
+        "collect-empty-checkpoint"])
+def test_bad_input_is_one_line_naming_it_and_writes_nothing(files, argv, message):
+    before = sorted(os.listdir(files))
+    result = search(*[a.format(d=files) for a in argv])
+    assert one_line_error(result).endswith(message.format(d=files))
+    assert sorted(os.listdir(files)) == before  # no output, no lock file
+
+
+def test_the_debug_variable_shows_the_traceback(files):
+    result = search("sample", "--space", files / "latin1.yaml", env={DEBUG_VARIABLE: "1"})
+    assert result.returncode != 0 and "Traceback" in result.stderr and "SearchSpaceError" in result.stderr
+
+
+def test_an_architecture_file_that_is_not_utf8_is_named(tmp_path):
+    from fairseq_plugins.models.architecture import Architecture
+    from fairseq_plugins.modules import AttentionConfigError
+
+    path = tmp_path / "architecture.json"
+    path.write_bytes('{"note": "Größe"}'.encode("latin-1"))
+    with pytest.raises(AttentionConfigError) as error:
+        Architecture.from_file(str(path))
+    assert str(error.value) == (f"--architecture-file {path}: not UTF-8 text (line 1, byte 12: invalid start byte "
+                                "b'\\xf6'); save it as UTF-8")
+
+
+# The collection's machinery with a stand-in supernet (a loss computed from the architecture, slowly enough
+# that the two runs overlap): what is tested is the file, not the loss.
+WRITER = """
+import json, os, sys, time
+sys.path.insert(0, {root!r})
+from fairseq_plugins.search import collect, subnetworks
+from fairseq_plugins.search.space import SearchSpace
+
+class Supernet:
+    LANGUAGE_MODEL = False
+    space = SearchSpace.from_file({space!r})
+
+class Loss:
+    def __init__(self, *args):
+        pass
+    def evaluate(self, architecture):
+        time.sleep(0.05)
+        return {{"loss": float(len(json.dumps(architecture.to_dict()))), "nll_loss": 1.0, "tokens": 1}}
+
+subnetworks.load_supernet = lambda checkpoint: (Supernet(), None, {{}})
+subnetworks.InheritedLoss = Loss
+open({ready!r} + str(os.getpid()), "w").close()
+while len([n for n in os.listdir({folder!r}) if n.startswith("ready")]) < 2:  # start together
+    time.sleep(0.01)
+print(json.dumps(collect.collect("loss", {checkpoint!r}, {space!r}, {n}, {output!r})))
+"""
+
+
+def test_two_collections_into_one_file_at_once_lose_and_duplicate_nothing(tmp_path):
+    (tmp_path / "space.yaml").write_text(SPACE)
+    (tmp_path / "supernet.pt").write_bytes(b"a stand-in")
+    (tmp_path / "sync").mkdir()
+    output = tmp_path / "losses.jsonl"
+    script = WRITER.format(root=str(ROOT), space=str(tmp_path / "space.yaml"), checkpoint=str(tmp_path / "supernet.pt"),
+                           n=24, output=str(output), ready=str(tmp_path / "sync" / "ready"), folder=str(tmp_path / "sync"))
+    runs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    summaries = []
+    for run in runs:
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err[-3000:]
+        summaries.append(json.loads(out.strip().splitlines()[-1]))
+    header, records = read_collection(str(output))
+    keys = [json.dumps(r["architecture"], sort_keys=True) for r in records]
+    assert len(keys) == len(set(keys)) == 24  # every architecture once
+    assert sum(s["added"] for s in summaries) == 24  # each record written by exactly one of the runs
+    assert header["what"] == "loss" and not os.path.exists(str(output) + ".partial")
