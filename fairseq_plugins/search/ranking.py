@@ -164,7 +164,7 @@ def held_out_comparison(features, targets: Sequence[float], test_fraction: float
     """Both models fitted and scored on ``splits`` random held-out splits (seeds seed, seed + 1, ...): one
     split's tau moves with which architectures it happens to hold out, so the comparison is the mean and
     spread over many, and how often the pairwise ranker's tau beats the pointwise one's."""
-    import statistics
+    import numpy as np
 
     taus = {"pairwise": [], "pointwise": []}
     for offset in range(splits):
@@ -174,8 +174,10 @@ def held_out_comparison(features, targets: Sequence[float], test_fraction: float
         held_out, measured = [features[i] for i in test], [targets[i] for i in test]
         taus["pairwise"].append(kendall_tau([-v for v in ranker.predict(held_out)], measured))
         taus["pointwise"].append(kendall_tau(list(regressor.predict(held_out)), measured))
-    summary = {name: {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-                      "kendall_taus": values} for name, values in taus.items()}
+    # (numpy: a split whose held-out targets are all equal has no order, a nan tau, left out of the mean)
+    summary = {name: {"mean": float(np.nanmean(values)) if not np.isnan(values).all() else float("nan"),
+                      "std": float(np.nanstd(values, ddof=1)) if np.count_nonzero(~np.isnan(values)) > 1 else 0.0,
+                      "kendall_taus": [float(v) for v in values]} for name, values in taus.items()}
     summary["splits"] = splits
     summary["pairwise_better"] = sum(p > q for p, q in zip(taus["pairwise"], taus["pointwise"]))
     return summary
