@@ -150,26 +150,23 @@ class SupernetBase(BaseFairseqModel):
     # --------------------------------------------------------- architectures ---
     def _probes(self):
         """Architectures that together give every parameter its largest shape: the largest one with each
-        kind (the i-th of every placement's list) and each head count (the j-th of every heads list)."""
-        largest = self.space.extreme(largest=True)
+        kind (the i-th of every placement's list, ``SearchSpace.extreme``) and each head count (the j-th of
+        every heads list)."""
         enc, dec = self.space.encoder, self.space.decoder
-        kind_lists = [dec.attention_kinds] + ([enc.attention_kinds, dec.cross_attention_kinds] if enc else [])
         head_lists = [dec.attention_heads] + ([enc.attention_heads, dec.cross_attention_heads] if enc else [])
-        for i in range(max(map(len, kind_lists))):
+        for i in range(self.space.kind_choices):
+            largest = self.space.extreme(largest=True, kind_index=i)
             for j in range(max(map(len, head_lists))):
                 cross = {}
                 if enc:
-                    cross = dict(cross_attention_kind=dec.cross_attention_kinds[i % len(dec.cross_attention_kinds)],
-                                 cross_attention_heads=dec.cross_attention_heads[j % len(dec.cross_attention_heads)])
+                    cross = dict(cross_attention_heads=dec.cross_attention_heads[j % len(dec.cross_attention_heads)])
                 yield dataclasses.replace(
                     largest,
                     decoder_layers=tuple(dataclasses.replace(
-                        layer, attention_kind=dec.attention_kinds[i % len(dec.attention_kinds)],
-                        attention_heads=dec.attention_heads[j % len(dec.attention_heads)], **cross)
+                        layer, attention_heads=dec.attention_heads[j % len(dec.attention_heads)], **cross)
                         for layer in largest.decoder_layers),
                     encoder_layers=tuple(dataclasses.replace(
-                        layer, attention_kind=enc.attention_kinds[i % len(enc.attention_kinds)],
-                        attention_heads=enc.attention_heads[j % len(enc.attention_heads)])
+                        layer, attention_heads=enc.attention_heads[j % len(enc.attention_heads)])
                         for layer in largest.encoder_layers),
                 ).check()
 

@@ -3,9 +3,14 @@ tasks for training a supernet (``mixed_supertransformer``, ``mixed_supertransfor
 rule of several sub-networks per update, and validation of the largest and the smallest.
 
 ``--supernet-sampling random`` trains one sub-network per update (what the supernet does under plain
-``--task translation`` / ``language_modeling`` too); ``sandwich`` trains the largest, the smallest and
-``--supernet-sandwich-random`` random ones on the same batch (the sandwich rule of once-for-all / BigNAS),
-the gradient being the mean of their losses' gradients. Every sub-network of an update is a function of
+``--task translation`` / ``language_modeling`` too): every layer's kind is drawn uniformly, so every kind of
+a placement is trained as often as any other in expectation. ``sandwich`` trains, on the same batch, the
+largest and the smallest sub-network once per attention kind (``SearchSpace.extremes_per_kind``: with every
+sub-layer of the i-th kind of its placement's list, for each i) and ``--supernet-sandwich-random`` random
+ones, the gradient being the mean of their losses' gradients. This is the sandwich rule of once-for-all /
+BigNAS with its extremes taken per kind: with the extremes of the first kind only (all softmax), the other
+kinds' weights would be trained by the random sub-networks alone, and their inherited losses would then
+measure under-training rather than the kind. With k kinds an update trains 2k + R sub-networks. Every sub-network of an update is a function of
 ``--seed`` and the update number only, so data-parallel ranks and resumed runs train the same ones.
 Validation reports the largest sub-network's loss as ``loss`` (what ``checkpoint_best`` follows) and the
 smallest's as ``smallest_loss``.
@@ -37,11 +42,13 @@ class SupernetSamplingConfig:
 
     supernet_sampling: SAMPLING_RULES = field(
         default="random",
-        metadata={"help": "sub-networks trained per update: random (one sampled) or sandwich (the largest, the smallest "
-                  "and --supernet-sandwich-random sampled ones, the mean of their losses)"},
+        metadata={"help": "sub-networks trained per update: random (one sampled, every layer's kind uniform) or sandwich "
+                  "(the largest and the smallest once per attention kind, with every sub-layer of that kind, so that every "
+                  "kind in every placement is trained at every update as the first one is; then --supernet-sandwich-random "
+                  "sampled ones; the mean of their losses: 2 x kinds + R sub-networks per update)"},
     )
     supernet_sandwich_random: int = field(
-        default=2, metadata={"help": "sandwich: sampled sub-networks besides the largest and the smallest (default: 2)"}
+        default=2, metadata={"help": "sandwich: sampled sub-networks besides the largest and the smallest of each kind (default: 2)"}
     )
 
 
@@ -89,7 +96,7 @@ class SupernetTrainingMixin:
         """The sub-networks update ``update_num`` trains (module docstring)."""
         if self.sampling.supernet_sampling == "random":
             return [model.sample(update_num)]
-        return ([model.space.extreme(largest=True), model.space.extreme(largest=False)]
+        return (model.space.extremes_per_kind()
                 + [model.sample(update_num, index) for index in range(1, self.sampling.supernet_sandwich_random + 1)])
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):

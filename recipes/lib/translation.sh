@@ -39,8 +39,8 @@ train_translation() {  # [PRESET] [fairseq-train flags...]
 
 # supernet.sh: the weight-sharing supernet (mixed_supertransformer, README "The supernet") over
 # SEARCH_SPACE (default search_spaces/$SUPERNET_SPACE.yaml, the data set's space) with --task
-# supernet_translation: SUPERNET_SAMPLING (sandwich: the largest, the smallest and SANDWICH_RANDOM
-# sampled sub-networks per update, the mean of their losses; random: one sampled), validation of the
+# supernet_translation: SUPERNET_SAMPLING (sandwich: the largest and the smallest once per attention
+# kind, with every sub-layer of that kind, and SANDWICH_RANDOM sampled sub-networks per update, the mean of their losses; random: one sampled), validation of the
 # largest and the smallest; SUPERNET_ARGS (an array set by the data set's supernet.sh): its own
 # fairseq-train flags. Checkpoints: checkpoints/<dataset>/mixed_supertransformer by default.
 train_supernet() {  # [fairseq-train flags...]
