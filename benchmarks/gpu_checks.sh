@@ -13,6 +13,11 @@
 #    once with the recipe's GPU default --fp16 and once with --amp (FP16=0), MAX_UPDATE
 #    updates each, then beam-searches test2016 with each (generate.sh, fp16 on the GPU; its
 #    output follows the training log).
+#    Beside them (issue 33): the Multi30k supernet (recipes/multi30k/supernet.sh, fp16) trains
+#    SUPERNET_UPDATES updates on CUDA, then `search export` writes two sub-networks (the largest
+#    with the second kind of every placement, cosFormer, and the smallest) and
+#    benchmarks/supernet_export_parity.py compares each on CUDA inside the supernet and exported
+#    (supernet.log, supernet_parity.jsonl).
 # 3. Alone, so that the timings are not disturbed: benchmarks/attention_speed.py --device cuda
 #    (every kind against fairseq's softmax attention, PyTorch's fused kernel) at LENGTHS.
 # Needs: a CUDA device, this checkout's Python requirements (fairseq-fixed ...), and the
@@ -22,6 +27,7 @@ OUT_DIR=${1:?usage: DATA_BIN=DIR bash benchmarks/gpu_checks.sh OUT_DIR}
 : "${DATA_BIN:?DATA_BIN: the prepared Multi30k binaries (recipes/multi30k/prepare.sh)}"
 : "${PYTHON:=python3}" "${PRESET:=cosformer_iwslt_de_en}" "${MAX_UPDATE:=1000}" "${LENGTHS:=1024,4096,16384}"
 : "${CHECK_TIMEOUT:=240}" "${TRAIN_TIMEOUT:=240}" "${GENERATE_TIMEOUT:=100}" "${SPEED_TIMEOUT:=200}"
+: "${SUPERNET_UPDATES:=30}" "${SUPERNET_TIMEOUT:=240}"
 OUT_DIR=$(realpath -m "$OUT_DIR") DATA_BIN=$(realpath -m "$DATA_BIN")
 export PYTHON DATA_BIN PYTHONUNBUFFERED=1
 mkdir -p "$OUT_DIR"
@@ -47,7 +53,33 @@ train_and_generate() {  # NAME FP16 [EXTRA_ARGS]
         || echo "generate $name: exit $?" >> "$OUT_DIR/train_$name.log"
 }
 
+# ---- supernet on CUDA (issue 33): a few updates, then export of two sub-networks and their parity ----
+supernet_check() {
+    local save="$PWD/checkpoints/gpu_checks/supernet" log="$OUT_DIR/supernet.log" space=search_spaces/multi30k_cpu.yaml
+    local deadline=$(( $(date +%s) + SUPERNET_TIMEOUT ))
+    left() { local s=$(( deadline - $(date +%s) )); echo $(( s > 1 ? s : 1 )); }  # (timeout 0 would mean none)
+    rm -rf "$save"
+    MAX_UPDATE=$SUPERNET_UPDATES WARMUP=10 LOG_INTERVAL=10 NUM_GPUS=1 SAVE_DIR="$save" EXTRA_ARGS="--no-epoch-checkpoints" \
+        timeout "$SUPERNET_TIMEOUT" bash recipes/multi30k/supernet.sh > "$log" 2>&1 \
+        || { echo "supernet: exit $?" >> "$log"; return 1; }
+    "$PYTHON" -c "import sys; from fairseq_plugins.search import SearchSpace; s = SearchSpace.from_file(sys.argv[1])
+open(sys.argv[2], 'w').write(s.extreme(True, 1).to_json()); open(sys.argv[3], 'w').write(s.extreme(False).to_json())" \
+        "$space" "$save/largest_second_kind.json" "$save/smallest.json" >> "$log" 2>&1 || { echo "architectures: exit $?" >> "$log"; return 1; }
+    local name pairs=()
+    for name in largest_second_kind smallest; do
+        timeout "$(left)" "$PYTHON" -m fairseq_plugins.search export --checkpoint "$save/checkpoint_last.pt" \
+            --architecture "$save/$name.json" --output "$save/$name.pt" >> "$log" 2>&1 || { echo "export $name: exit $?" >> "$log"; return 1; }
+        pairs+=(--pair "$save/$name.json" "$save/$name.pt")
+    done
+    timeout "$(left)" "$PYTHON" benchmarks/supernet_export_parity.py --checkpoint "$save/checkpoint_last.pt" \
+        --device cuda "${pairs[@]}" > "$OUT_DIR/supernet_parity.jsonl" 2>> "$log"
+    echo "supernet parity: exit $?" >> "$log"
+}
+# ---- end of the supernet step ----
+
 started=$(date +%s)
+supernet_check &
+supernet=$!
 timeout "$CHECK_TIMEOUT" "$PYTHON" benchmarks/device_check.py --device cuda > "$OUT_DIR/device_check.md" 2>&1 &
 check=$!
 train_and_generate fp16 1 &
@@ -55,7 +87,7 @@ fp16=$!
 train_and_generate amp 0 --amp &
 amp=$!
 wait "$check"; echo "device_check: exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/device_check.md"
-wait "$fp16" "$amp"
+wait "$fp16" "$amp" "$supernet"
 echo "phase 1 (check + training): $(( $(date +%s) - started )) s" >> "$OUT_DIR/environment.txt"
 
 started=$(date +%s)

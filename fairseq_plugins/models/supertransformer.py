@@ -60,6 +60,14 @@ def _container_name(key: str) -> str:
     return key.replace(".", "/")
 
 
+def _apply_to_buffers(module: nn.Module, fn):
+    """``fn`` on every buffer of ``module`` and its sub-modules, as ``nn.Module._apply`` does to buffers."""
+    for submodule in module.modules():
+        for name, buffer in submodule._buffers.items():
+            if buffer is not None:
+                submodule._buffers[name] = fn(buffer)
+
+
 def leading_index(shape, container_shape, parts: int = 1, device=None) -> tuple:
     """Where a parameter of ``shape`` lies in its container of ``container_shape``: the leading slice along
     every dimension; for a parameter of ``parts`` equal parts concatenated along its last dimension, the
@@ -219,10 +227,27 @@ class SupernetBase(BaseFairseqModel):
             keys[name] = keys[first[id(parameter)]] if id(parameter) in first else self._container_key(template, name)
             first.setdefault(id(parameter), name)
             self._record_parts(template, name, parameter, _container_name(keys[name]))
+        self._follow_weights(template)
         self._templates[architecture] = (template, keys)
         while len(self._templates) > TEMPLATE_CACHE:
             self._templates.popitem(last=False)
         return template, keys
+
+    def _follow_weights(self, template: nn.Module):
+        """Put a new template's buffers (fairseq's sinusoidal positions, version counters) where ``.to()``,
+        ``.cuda()`` or ``.half()`` has put the containers: on their device, floating ones in their dtype. (Its
+        parameters stay where they were built: ``call_active`` replaces every one of them by a slice.)"""
+        container = next(iter(self.weights.values()), None)
+        if container is not None:
+            _apply_to_buffers(template, lambda t: t.to(container.device, container.dtype if t.is_floating_point() else None))
+
+    def _apply(self, fn, recurse=True):
+        """``nn.Module._apply`` (what ``to``, ``cuda``, ``half`` ... run) on the containers, and on the buffers of
+        the cached templates, which are no modules of the supernet (their parameters are not its)."""
+        super()._apply(fn, recurse)
+        for template, _ in self._templates.values():
+            _apply_to_buffers(template, fn)
+        return self
 
     def _container_key(self, template: nn.Module, name: str) -> str:
         for path, module in template.named_modules():

@@ -14,7 +14,15 @@ measure under-training rather than the kind. With k kinds an update trains 2k + 
 ``--seed`` and the update number only, so data-parallel ranks and resumed runs train the same ones.
 Validation reports the largest sub-network's loss as ``loss`` (what ``checkpoint_best`` follows) and the
 smallest's as ``smallest_loss``.
+
+Data-parallel training: a sub-network uses only some of the supernet's containers, so PyTorch's
+DistributedDataParallel (fairseq's default ``--ddp-backend pytorch_ddp``/``c10d``) needs
+``--find-unused-parameters`` (without it the second update stops with "Expected to have finished reduction
+in the prior iteration"); the first update refuses a wrapper without it. Containers no sub-network of an
+update uses then keep no gradient on any rank, as in a single-process run (``legacy_ddp`` gives them zeros).
+The sub-networks of an update but the last run under the wrapper's ``no_sync``: one all-reduce per update.
 """
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import List
@@ -72,6 +80,22 @@ def unwrapped(model):
     return model
 
 
+def check_data_parallel(model):
+    """Refuse PyTorch's DistributedDataParallel without ``find_unused_parameters`` around a supernet (module
+    docstring): its reducer would wait, at the next update, for the gradients of the containers this one left
+    unused."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ..models.supertransformer import SupernetBase
+
+    while not isinstance(model, SupernetBase) and hasattr(model, "module"):
+        if isinstance(model, DistributedDataParallel) and not model.find_unused_parameters:
+            raise AttentionConfigError(
+                "--find-unused-parameters: a supernet's sub-networks leave containers unused, which "
+                "--ddp-backend pytorch_ddp/c10d (fairseq's default) needs to be told (or use --ddp-backend legacy_ddp)")
+        model = model.module
+
+
 class SupernetTrainingMixin:
     """The sampling rule, validation of the largest and the smallest, and their metrics, over a fairseq
     task (``SUPERNET``: the supernet model class the task trains)."""
@@ -103,14 +127,18 @@ class SupernetTrainingMixin:
         model.train()
         model.set_num_updates(update_num)
         supernet = unwrapped(model)
+        check_data_parallel(model)
         architectures = self.architectures_of_update(supernet, update_num)
         total, logging = 0.0, None
-        for architecture in architectures:
+        for index, architecture in enumerate(architectures):
             supernet.active = architecture  # (in the space by construction)
-            loss, sample_size, logging_output = criterion(model, sample)
-            if ignore_grad:
-                loss *= 0
-            optimizer.backward(loss / len(architectures))
+            # the wrapper all-reduces the gradients once, after the last sub-network's backward
+            last = index == len(architectures) - 1
+            with contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync():
+                loss, sample_size, logging_output = criterion(model, sample)
+                if ignore_grad:
+                    loss *= 0
+                optimizer.backward(loss / len(architectures))
             total += loss.detach() / len(architectures)
             if logging is None:
                 logging = dict(logging_output)

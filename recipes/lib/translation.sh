@@ -70,7 +70,10 @@ train_supernet() {  # [fairseq-train flags...]
     if [ "${SHARE_EMBEDDINGS:-all}" = decoder ]; then
         share=(--share-decoder-input-output-embed)
     fi
-    run_training --task supernet_translation --search-space "$SEARCH_SPACE" \
+    # --find-unused-parameters: a sub-network leaves containers unused, which PyTorch's DistributedDataParallel
+    # (fairseq's default on GPUs) must be told (fairseq_plugins/tasks/supernet.py); without data-parallel
+    # workers it changes nothing
+    run_training --task supernet_translation --search-space "$SEARCH_SPACE" --find-unused-parameters \
         --supernet-sampling "${SUPERNET_SAMPLING:-sandwich}" --supernet-sandwich-random "${SANDWICH_RANDOM:-2}" \
         --source-lang "$SRC" --target-lang "$TGT" "${share[@]}" \
         --criterion label_smoothed_cross_entropy --label-smoothing "$LABEL_SMOOTHING" "${SUPERNET_ARGS[@]}"
