@@ -71,7 +71,7 @@ train_supernet() {  # [fairseq-train flags...]
         share=(--share-decoder-input-output-embed)
     fi
     # --find-unused-parameters: a sub-network leaves containers unused, which PyTorch's DistributedDataParallel
-    # (fairseq's default on GPUs) must be told (fairseq_plugins/tasks/supernet.py); without data-parallel
+    # (fairseq's default on GPUs) must be told (fairseq_plugins/search/supernet_tasks.py); without data-parallel
     # workers it changes nothing
     run_training --task supernet_translation --search-space "$SEARCH_SPACE" --find-unused-parameters \
         --supernet-sampling "${SUPERNET_SAMPLING:-sandwich}" --supernet-sandwich-random "${SANDWICH_RANDOM:-2}" \

@@ -614,3 +614,25 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     assert "--latency-ms needs --latency-predictor" in bad
     bad = run("evolve", "--space", space_file, "--ranker", predictor, "--output", str(tmp_path / "x"), status=2)
     assert "expected the ranker.txt of `rank --target loss`" in bad
+
+
+def test_the_export_parity_check_of_gpu_checks_passes_exports_and_fails_a_mismatch(trained, tmp_path):
+    """benchmarks/supernet_export_parity.py (the supernet step of benchmarks/gpu_checks.sh) on the CPU: exports of
+    two sub-networks agree exactly with the supernet; an export paired with another architecture is caught."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import supernet_export_parity
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    _, _, checkpoint, _ = trained
+    model = checkpoint_utils.load_model_ensemble([checkpoint])[0][0]
+    pairs = []
+    for name, architecture in (("second_kind", model.space.extreme(True, 1)), ("smallest", model.space.extreme(False))):
+        (tmp_path / f"{name}.json").write_text(architecture.to_json())
+        result = search("export", "--checkpoint", checkpoint, "--architecture", str(tmp_path / f"{name}.json"),
+                        "--output", str(tmp_path / f"{name}.pt"))
+        assert result.returncode == 0, result.stderr[-2000:]
+        pairs.append([str(tmp_path / f"{name}.json"), str(tmp_path / f"{name}.pt")])
+    common = ["--checkpoint", checkpoint, "--device", "cpu", "--atol", "0"]
+    assert supernet_export_parity.main(common + [a for pair in pairs for a in ["--pair", *pair]]) == 0
+    assert supernet_export_parity.main(common + ["--pair", pairs[0][0], pairs[1][1]]) == 1

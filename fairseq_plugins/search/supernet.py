@@ -41,10 +41,11 @@ from fairseq.models import BaseFairseqModel, register_model, register_model_arch
 from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS
 from torch import nn
 
+from ..models.architecture import Architecture, architecture_options
+from ..models.mixed_transformer import MixedTransformerModel, mixed_transformer_base
+from ..models.mixed_transformer_lm import MixedTransformerLanguageModel, mixed_transformer_lm_base, resolve_lm_sizes
 from ..modules import ATTENTION_REGISTRY, AttentionConfigError
-from .architecture import Architecture, architecture_options
-from .mixed_transformer import MixedTransformerModel, mixed_transformer_base
-from .mixed_transformer_lm import MixedTransformerLanguageModel, mixed_transformer_lm_base, resolve_lm_sizes
+from .space import SearchSpace
 
 # The parameters of fairseq's MultiheadAttention: kinds with no others share them across kinds.
 PROJECTION_PARAMETERS = frozenset(f"{p}_proj.{w}" for p in "qkv" for w in ("weight", "bias")) | {"out_proj.weight", "out_proj.bias"}

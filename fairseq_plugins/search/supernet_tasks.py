@@ -36,6 +36,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..models.architecture import Architecture
 from ..modules import AttentionConfigError
+from .supernet import MixedSuperTransformerLanguageModel, MixedSuperTransformerModel, SupernetBase
 
 SAMPLING_RULES = ChoiceEnum(["random", "sandwich"])
 # Each supernet task -> fairseq's task of the same options (an exported sub-network's).
@@ -73,8 +74,6 @@ class SupernetLanguageModelingConfig(LanguageModelingConfig, SupernetSamplingCon
 def unwrapped(model):
     """The supernet inside fairseq's data-parallel wrappers (they forward attribute reads to the module but
     keep assignments, such as the active architecture, for themselves)."""
-    from ..models.supertransformer import SupernetBase
-
     while not isinstance(model, SupernetBase) and hasattr(model, "module"):
         model = model.module
     return model
@@ -85,8 +84,6 @@ def check_data_parallel(model):
     docstring): its reducer would wait, at the next update, for the gradients of the containers this one left
     unused."""
     from torch.nn.parallel import DistributedDataParallel
-
-    from ..models.supertransformer import SupernetBase
 
     while not isinstance(model, SupernetBase) and hasattr(model, "module"):
         if isinstance(model, DistributedDataParallel) and not model.find_unused_parameters:
@@ -179,13 +176,7 @@ class SupernetTrainingMixin:
 @register_task("supernet_translation", dataclass=SupernetTranslationConfig)
 class SupernetTranslationTask(SupernetTrainingMixin, TranslationTask):
     cfg: SupernetTranslationConfig
-    task_name, SUPERNET_ARCH = "supernet_translation", "mixed_supertransformer"
-
-    @property
-    def SUPERNET(self):
-        from ..models.supertransformer import MixedSuperTransformerModel
-
-        return MixedSuperTransformerModel
+    task_name, SUPERNET_ARCH, SUPERNET = "supernet_translation", "mixed_supertransformer", MixedSuperTransformerModel
 
     def build_model(self, cfg, from_checkpoint=False):
         if self.cfg.eval_bleu:
@@ -196,13 +187,8 @@ class SupernetTranslationTask(SupernetTrainingMixin, TranslationTask):
 
 @register_task("supernet_language_modeling", dataclass=SupernetLanguageModelingConfig)
 class SupernetLanguageModelingTask(SupernetTrainingMixin, LanguageModelingTask):
-    task_name, SUPERNET_ARCH = "supernet_language_modeling", "mixed_supertransformer_lm"
-
-    @property
-    def SUPERNET(self):
-        from ..models.supertransformer import MixedSuperTransformerLanguageModel
-
-        return MixedSuperTransformerLanguageModel
+    task_name, SUPERNET_ARCH, SUPERNET = ("supernet_language_modeling", "mixed_supertransformer_lm",
+                                          MixedSuperTransformerLanguageModel)
 
     def build_model(self, args, from_checkpoint=False):
         return self.check_supernet(super().build_model(args, from_checkpoint))
