@@ -13,11 +13,6 @@
 #    once with the recipe's GPU default --fp16 and once with --amp (FP16=0), MAX_UPDATE
 #    updates each, then beam-searches test2016 with each (generate.sh, fp16 on the GPU; its
 #    output follows the training log).
-#    Beside them (issue 33): the Multi30k supernet (recipes/multi30k/supernet.sh, fp16) trains
-#    SUPERNET_UPDATES updates on CUDA, then `search export` writes two sub-networks (the largest
-#    with the second kind of every placement, cosFormer, and the smallest) and
-#    benchmarks/supernet_export_parity.py compares each on CUDA inside the supernet and exported
-#    (supernet.log, supernet_parity.jsonl).
 # 3. Alone, so that the timings are not disturbed: benchmarks/attention_speed.py --device cuda
 #    (every kind against fairseq's softmax attention, PyTorch's fused kernel) at LENGTHS.
 # Needs: a CUDA device, this checkout's Python requirements (fairseq-fixed ...), and the
@@ -27,7 +22,6 @@ OUT_DIR=${1:?usage: DATA_BIN=DIR bash benchmarks/gpu_checks.sh OUT_DIR}
 : "${DATA_BIN:?DATA_BIN: the prepared Multi30k binaries (recipes/multi30k/prepare.sh)}"
 : "${PYTHON:=python3}" "${PRESET:=cosformer_iwslt_de_en}" "${MAX_UPDATE:=1000}" "${LENGTHS:=1024,4096,16384}"
 : "${CHECK_TIMEOUT:=240}" "${TRAIN_TIMEOUT:=240}" "${GENERATE_TIMEOUT:=100}" "${SPEED_TIMEOUT:=200}"
-: "${SUPERNET_UPDATES:=30}" "${SUPERNET_TIMEOUT:=240}"
 OUT_DIR=$(realpath -m "$OUT_DIR") DATA_BIN=$(realpath -m "$DATA_BIN")
 export PYTHON DATA_BIN PYTHONUNBUFFERED=1
 mkdir -p "$OUT_DIR"
@@ -54,6 +48,12 @@ train_and_generate() {  # NAME FP16 [EXTRA_ARGS]
 }
 
 # ---- supernet on CUDA (issue 33): a few updates, then export of two sub-networks and their parity ----
+# Beside phase 1: the Multi30k supernet (recipes/multi30k/supernet.sh, fp16) trains SUPERNET_UPDATES
+# updates on CUDA, then `search export` writes two sub-networks (the largest with the second kind of
+# every placement, cosFormer, and the smallest) and benchmarks/supernet_export_parity.py compares each
+# on CUDA inside the supernet and exported (supernet.log, supernet_parity.jsonl); SUPERNET_TIMEOUT
+# bounds the whole step.
+: "${SUPERNET_UPDATES:=30}" "${SUPERNET_TIMEOUT:=240}"
 supernet_check() {
     local save="$PWD/checkpoints/gpu_checks/supernet" log="$OUT_DIR/supernet.log" space=search_spaces/multi30k_cpu.yaml
     local deadline=$(( $(date +%s) + SUPERNET_TIMEOUT ))
@@ -75,11 +75,11 @@ open(sys.argv[2], 'w').write(s.extreme(True, 1).to_json()); open(sys.argv[3], 'w
         --device cuda "${pairs[@]}" > "$OUT_DIR/supernet_parity.jsonl" 2>> "$log"
     echo "supernet parity: exit $?" >> "$log"
 }
+supernet_check &
+supernet=$!
 # ---- end of the supernet step ----
 
 started=$(date +%s)
-supernet_check &
-supernet=$!
 timeout "$CHECK_TIMEOUT" "$PYTHON" benchmarks/device_check.py --device cuda > "$OUT_DIR/device_check.md" 2>&1 &
 check=$!
 train_and_generate fp16 1 &
@@ -87,7 +87,8 @@ fp16=$!
 train_and_generate amp 0 --amp &
 amp=$!
 wait "$check"; echo "device_check: exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/device_check.md"
-wait "$fp16" "$amp" "$supernet"
+wait "$fp16" "$amp"
+wait "$supernet"; echo "supernet step: exit $?" >> "$OUT_DIR/supernet.log"  # (the supernet step above)
 echo "phase 1 (check + training): $(( $(date +%s) - started )) s" >> "$OUT_DIR/environment.txt"
 
 started=$(date +%s)
