@@ -55,16 +55,18 @@ train_and_generate() {  # NAME FP16 [EXTRA_ARGS]
 # bounds the whole step.
 : "${SUPERNET_UPDATES:=30}" "${SUPERNET_TIMEOUT:=240}"
 supernet_check() {
-    local save="$PWD/checkpoints/gpu_checks/supernet" log="$OUT_DIR/supernet.log" space=search_spaces/multi30k_cpu.yaml
+    local save="$PWD/checkpoints/gpu_checks/supernet" log="$OUT_DIR/supernet.log"
     local deadline=$(( $(date +%s) + SUPERNET_TIMEOUT ))
     left() { local s=$(( deadline - $(date +%s) )); echo $(( s > 1 ? s : 1 )); }  # (timeout 0 would mean none)
     rm -rf "$save"
     MAX_UPDATE=$SUPERNET_UPDATES WARMUP=10 LOG_INTERVAL=10 NUM_GPUS=1 SAVE_DIR="$save" EXTRA_ARGS="--no-epoch-checkpoints" \
         timeout "$SUPERNET_TIMEOUT" bash recipes/multi30k/supernet.sh > "$log" 2>&1 \
         || { echo "supernet: exit $?" >> "$log"; return 1; }
-    "$PYTHON" -c "import sys; from fairseq_plugins.search import SearchSpace; s = SearchSpace.from_file(sys.argv[1])
+    # (the space the supernet recorded: whatever SEARCH_SPACE the recipe was given)
+    "$PYTHON" -c "import sys; from fairseq_plugins.search.subnetworks import load_supernet; s = load_supernet(sys.argv[1])[0].space
 open(sys.argv[2], 'w').write(s.extreme(True, 1).to_json()); open(sys.argv[3], 'w').write(s.extreme(False).to_json())" \
-        "$space" "$save/largest_second_kind.json" "$save/smallest.json" >> "$log" 2>&1 || { echo "architectures: exit $?" >> "$log"; return 1; }
+        "$save/checkpoint_last.pt" "$save/largest_second_kind.json" "$save/smallest.json" >> "$log" 2>&1 \
+        || { echo "architectures: exit $?" >> "$log"; return 1; }
     local name pairs=()
     for name in largest_second_kind smallest; do
         timeout "$(left)" "$PYTHON" -m fairseq_plugins.search export --checkpoint "$save/checkpoint_last.pt" \
