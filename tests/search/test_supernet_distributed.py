@@ -73,10 +73,10 @@ def recipe_command(root, data_bin, sampling):
     return arguments
 
 
-def run_two_ranks(arguments, dump):
+def run_two_ranks(arguments, dump, backend="pytorch_ddp"):
     return subprocess.run(
         [sys.executable, "-m", "fairseq_plugins.cli.cpu_distributed_train", "--nprocs", "2", "--threads-per-rank", "1",
-         "--dump-final-params", str(dump), "--", *arguments, "--ddp-backend", "pytorch_ddp"],
+         "--dump-final-params", str(dump), "--", *arguments, "--ddp-backend", backend],
         env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=HANG_GUARD_S)
 
 
@@ -93,11 +93,23 @@ def test_the_recipe_trains_on_two_c10d_ranks_to_identical_parameters(data, sampl
     assert first.keys() == second.keys() and any(key.startswith("weights.") for key in first)
     for key in first:
         assert torch.equal(first[key], second[key]), key
+    if sampling == "sandwich":
+        # all sub-networks of an update but the last under no_sync, one all-reduce: the same parameters as
+        # fairseq's own all-reduce of the summed gradients (legacy_ddp; every container is used at every update
+        # here, so its zeros for unused ones make no difference)
+        # (its own --save-dir: it must not resume from the checkpoint of the run above)
+        legacy = run_two_ranks(arguments + ["--save-dir", str(tmp_path / "legacy_checkpoints")], tmp_path / "legacy",
+                               backend="legacy_ddp")
+        assert legacy.returncode == 0, legacy.stderr[-6000:]
+        reference = torch.load(tmp_path / "legacy" / "rank0.pt")["model"]
+        for key in first:
+            torch.testing.assert_close(first[key], reference[key], msg=key)
 
 
 def test_pytorch_ddp_without_find_unused_parameters_is_refused(data, tmp_path):
     root, data_bin = data
     arguments = [a for a in recipe_command(root, data_bin, "random") if a != "--find-unused-parameters"]
+    arguments += ["--save-dir", str(tmp_path / "checkpoints")]  # (a fresh start, not the other test's checkpoint)
     result = run_two_ranks(arguments, tmp_path / "dump")
     assert result.returncode != 0
     # (the check sees PyTorch's DistributedDataParallel: the ranks ran fairseq's GPU wrapper)
