@@ -47,6 +47,40 @@ train_and_generate() {  # NAME FP16 [EXTRA_ARGS]
         || echo "generate $name: exit $?" >> "$OUT_DIR/train_$name.log"
 }
 
+# ---- supernet on CUDA (issue 33): a few updates, then export of two sub-networks and their parity ----
+# Beside phase 1: the Multi30k supernet (recipes/multi30k/supernet.sh, fp16) trains SUPERNET_UPDATES
+# updates on CUDA, then `search export` writes two sub-networks (the largest with the second kind of
+# every placement, cosFormer, and the smallest) and benchmarks/supernet_export_parity.py compares each
+# on CUDA inside the supernet and exported (supernet.log, supernet_parity.jsonl); SUPERNET_TIMEOUT
+# bounds the whole step.
+: "${SUPERNET_UPDATES:=30}" "${SUPERNET_TIMEOUT:=240}"
+supernet_check() {
+    local save="$PWD/checkpoints/gpu_checks/supernet" log="$OUT_DIR/supernet.log"
+    local deadline=$(( $(date +%s) + SUPERNET_TIMEOUT ))
+    left() { local s=$(( deadline - $(date +%s) )); echo $(( s > 1 ? s : 1 )); }  # (timeout 0 would mean none)
+    rm -rf "$save"
+    MAX_UPDATE=$SUPERNET_UPDATES WARMUP=10 LOG_INTERVAL=10 NUM_GPUS=1 SAVE_DIR="$save" EXTRA_ARGS="--no-epoch-checkpoints" \
+        timeout "$SUPERNET_TIMEOUT" bash recipes/multi30k/supernet.sh > "$log" 2>&1 \
+        || { echo "supernet: exit $?" >> "$log"; return 1; }
+    # (the space the supernet recorded: whatever SEARCH_SPACE the recipe was given)
+    "$PYTHON" -c "import sys; from fairseq_plugins.search.subnetworks import load_supernet; s = load_supernet(sys.argv[1])[0].space
+open(sys.argv[2], 'w').write(s.extreme(True, 1).to_json()); open(sys.argv[3], 'w').write(s.extreme(False).to_json())" \
+        "$save/checkpoint_last.pt" "$save/largest_second_kind.json" "$save/smallest.json" >> "$log" 2>&1 \
+        || { echo "architectures: exit $?" >> "$log"; return 1; }
+    local name pairs=()
+    for name in largest_second_kind smallest; do
+        timeout "$(left)" "$PYTHON" -m fairseq_plugins.search export --checkpoint "$save/checkpoint_last.pt" \
+            --architecture "$save/$name.json" --output "$save/$name.pt" >> "$log" 2>&1 || { echo "export $name: exit $?" >> "$log"; return 1; }
+        pairs+=(--pair "$save/$name.json" "$save/$name.pt")
+    done
+    timeout "$(left)" "$PYTHON" benchmarks/supernet_export_parity.py --checkpoint "$save/checkpoint_last.pt" \
+        --device cuda "${pairs[@]}" > "$OUT_DIR/supernet_parity.jsonl" 2>> "$log"
+    echo "supernet parity: exit $?" >> "$log"
+}
+supernet_check &
+supernet=$!
+# ---- end of the supernet step ----
+
 started=$(date +%s)
 timeout "$CHECK_TIMEOUT" "$PYTHON" benchmarks/device_check.py --device cuda > "$OUT_DIR/device_check.md" 2>&1 &
 check=$!
@@ -56,6 +90,7 @@ train_and_generate amp 0 --amp &
 amp=$!
 wait "$check"; echo "device_check: exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/device_check.md"
 wait "$fp16" "$amp"
+wait "$supernet"; echo "supernet step: exit $?" >> "$OUT_DIR/supernet.log"  # (the supernet step above)
 echo "phase 1 (check + training): $(( $(date +%s) - started )) s" >> "$OUT_DIR/environment.txt"
 
 started=$(date +%s)

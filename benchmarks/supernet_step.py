@@ -54,7 +54,7 @@ def build(spec: Dict, model_name: str):
     from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
     import fairseq_plugins  # noqa: F401
-    from fairseq_plugins.models.supertransformer import MixedSuperTransformerModel
+    from fairseq_plugins.search.supernet import MixedSuperTransformerModel
     from fairseq_plugins.search.space import SearchSpace
 
     dictionary = Dictionary()

@@ -14,6 +14,7 @@ from . import checkpoint_compat  # noqa: F401
 from . import modules  # noqa: F401
 from . import models  # noqa: F401
 from . import tasks  # noqa: F401
+from . import search  # noqa: F401  (the supernet models and tasks)
 from . import criterions  # noqa: F401
 from . import hub  # noqa: F401  (the moses_prepared tokenizer)
 from .modules.registry import import_kind_modules

@@ -60,3 +60,17 @@ def test_training_time_code_does_not_import_the_tooling(subpackage):
 
 def test_the_tooling_does_not_import_the_training_time_datasets():
     assert imports_from(["cli"], ["data"]) == []
+
+
+def test_the_models_do_not_import_the_search():
+    """The search (its spaces, the supernet and its tasks) builds on the models, never the other way round:
+    no import loop between ``models`` and ``search``."""
+    assert imports_from(TRAINING_TIME, ["search"]) == []
+
+
+@pytest.mark.parametrize("module", ["space", "supernet", "supernet_tasks"])
+def test_the_search_training_time_modules_do_not_import_the_tooling(module):
+    """What fairseq-train loads of the search (the supernet and its tasks, fairseq_plugins/search/__init__.py)."""
+    targets = tuple(f"fairseq_plugins.{p}" for p in TOOLING)
+    imported = imported_modules(PACKAGE / "search" / f"{module}.py") | imported_modules(PACKAGE / "search" / "__init__.py")
+    assert [m for m in imported if m.startswith(targets)] == []

@@ -27,6 +27,12 @@ ranks' models. The least invasive way found: replace two names in the
   independent ones).
 
 If fairseq ever renames these, this fails loudly instead of dumping nothing.
+
+With ``--ddp-backend c10d`` (or ``pytorch_ddp``) fairseq wraps the model in PyTorch's
+DistributedDataParallel with ``device_ids=[--device-id]``, which DistributedDataParallel refuses for a
+module on the CPU. The rank replaces the name ``DistributedDataParallel`` in
+``fairseq.models.distributed_fairseq_model`` by a subclass that drops the device ids (and nothing else),
+so that the CPU run uses the wrapper, the options and the reducer of a GPU run.
 """
 import os
 import sys
@@ -117,6 +123,33 @@ def install_dump(fairseq_train, dump_dir: str) -> None:
     fairseq_train.main = main_then_dump
 
 
+def ddp_backend(fairseq_args: List[str]) -> Optional[str]:
+    """The value of --ddp-backend in the fairseq-train arguments (None when absent)."""
+    for i, token in enumerate(fairseq_args):
+        name, has_value, value = token.partition("=")
+        if name == "--ddp-backend":
+            return value if has_value else (fairseq_args[i + 1] if i + 1 < len(fairseq_args) else None)
+    return None
+
+
+def allow_c10d_on_cpu() -> None:
+    """fairseq's c10d wrapper on CPU modules: DistributedDataParallel without the device ids fairseq passes
+    (see the module docstring)."""
+    import fairseq.models.distributed_fairseq_model as wrapping
+
+    if not hasattr(wrapping, "DistributedDataParallel"):
+        raise RuntimeError("--ddp-backend c10d: fairseq.models.distributed_fairseq_model has no DistributedDataParallel "
+                           "(unsupported fairseq version)")
+    base = wrapping.DistributedDataParallel
+
+    class CpuDistributedDataParallel(base):
+        def __init__(self, module, device_ids=None, output_device=None, **kwargs):
+            super().__init__(module, **kwargs)  # (a CPU module takes no device ids)
+
+    CpuDistributedDataParallel.__name__ = CpuDistributedDataParallel.__qualname__ = base.__name__
+    wrapping.DistributedDataParallel = CpuDistributedDataParallel
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     dump_dir, fairseq_args = parse_argv(sys.argv[1:] if argv is None else list(argv))
     exit_with_launcher()
@@ -125,6 +158,8 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     if dump_dir is not None:
         install_dump(fairseq_train, dump_dir)
+    if ddp_backend(fairseq_args) in ("c10d", "pytorch_ddp"):
+        allow_c10d_on_cpu()
     fairseq_train.cli_main()
 
 

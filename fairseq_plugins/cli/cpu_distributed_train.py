@@ -22,6 +22,11 @@ launcher: passing one of them after ``--`` is refused with an error naming it
 (``--cpu``, ``--distributed-no-spawn``, ``--distributed-backend gloo`` and
 ``--ddp-backend legacy_ddp``/``no_c10d`` are accepted, as they agree).
 
+``--ddp-backend c10d`` (or ``pytorch_ddp``) after ``--`` runs fairseq's default GPU wrapper, PyTorch's
+DistributedDataParallel, with every option fairseq gives it (``--find-unused-parameters``, bucket size,
+buffers) except the device ids, which DistributedDataParallel refuses for a CPU module (the rank drops
+them, see ``_rank_main.py``): what a GPU run of the same command does, on CPU.
+
 Every rank gets ``OMP_NUM_THREADS`` = ``--threads-per-rank`` (default: usable
 cores // N, at least 1), its output is forwarded line by line with a
 ``[rank R]`` prefix (stdout to stdout, stderr to stderr; fairseq logs only
@@ -71,9 +76,9 @@ OWNED_OPTIONS: Dict[str, str] = {
 FIXED_OPTIONS: Dict[str, Tuple[Tuple[str, ...], str]] = {
     "--distributed-backend": (("gloo",), "gloo is the torch.distributed backend that runs on CPU"),
     "--ddp-backend": (
-        ("legacy_ddp", "no_c10d"),
-        "pytorch_ddp/c10d pass device_ids, which DistributedDataParallel rejects for CPU modules; "
-        "legacy_ddp is fairseq's own all-reduce",
+        ("legacy_ddp", "no_c10d", "c10d", "pytorch_ddp"),
+        "legacy_ddp is fairseq's own all-reduce; c10d/pytorch_ddp run PyTorch's DistributedDataParallel without "
+        "device ids, as fairseq on a GPU runs it with them",
     ),
 }
 # Switches the launcher sets; the user may pass them too.
@@ -93,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Everything after '--' goes to fairseq-train. The launcher adds --cpu --distributed-backend gloo "
         "--distributed-world-size --distributed-init-method --distributed-rank --distributed-no-spawn "
         "--device-id 0 --ddp-backend legacy_ddp; do not pass those (except the agreeing --cpu, "
-        "--distributed-no-spawn, --distributed-backend gloo, --ddp-backend legacy_ddp).",
+        "--distributed-no-spawn, --distributed-backend gloo, and --ddp-backend legacy_ddp, no_c10d, c10d or pytorch_ddp).",
         allow_abbrev=False,
     )
     parser.add_argument("--nprocs", type=int, required=True, help="number of ranks (processes)")

@@ -9,6 +9,7 @@ layer loop the concatenation of the most encoder layers any decoder layer reads
 (``connected_source``), and each layer takes its own prefix of it and folds its
 attention weights back onto the S source positions (``MixedTransformerDecoderLayer.forward``).
 """
+import contextvars
 from typing import Dict, List, Optional
 
 import torch
@@ -261,6 +262,19 @@ class MixedTransformerDecoder(TransformerDecoder):
         return super().buffered_future_mask(tensor)
 
 
+# The architecture ``MixedTransformerModel.build_model`` resolved from the options, while fairseq's build_model
+# (which hands its build_encoder/build_decoder hooks only the options) runs inside it.
+ARCHITECTURE_BEING_BUILT: contextvars.ContextVar = contextvars.ContextVar("mixed_transformer_architecture", default=None)
+
+
+def architecture_being_built(hook: str) -> Architecture:
+    architecture = ARCHITECTURE_BEING_BUILT.get()
+    if architecture is None:
+        raise AttentionConfigError(f"MixedTransformerModel.{hook}: called outside MixedTransformerModel.build_model, "
+                                   "which resolves the architecture it builds")
+    return architecture
+
+
 def load_state_dict_describing_pruned(model, super_load, state_dict, strict, model_cfg, args):
     """fairseq's load_state_dict, after which the options describe the model: fairseq's
     ``prune_state_dict`` renumbers the kept layers and clears ``*_layers_to_keep`` in ``model_cfg``, whose
@@ -322,11 +336,16 @@ class MixedTransformerModel(TransformerModel):
             raise AttentionConfigError(
                 "--encoder-decoder-connect > 1 cannot be combined with --encoder-layerdrop: a dropped encoder layer has "
                 "no output to attend to (prune with --encoder-layers-to-keep instead)")
-        # fairseq's build_model hands build_encoder/build_decoder only the options: they read the
-        # architecture from this record of it (written before anything is built)
+        # a record of it in the options, which checkpoints keep (architecture_of_checkpoint reads a saved one)
         record_architecture(args, architecture)
         layer_counts = args.encoder_layers, args.decoder_layers
-        model = super().build_model(args, task)
+        # fairseq's build_model hands build_encoder/build_decoder only the options: they take this
+        # architecture, resolved once above, from the build in progress
+        building = ARCHITECTURE_BEING_BUILT.set(architecture)
+        try:
+            model = super().build_model(args, task)
+        finally:
+            ARCHITECTURE_BEING_BUILT.reset(building)
         # fairseq sets --encoder-layers/--decoder-layers to the kept counts; the per-layer options still
         # describe every layer: keep the counts they were given for, so that the saved options, with
         # *_layers_to_keep, build this model again
@@ -335,12 +354,13 @@ class MixedTransformerModel(TransformerModel):
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        return MixedTransformerEncoder(args, src_dict, embed_tokens, architecture=Architecture.from_json(args.architecture))
+        return MixedTransformerEncoder(args, src_dict, embed_tokens, architecture=architecture_being_built("build_encoder"))
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return MixedTransformerDecoder(args, tgt_dict, embed_tokens, no_encoder_attn=args.no_cross_attention,
-                                       architecture=Architecture.from_json(args.architecture))
+        architecture = architecture_being_built("build_decoder")
+        return MixedTransformerDecoder(args, tgt_dict, embed_tokens, no_encoder_attn=not architecture.has_cross_attention,
+                                       architecture=architecture)
 
     @property
     def architecture(self) -> Architecture:

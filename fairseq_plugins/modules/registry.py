@@ -387,7 +387,7 @@ class BaseAttention(FairseqIncrementalState, nn.Module):
     supports_head_dim = False
     # Parameters made of equal parts concatenated along their last dimension (name -> number of parts, e.g.
     # BET's score weight [w_H ; w_K]): a weight-sharing supernet gives a smaller sub-network the leading slice
-    # of each part, so that a part shares weights with the same part (models/supertransformer.py).
+    # of each part, so that a part shares weights with the same part (search/supernet.py).
     concatenated_parameters: Dict[str, int] = {}
 
     def __init__(self, placement: str, embed_dim: int, num_heads: int, kdim: int, vdim: int,

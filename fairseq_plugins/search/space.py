@@ -272,25 +272,41 @@ class SearchSpace:
         rng = random.Random(seed)
         return [self.sample(rng) for _ in range(n)]
 
-    def extreme(self, largest: bool) -> Architecture:
+    @property
+    def kind_choices(self) -> int:
+        """The most attention kinds any placement offers: ``extreme(largest, i)`` for i in
+        ``range(kind_choices)`` together put every kind of every placement in every layer."""
+        sides = [self.decoder] + ([] if self.encoder is None else [self.encoder])
+        return max(len(kinds) for side in sides for kinds in (side.attention_kinds, side.cross_attention_kinds) if kinds)
+
+    def extreme(self, largest: bool, kind_index: int = 0) -> Architecture:
         """The largest (or smallest) architecture: the widest widths, the most layers, the widest FFNs,
-        the most heads and the deepest connect (or the opposite); every sub-layer takes the first kind its
-        list names."""
+        the most heads and the deepest connect (or the opposite); every sub-layer takes the
+        ``kind_index``-th kind its placement's list names (cyclically: a shorter list repeats its kinds)."""
         pick = max if largest else min
+
+        def kind(kinds):
+            return kinds[kind_index % len(kinds)]
+
         encoder_width, encoder_layers = None, ()
         if self.encoder is not None:
             encoder_width = pick(self.encoder.embed_dim)
-            layer = EncoderLayer(self.encoder.attention_kinds[0], pick(self.encoder.attention_heads), pick(self.encoder.ffn_embed_dim))
+            layer = EncoderLayer(kind(self.encoder.attention_kinds), pick(self.encoder.attention_heads), pick(self.encoder.ffn_embed_dim))
             encoder_layers = (layer,) * pick(self.encoder.layers)
         decoder_width = pick(self.decoder.embed_dim) if not self.shared_embed_dim or encoder_width is None else encoder_width
         if self.language_model:
-            layer = DecoderLayer(self.decoder.attention_kinds[0], pick(self.decoder.attention_heads), pick(self.decoder.ffn_embed_dim))
+            layer = DecoderLayer(kind(self.decoder.attention_kinds), pick(self.decoder.attention_heads), pick(self.decoder.ffn_embed_dim))
         else:
             fitting = [k for k in self.decoder.encoder_decoder_connect if k <= len(encoder_layers)]
-            layer = DecoderLayer(self.decoder.attention_kinds[0], pick(self.decoder.attention_heads), pick(self.decoder.ffn_embed_dim),
-                                 self.decoder.cross_attention_kinds[0], pick(self.decoder.cross_attention_heads), pick(fitting))
+            layer = DecoderLayer(kind(self.decoder.attention_kinds), pick(self.decoder.attention_heads), pick(self.decoder.ffn_embed_dim),
+                                 kind(self.decoder.cross_attention_kinds), pick(self.decoder.cross_attention_heads), pick(fitting))
         return self.with_head_dims(Architecture(decoder_embed_dim=decoder_width, decoder_layers=(layer,) * pick(self.decoder.layers),
                                                 encoder_embed_dim=encoder_width, encoder_layers=encoder_layers)).check()
+
+    def extremes_per_kind(self) -> List[Architecture]:
+        """The largest and the smallest architecture with each kind in every sub-layer (``extreme`` for every
+        ``kind_index``): largest, smallest with the first kinds, then with the second ones, ..."""
+        return [self.extreme(largest, i) for i in range(self.kind_choices) for largest in (True, False)]
 
     def size(self) -> int:
         """The number of distinct architectures in the space."""

@@ -115,7 +115,7 @@ def standalone_task_config(task_cfg):
     options (without the sampling ones)."""
     from omegaconf import OmegaConf
 
-    from ..tasks.supernet import PLAIN_TASKS
+    from .supernet_tasks import PLAIN_TASKS
 
     values = OmegaConf.to_container(task_cfg) if OmegaConf.is_config(task_cfg) else dict(task_cfg)
     if values.get("_name") in PLAIN_TASKS:

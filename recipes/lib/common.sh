@@ -60,7 +60,8 @@
 #                       checkpoint_best.pt chosen by it instead of the valid loss
 #   SEARCH_SPACE        supernet.sh: the search space file (default: the data set's, search_spaces/)
 #   SUPERNET_SAMPLING   supernet.sh: random (one sampled sub-network per update) or sandwich (the
-#                       largest, the smallest and SANDWICH_RANDOM sampled ones, default 2)
+#                       largest and the smallest once per attention kind, and SANDWICH_RANDOM
+#                       sampled ones, default 2)
 #   SEARCH_DIR STAGES   search.sh: its folder (default checkpoints/<dataset>/search) and stages (default
 #                       supernet,collect,rank,prune,evolve,train,generate); recipes/lib/search.sh says more
 #   LOSS_SAMPLES LATENCY_SAMPLES SEARCH_SEED   search.sh collect: architectures (300 each), seed

@@ -44,8 +44,8 @@ train_translation() {  # [PRESET] [fairseq-train flags...]
 
 # supernet.sh: the weight-sharing supernet (mixed_supertransformer, README "The supernet") over
 # SEARCH_SPACE (default search_spaces/$SUPERNET_SPACE.yaml, the data set's space) with --task
-# supernet_translation: SUPERNET_SAMPLING (sandwich: the largest, the smallest and SANDWICH_RANDOM
-# sampled sub-networks per update, the mean of their losses; random: one sampled), validation of the
+# supernet_translation: SUPERNET_SAMPLING (sandwich: the largest and the smallest once per attention
+# kind, with every sub-layer of that kind, and SANDWICH_RANDOM sampled sub-networks per update, the mean of their losses; random: one sampled), validation of the
 # largest and the smallest; SUPERNET_ARGS (an array set by the data set's supernet.sh): its own
 # fairseq-train flags. Checkpoints: checkpoints/<dataset>/mixed_supertransformer by default.
 train_supernet() {  # [fairseq-train flags...]
@@ -58,7 +58,10 @@ train_supernet() {  # [fairseq-train flags...]
     if [ "${SHARE_EMBEDDINGS:-all}" = decoder ]; then
         share=(--share-decoder-input-output-embed)
     fi
-    run_training --task supernet_translation --search-space "$SEARCH_SPACE" \
+    # --find-unused-parameters: a sub-network leaves containers unused, which PyTorch's DistributedDataParallel
+    # (fairseq's default on GPUs) must be told (fairseq_plugins/search/supernet_tasks.py); without data-parallel
+    # workers it changes nothing
+    run_training --task supernet_translation --search-space "$SEARCH_SPACE" --find-unused-parameters \
         --supernet-sampling "${SUPERNET_SAMPLING:-sandwich}" --supernet-sandwich-random "${SANDWICH_RANDOM:-2}" \
         --source-lang "$SRC" --target-lang "$TGT" "${share[@]}" \
         --criterion label_smoothed_cross_entropy --label-smoothing "$LABEL_SMOOTHING" "${SUPERNET_ARGS[@]}"

@@ -301,8 +301,8 @@ def test_ctrl_c_stops_every_rank(data_bin, tmp_path):
         (["--distributed-init-method", "tcp://127.0.0.1:1"], "--distributed-init-method"),
         (["--distributed-port", "5000"], "--distributed-port"),
         (["--device-id", "1"], "--device-id"),
-        (["--ddp-backend", "pytorch_ddp"], "--ddp-backend"),
-        (["--ddp-backend=c10d"], "--ddp-backend"),
+        (["--ddp-backend", "fully_sharded"], "--ddp-backend"),
+        (["--ddp-backend=slowmo"], "--ddp-backend"),
         (["--distributed-backend", "nccl"], "--distributed-backend"),
     ],
 )

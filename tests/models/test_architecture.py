@@ -350,3 +350,19 @@ def test_head_dimensions_with_fairseq_options_that_assume_the_layer_width(data_d
     with pytest.raises(AttentionConfigError, match="--cross-attention-head-dims: this model has no encoder-decoder attention"):
         build(data_dir, "mixed_transformer_iwslt_de_en", *TINY, "--no-cross-attention", "--cross-attention-head-dims", "4",
               device="meta")
+
+
+def test_the_architecture_is_resolved_once_and_passed_to_the_encoder_and_decoder(data_dir, tmp_path, monkeypatch):
+    """build_model resolves the architecture from the options once; fairseq's build_encoder/build_decoder hooks
+    get that value (not a JSON copy in the options parsed again), and refuse to run outside a build."""
+    from fairseq_plugins.models import mixed_transformer
+
+    resolved, parsed = [], []
+    real_from_args, real_from_json = Architecture.from_args.__func__, Architecture.from_json.__func__
+    monkeypatch.setattr(Architecture, "from_args", classmethod(lambda cls, *a, **k: resolved.append(1) or real_from_args(cls, *a, **k)))
+    monkeypatch.setattr(Architecture, "from_json", classmethod(lambda cls, *a, **k: parsed.append(1) or real_from_json(cls, *a, **k)))
+    model = build(data_dir, "mixed_transformer", "--architecture-file", write(tmp_path, TRANSLATION))
+    assert model.architecture == TRANSLATION and model.encoder.architecture is model.decoder.architecture
+    assert len(resolved) == 1 and len(parsed) == 1  # the file's JSON; no JSON of the options
+    with pytest.raises(AttentionConfigError, match="build_encoder: called outside MixedTransformerModel.build_model"):
+        mixed_transformer.MixedTransformerModel.build_encoder(parse(data_dir, "mixed_transformer"), None, None)

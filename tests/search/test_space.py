@@ -97,6 +97,19 @@ def test_size_and_samples_match_the_enumerated_space(data):
     for architecture in every:
         space.check_contains(architecture)
     assert space.extreme(True) in every and space.extreme(False) in every
+    extremes = space.extremes_per_kind()
+    assert set(extremes) <= every and len(set(extremes)) == len(extremes) == 2 * space.kind_choices
+    # together they put every kind of every placement in every sub-layer, at the largest and the smallest size
+    for largest in (True, False):
+        depth = (max if largest else min)(data["decoder"]["layers"])
+        group = [a for a in extremes if len(a.decoder_layers) == depth]
+        kinds = [{layer.attention_kind for a in group for layer in a.decoder_layers}]
+        choices = [set(data["decoder"]["attention_kinds"])]
+        if not space.language_model:
+            kinds += [{layer.attention_kind for a in group for layer in a.encoder_layers},
+                      {layer.cross_attention_kind for a in group for layer in a.decoder_layers}]
+            choices += [set(data["encoder"]["attention_kinds"]), set(data["decoder"]["cross_attention_kinds"])]
+        assert kinds == choices
 
 
 def test_connect_never_exceeds_the_sampled_encoder_depth():

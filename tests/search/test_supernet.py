@@ -187,6 +187,36 @@ def test_bets_score_weight_parts_share_with_the_same_part(data_dir, space_file, 
         torch.testing.assert_close(w_narrow.view(2, 8), w_wide.view(2, 16)[:, :8], rtol=0, atol=0)
 
 
+def test_cached_templates_follow_the_supernet_to_a_dtype_and_a_device(data_dir, space_file):
+    """The cached sub-network templates are no modules of the supernet, yet their buffers (fairseq's sinusoidal
+    positions, version counters) move with ``.to()``, and a template built later starts where the weights are:
+    a supernet moved to a GPU would otherwise run CUDA weights against CPU positions."""
+    _, model = build_supernet(data_dir, space_file)
+    model.eval()
+
+    def template_buffers():
+        return [(buffer, architecture) for architecture, (template, _) in model._templates.items() for buffer in template.buffers()]
+
+    def uncached():
+        return next(a for a in (model.sample(update) for update in range(100)) if a not in model._templates)
+
+    assert template_buffers() and {b.dtype for b, _ in template_buffers() if b.is_floating_point()} == {torch.float32}
+    model.to(torch.float64)
+    assert {b.dtype for b, _ in template_buffers() if b.is_floating_point()} == {torch.float64}
+    model.set_active(uncached())
+    src, lengths, prev = batch()
+    assert model(src, lengths, prev)[0].dtype == torch.float64
+    new = [b for b, a in template_buffers() if a == model.active]
+    assert new and all(b.dtype == torch.float64 for b in new if b.is_floating_point())
+
+    model.to("meta")
+    assert {w.device.type for w in model.weights.values()} == {"meta"}
+    assert {b.device.type for b, _ in template_buffers()} == {"meta"}
+    later = uncached()
+    template, _ = model._template(later)
+    assert {b.device.type for b in template.buffers()} == {"meta"}
+
+
 def test_the_sample_depends_only_on_the_seed_and_the_update(data_dir, space_file):
     _, first = build_supernet(data_dir, space_file, "--seed", "3")
     _, again = build_supernet(data_dir, space_file, "--seed", "3")
@@ -610,3 +640,25 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     assert "--latency-ms needs --latency-predictor" in bad
     bad = run("evolve", "--space", space_file, "--ranker", predictor, "--output", str(tmp_path / "x"), status=2)
     assert "expected the ranker.txt of `rank --target loss`" in bad
+
+
+def test_the_export_parity_check_of_gpu_checks_passes_exports_and_fails_a_mismatch(trained, tmp_path):
+    """benchmarks/supernet_export_parity.py (the supernet step of benchmarks/gpu_checks.sh) on the CPU: exports of
+    two sub-networks agree exactly with the supernet; an export paired with another architecture is caught."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import supernet_export_parity
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    _, _, checkpoint, _ = trained
+    model = checkpoint_utils.load_model_ensemble([checkpoint])[0][0]
+    pairs = []
+    for name, architecture in (("second_kind", model.space.extreme(True, 1)), ("smallest", model.space.extreme(False))):
+        (tmp_path / f"{name}.json").write_text(architecture.to_json())
+        result = search("export", "--checkpoint", checkpoint, "--architecture", str(tmp_path / f"{name}.json"),
+                        "--output", str(tmp_path / f"{name}.pt"))
+        assert result.returncode == 0, result.stderr[-2000:]
+        pairs.append([str(tmp_path / f"{name}.json"), str(tmp_path / f"{name}.pt")])
+    common = ["--checkpoint", checkpoint, "--device", "cpu", "--atol", "0"]
+    assert supernet_export_parity.main(common + [a for pair in pairs for a in ["--pair", *pair]]) == 0
+    assert supernet_export_parity.main(common + ["--pair", pairs[0][0], pairs[1][1]]) == 1

@@ -54,10 +54,17 @@ class BackwardOnly:
         loss.backward()
 
 
-def test_sandwich_trains_the_largest_the_smallest_and_sampled_ones(dicts):
+def test_sandwich_trains_the_largest_the_smallest_of_every_kind_and_sampled_ones(dicts):
     task, model, criterion = setup(dicts, "--supernet-sampling", "sandwich", "--supernet-sandwich-random", "2")
     architectures = task.architectures_of_update(model, 5)
-    assert architectures == [model.space.extreme(True), model.space.extreme(False), model.sample(5, 1), model.sample(5, 2)]
+    # decoder self-attention offers 3 kinds, the other placements 2 (repeated cyclically)
+    assert model.space.kind_choices == 3
+    extremes = [model.space.extreme(largest, i) for i in range(3) for largest in (True, False)]
+    assert architectures == extremes + [model.sample(5, 1), model.sample(5, 2)]
+    assert [layer.attention_kind for a in extremes for layer in a.decoder_layers[:1]] == [
+        "softmax", "softmax", "cosformer", "cosformer", "bet", "bet"]
+    assert [layer.attention_kind for a in extremes for layer in a.encoder_layers[:1]] == [
+        "softmax", "softmax", "cosformer", "cosformer", "softmax", "softmax"]
     assert architectures == task.architectures_of_update(model, 5) and architectures != task.architectures_of_update(model, 6)
     random_task, random_model, _ = setup(dicts)
     assert random_task.architectures_of_update(random_model, 5) == [random_model.sample(5)]
@@ -70,7 +77,7 @@ def test_the_sandwich_gradient_is_the_mean_of_the_sub_networks_gradients(dicts):
     batch = sample()
     loss, sample_size, logging = task.train_step(batch, model, criterion, BackwardOnly(), update_num=3)
     architectures = task.architectures_of_update(model, 3)
-    assert len(architectures) == 3
+    assert len(architectures) == 2 * 3 + 1  # the extremes of 3 kinds, one sampled
     losses = []
     for architecture in architectures:
         reference.train()
@@ -78,13 +85,46 @@ def test_the_sandwich_gradient_is_the_mean_of_the_sub_networks_gradients(dicts):
         each, _, each_log = criterion(reference, batch)
         (each / len(architectures)).backward()
         losses.append(float(each_log["loss"]))
-    assert float(logging["loss"]) == pytest.approx(sum(losses) / 3, rel=1e-6)
-    assert float(loss) == pytest.approx(sum(losses) / 3, rel=1e-6)
+    assert float(logging["loss"]) == pytest.approx(sum(losses) / len(architectures), rel=1e-6)
+    assert float(loss) == pytest.approx(sum(losses) / len(architectures), rel=1e-6)
     for (key, got), (_, expected) in zip(model.weights.items(), reference.weights.items()):
         if expected.grad is None:
             assert got.grad is None, key
         else:
             torch.testing.assert_close(got.grad, expected.grad, rtol=1e-5, atol=1e-7, msg=key)
+
+
+def updates_per_kind_weights(task, model, criterion, steps):
+    """{container of one kind's weights: the number of the ``steps`` updates whose gradient reached it}."""
+    counts = {key: 0 for key in model.weights.keys() if "@" in key}
+    for update in range(steps):
+        model.zero_grad(set_to_none=True)
+        task.train_step(sample(), model, criterion, BackwardOnly(), update_num=update)
+        for key in counts:
+            grad = model.weights[key].grad
+            counts[key] += int(grad is not None and bool(grad.abs().sum() > 0))
+    return counts
+
+
+def test_the_sandwich_trains_every_kind_in_every_placement_at_every_update(dicts):
+    """Counted on each kind's own weights (--supernet-separate-kind-weights): every kind of every placement, in
+    every layer, gets a gradient at each of the N updates, as the first kind (softmax) does. With the extremes
+    of the first kind only, the other kinds' weights would be reached only when a random sub-network draws them."""
+    steps = 4
+    task, model, criterion = setup(dicts, "--supernet-sampling", "sandwich", "--supernet-sandwich-random", "0",
+                                   "--supernet-separate-kind-weights")
+    counts = updates_per_kind_weights(task, model, criterion, steps)
+    kinds = {(key.split("@")[0], key.split("@")[1].split("/")[0]) for key in counts}
+    assert {kind for _, kind in kinds} == {"softmax", "cosformer", "bet"}
+    assert {place.split("/")[-1] for place, _ in kinds} == {"self_attn", "encoder_attn"}
+    assert {place for place, _ in kinds} >= {"encoder/layers/1/self_attn", "decoder/layers/1/self_attn",
+                                             "decoder/layers/1/encoder_attn"}
+    assert counts == {key: steps for key in counts}
+
+    # the first kind's extremes alone (the rule before): softmax at every update, no other kind at all
+    task.architectures_of_update = lambda model, update: [model.space.extreme(True), model.space.extreme(False)]
+    first_only = updates_per_kind_weights(task, model, criterion, steps)
+    assert {key: n for key, n in first_only.items() if n} == {key: steps for key in first_only if "@softmax" in key}
 
 
 def test_validation_reports_the_largest_and_the_smallest(dicts):

@@ -41,10 +41,11 @@ from fairseq.models import BaseFairseqModel, register_model, register_model_arch
 from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS
 from torch import nn
 
+from ..models.architecture import Architecture, architecture_options
+from ..models.mixed_transformer import MixedTransformerModel, mixed_transformer_base
+from ..models.mixed_transformer_lm import MixedTransformerLanguageModel, mixed_transformer_lm_base, resolve_lm_sizes
 from ..modules import ATTENTION_REGISTRY, AttentionConfigError
-from .architecture import Architecture, architecture_options
-from .mixed_transformer import MixedTransformerModel, mixed_transformer_base
-from .mixed_transformer_lm import MixedTransformerLanguageModel, mixed_transformer_lm_base, resolve_lm_sizes
+from .space import SearchSpace
 
 # The parameters of fairseq's MultiheadAttention: kinds with no others share them across kinds.
 PROJECTION_PARAMETERS = frozenset(f"{p}_proj.{w}" for p in "qkv" for w in ("weight", "bias")) | {"out_proj.weight", "out_proj.bias"}
@@ -58,6 +59,14 @@ DERIVED_OPTIONS = ("decoder_output_dim", "decoder_input_dim", "architecture", "p
 def _container_name(key: str) -> str:
     """A parameter name as a key of ``nn.ParameterDict``, which refuses dots."""
     return key.replace(".", "/")
+
+
+def _apply_to_buffers(module: nn.Module, fn):
+    """``fn`` on every buffer of ``module`` and its sub-modules, as ``nn.Module._apply`` does to buffers."""
+    for submodule in module.modules():
+        for name, buffer in submodule._buffers.items():
+            if buffer is not None:
+                submodule._buffers[name] = fn(buffer)
 
 
 def leading_index(shape, container_shape, parts: int = 1, device=None) -> tuple:
@@ -150,26 +159,23 @@ class SupernetBase(BaseFairseqModel):
     # --------------------------------------------------------- architectures ---
     def _probes(self):
         """Architectures that together give every parameter its largest shape: the largest one with each
-        kind (the i-th of every placement's list) and each head count (the j-th of every heads list)."""
-        largest = self.space.extreme(largest=True)
+        kind (the i-th of every placement's list, ``SearchSpace.extreme``) and each head count (the j-th of
+        every heads list)."""
         enc, dec = self.space.encoder, self.space.decoder
-        kind_lists = [dec.attention_kinds] + ([enc.attention_kinds, dec.cross_attention_kinds] if enc else [])
         head_lists = [dec.attention_heads] + ([enc.attention_heads, dec.cross_attention_heads] if enc else [])
-        for i in range(max(map(len, kind_lists))):
+        for i in range(self.space.kind_choices):
+            largest = self.space.extreme(largest=True, kind_index=i)
             for j in range(max(map(len, head_lists))):
                 cross = {}
                 if enc:
-                    cross = dict(cross_attention_kind=dec.cross_attention_kinds[i % len(dec.cross_attention_kinds)],
-                                 cross_attention_heads=dec.cross_attention_heads[j % len(dec.cross_attention_heads)])
+                    cross = dict(cross_attention_heads=dec.cross_attention_heads[j % len(dec.cross_attention_heads)])
                 yield dataclasses.replace(
                     largest,
                     decoder_layers=tuple(dataclasses.replace(
-                        layer, attention_kind=dec.attention_kinds[i % len(dec.attention_kinds)],
-                        attention_heads=dec.attention_heads[j % len(dec.attention_heads)], **cross)
+                        layer, attention_heads=dec.attention_heads[j % len(dec.attention_heads)], **cross)
                         for layer in largest.decoder_layers),
                     encoder_layers=tuple(dataclasses.replace(
-                        layer, attention_kind=enc.attention_kinds[i % len(enc.attention_kinds)],
-                        attention_heads=enc.attention_heads[j % len(enc.attention_heads)])
+                        layer, attention_heads=enc.attention_heads[j % len(enc.attention_heads)])
                         for layer in largest.encoder_layers),
                 ).check()
 
@@ -222,10 +228,27 @@ class SupernetBase(BaseFairseqModel):
             keys[name] = keys[first[id(parameter)]] if id(parameter) in first else self._container_key(template, name)
             first.setdefault(id(parameter), name)
             self._record_parts(template, name, parameter, _container_name(keys[name]))
+        self._follow_weights(template)
         self._templates[architecture] = (template, keys)
         while len(self._templates) > TEMPLATE_CACHE:
             self._templates.popitem(last=False)
         return template, keys
+
+    def _follow_weights(self, template: nn.Module):
+        """Put a new template's buffers (fairseq's sinusoidal positions, version counters) where ``.to()``,
+        ``.cuda()`` or ``.half()`` has put the containers: on their device, floating ones in their dtype. (Its
+        parameters stay where they were built: ``call_active`` replaces every one of them by a slice.)"""
+        container = next(iter(self.weights.values()), None)
+        if container is not None:
+            _apply_to_buffers(template, lambda t: t.to(container.device, container.dtype if t.is_floating_point() else None))
+
+    def _apply(self, fn, recurse=True):
+        """``nn.Module._apply`` (what ``to``, ``cuda``, ``half`` ... run) on the containers, and on the buffers of
+        the cached templates, which are no modules of the supernet (their parameters are not its)."""
+        super()._apply(fn, recurse)
+        for template, _ in self._templates.values():
+            _apply_to_buffers(template, fn)
+        return self
 
     def _container_key(self, template: nn.Module, name: str) -> str:
         for path, module in template.named_modules():

@@ -3,13 +3,26 @@ tasks for training a supernet (``mixed_supertransformer``, ``mixed_supertransfor
 rule of several sub-networks per update, and validation of the largest and the smallest.
 
 ``--supernet-sampling random`` trains one sub-network per update (what the supernet does under plain
-``--task translation`` / ``language_modeling`` too); ``sandwich`` trains the largest, the smallest and
-``--supernet-sandwich-random`` random ones on the same batch (the sandwich rule of once-for-all / BigNAS),
-the gradient being the mean of their losses' gradients. Every sub-network of an update is a function of
+``--task translation`` / ``language_modeling`` too): every layer's kind is drawn uniformly, so every kind of
+a placement is trained as often as any other in expectation. ``sandwich`` trains, on the same batch, the
+largest and the smallest sub-network once per attention kind (``SearchSpace.extremes_per_kind``: with every
+sub-layer of the i-th kind of its placement's list, for each i) and ``--supernet-sandwich-random`` random
+ones, the gradient being the mean of their losses' gradients. This is the sandwich rule of once-for-all /
+BigNAS with its extremes taken per kind: with the extremes of the first kind only (all softmax), the other
+kinds' weights would be trained by the random sub-networks alone, and their inherited losses would then
+measure under-training rather than the kind. With k kinds an update trains 2k + R sub-networks. Every sub-network of an update is a function of
 ``--seed`` and the update number only, so data-parallel ranks and resumed runs train the same ones.
 Validation reports the largest sub-network's loss as ``loss`` (what ``checkpoint_best`` follows) and the
 smallest's as ``smallest_loss``.
+
+Data-parallel training: a sub-network uses only some of the supernet's containers, so PyTorch's
+DistributedDataParallel (fairseq's default ``--ddp-backend pytorch_ddp``/``c10d``) needs
+``--find-unused-parameters`` (without it the second update stops with "Expected to have finished reduction
+in the prior iteration"); the first update refuses a wrapper without it. Containers no sub-network of an
+update uses then keep no gradient on any rank, as in a single-process run (``legacy_ddp`` gives them zeros).
+The sub-networks of an update but the last run under the wrapper's ``no_sync``: one all-reduce per update.
 """
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import List
@@ -23,6 +36,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..models.architecture import Architecture
 from ..modules import AttentionConfigError
+from .supernet import MixedSuperTransformerLanguageModel, MixedSuperTransformerModel, SupernetBase
 
 SAMPLING_RULES = ChoiceEnum(["random", "sandwich"])
 # Each supernet task -> fairseq's task of the same options (an exported sub-network's).
@@ -37,11 +51,13 @@ class SupernetSamplingConfig:
 
     supernet_sampling: SAMPLING_RULES = field(
         default="random",
-        metadata={"help": "sub-networks trained per update: random (one sampled) or sandwich (the largest, the smallest "
-                  "and --supernet-sandwich-random sampled ones, the mean of their losses)"},
+        metadata={"help": "sub-networks trained per update: random (one sampled, every layer's kind uniform) or sandwich "
+                  "(the largest and the smallest once per attention kind, with every sub-layer of that kind, so that every "
+                  "kind in every placement is trained at every update as the first one is; then --supernet-sandwich-random "
+                  "sampled ones; the mean of their losses: 2 x kinds + R sub-networks per update)"},
     )
     supernet_sandwich_random: int = field(
-        default=2, metadata={"help": "sandwich: sampled sub-networks besides the largest and the smallest (default: 2)"}
+        default=2, metadata={"help": "sandwich: sampled sub-networks besides the largest and the smallest of each kind (default: 2)"}
     )
 
 
@@ -58,11 +74,23 @@ class SupernetLanguageModelingConfig(LanguageModelingConfig, SupernetSamplingCon
 def unwrapped(model):
     """The supernet inside fairseq's data-parallel wrappers (they forward attribute reads to the module but
     keep assignments, such as the active architecture, for themselves)."""
-    from ..models.supertransformer import SupernetBase
-
     while not isinstance(model, SupernetBase) and hasattr(model, "module"):
         model = model.module
     return model
+
+
+def check_data_parallel(model):
+    """Refuse PyTorch's DistributedDataParallel without ``find_unused_parameters`` around a supernet (module
+    docstring): its reducer would wait, at the next update, for the gradients of the containers this one left
+    unused."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    while not isinstance(model, SupernetBase) and hasattr(model, "module"):
+        if isinstance(model, DistributedDataParallel) and not model.find_unused_parameters:
+            raise AttentionConfigError(
+                "--find-unused-parameters: a supernet's sub-networks leave containers unused, which "
+                "--ddp-backend pytorch_ddp/c10d (fairseq's default) needs to be told (or use --ddp-backend legacy_ddp)")
+        model = model.module
 
 
 class SupernetTrainingMixin:
@@ -89,21 +117,25 @@ class SupernetTrainingMixin:
         """The sub-networks update ``update_num`` trains (module docstring)."""
         if self.sampling.supernet_sampling == "random":
             return [model.sample(update_num)]
-        return ([model.space.extreme(largest=True), model.space.extreme(largest=False)]
+        return (model.space.extremes_per_kind()
                 + [model.sample(update_num, index) for index in range(1, self.sampling.supernet_sandwich_random + 1)])
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         model.train()
         model.set_num_updates(update_num)
         supernet = unwrapped(model)
+        check_data_parallel(model)
         architectures = self.architectures_of_update(supernet, update_num)
         total, logging = 0.0, None
-        for architecture in architectures:
+        for index, architecture in enumerate(architectures):
             supernet.active = architecture  # (in the space by construction)
-            loss, sample_size, logging_output = criterion(model, sample)
-            if ignore_grad:
-                loss *= 0
-            optimizer.backward(loss / len(architectures))
+            # the wrapper all-reduces the gradients once, after the last sub-network's backward
+            last = index == len(architectures) - 1
+            with contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync():
+                loss, sample_size, logging_output = criterion(model, sample)
+                if ignore_grad:
+                    loss *= 0
+                optimizer.backward(loss / len(architectures))
             total += loss.detach() / len(architectures)
             if logging is None:
                 logging = dict(logging_output)
@@ -144,13 +176,7 @@ class SupernetTrainingMixin:
 @register_task("supernet_translation", dataclass=SupernetTranslationConfig)
 class SupernetTranslationTask(SupernetTrainingMixin, TranslationTask):
     cfg: SupernetTranslationConfig
-    task_name, SUPERNET_ARCH = "supernet_translation", "mixed_supertransformer"
-
-    @property
-    def SUPERNET(self):
-        from ..models.supertransformer import MixedSuperTransformerModel
-
-        return MixedSuperTransformerModel
+    task_name, SUPERNET_ARCH, SUPERNET = "supernet_translation", "mixed_supertransformer", MixedSuperTransformerModel
 
     def build_model(self, cfg, from_checkpoint=False):
         if self.cfg.eval_bleu:
@@ -161,13 +187,8 @@ class SupernetTranslationTask(SupernetTrainingMixin, TranslationTask):
 
 @register_task("supernet_language_modeling", dataclass=SupernetLanguageModelingConfig)
 class SupernetLanguageModelingTask(SupernetTrainingMixin, LanguageModelingTask):
-    task_name, SUPERNET_ARCH = "supernet_language_modeling", "mixed_supertransformer_lm"
-
-    @property
-    def SUPERNET(self):
-        from ..models.supertransformer import MixedSuperTransformerLanguageModel
-
-        return MixedSuperTransformerLanguageModel
+    task_name, SUPERNET_ARCH, SUPERNET = ("supernet_language_modeling", "mixed_supertransformer_lm",
+                                          MixedSuperTransformerLanguageModel)
 
     def build_model(self, args, from_checkpoint=False):
         return self.check_supernet(super().build_model(args, from_checkpoint))
