@@ -8,7 +8,8 @@ inside, fused where the algorithm can); v: B,H,T,E; angle: B,1,T,1 = pi/2 p / M,
 (``attention.sequence_positions``); horizon: M; key_padding_mask: B,T, True at pads (padding only at the
 start or the end of a sequence: ``chunked`` relies on it); initial_state / final_state: B,H,2,D,E+1, the
 sums sum_j [phi(k_j) cos a_j ; phi(k_j) sin a_j] [v_j, 1]^T over the earlier tokens (eq. 10; None: none).
-o: B,H,T,E. Every algorithm computes the same function:
+o: B,H,T,E. States, normaliser and o are float32 for bf16/fp16 inputs (float64 for float64 ones).
+Every algorithm computes the same function:
 
 * ``naive``: eq. 9 as a T x T matrix, plus the carried state through eq. 10 (the reference);
 * ``chunked``: the chunk algorithm in torch (``chunked.py``), any device;
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..precision import without_autocast
+from ..shared import at_least_float32
 from .chunked import DEFAULT_CHUNK_SIZE, _causal_decay, _ChunkedCausalCosformer
 from .recurrent import causal_step
 
@@ -49,6 +51,13 @@ def triton_available() -> bool:
     return True
 
 
+def _at_least_float32(*tensors: Tensor):
+    """The torch algorithms compute in float32 (float64 for float64 inputs), as the fused kernels accumulate:
+    bf16/fp16 inputs are cast (their gradients come back in their own dtype)."""
+    dtype = at_least_float32(tensors[0].dtype)
+    return [t.to(dtype) if t is not None else None for t in tensors]
+
+
 def _phi(q: Tensor, k: Tensor, key_padding_mask: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     """phi = ReLU (eq. 6), padded keys zero."""
     q, k = F.relu(q), F.relu(k)
@@ -62,6 +71,7 @@ def naive_causal(q, k, v, initial_state=None, *, angle, horizon, eps, key_paddin
     / max(sum_{j<=i} phi(q_i) phi(k_j)^T cos(a_i - a_j) + q'_i s_z, eps) (eq. 9; the carried state S
     through eq. 10, q'_i = [phi(q_i) cos a_i, phi(q_i) sin a_i]), as a T x T matrix. ``horizon`` is
     implied by ``angle``."""
+    q, k, v, angle, initial_state = _at_least_float32(q, k, v, angle, initial_state)
     q, k = _phi(q, k, key_padding_mask)
     length = q.size(2)
     a = angle[:, :, :, 0]  # B,1,T
@@ -83,6 +93,7 @@ def chunked_causal(q, k, v, initial_state=None, *, angle, horizon, eps, key_padd
                    chunk_size: int = DEFAULT_CHUNK_SIZE, own: bool = False):
     """The chunk algorithm in torch (``_ChunkedCausalCosformer``). own: nothing else uses q, k, v (the
     module's case): the backward overwrites them with their gradients."""
+    q, k, v, angle, initial_state = _at_least_float32(q, k, v, angle, initial_state)
     chunk = max(1, min(chunk_size, q.size(2)))
     decay = _causal_decay(chunk, horizon, q.dtype, q.device)
     return _ChunkedCausalCosformer.apply(q, k, v, None, torch.cos(angle), torch.sin(angle), decay, initial_state, eps,
@@ -91,6 +102,7 @@ def chunked_causal(q, k, v, initial_state=None, *, angle, horizon, eps, key_padd
 
 def recurrent_causal(q, k, v, initial_state=None, *, angle, horizon, eps, key_padding_mask=None):
     """Token by token (decoding: T is 1): ``causal_step`` per token, the state carried. Differentiable."""
+    q, k, v, angle, initial_state = _at_least_float32(q, k, v, angle, initial_state)
     q, k = _phi(q, k, key_padding_mask)
     cos_a, sin_a = torch.cos(angle), torch.sin(angle)
     state, outs = initial_state, []
