@@ -259,7 +259,7 @@ def _with_grads(fn, inputs, upstream, grads=True):
     return [out.detach(), final.detach() if final is not None else None] + list(g)
 
 
-WORKERS = {"train": worker_train, "decode": worker_decode, "parity": worker_parity}
+WORKERS = {"parity": worker_parity, "train": worker_train, "decode": worker_decode}
 
 
 def launch(spec, timeout):
@@ -296,7 +296,7 @@ def main(argv=None):
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=10, help="timed runs per training cell (median)")
     parser.add_argument("--steps", type=int, default=50, help="timed decoding steps per prefix")
-    parser.add_argument("--timeout", type=int, default=150, help="seconds per worker process (one per kind and part)")
+    parser.add_argument("--timeout", type=int, default=90, help="seconds per worker process (one per kind and part)")
     parser.add_argument("--output", help="also write the markdown report here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -326,6 +326,14 @@ def main(argv=None):
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (Triton interpreter: a smoke run, no timings to keep)"
     lines = [f"# cosFormer on {name}", "", f"`{' '.join(['python', 'benchmarks/cosformer_gpu.py'] + (argv if argv is not None else sys.argv[1:]))}`", ""]
     failed = False
+
+    def flush():  # after every part: what finished survives a run cut short (a lent GPU's time limit)
+        if args.output:
+            tmp = args.output + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
+            os.replace(tmp, args.output)
+
     if "parity" in parts:
         rows = launch({**common, "part": "parity", "length": 200 if device.type == "cuda" else 24}, args.timeout)
         lines += ["## Parity against the naive reference (float64, CPU)", "", "| path | dtype | largest relative errors | ok |", "|---|---|---|---|"]
@@ -341,6 +349,7 @@ def main(argv=None):
                 failed |= ok is False and row["path"] != "fla_chunk_linear_attn" or (isinstance(res, str) and res.startswith("failed") and row["path"] != "fla_chunk_linear_attn")
                 lines.append(f"| {row['path']} | {row['dtype']} | {text} | {'-' if ok is None else ('yes' if ok else 'NO')} |")
         lines.append("")
+        flush()
     if "train" in parts:
         lengths = _ints(args.lengths)
         results = {kind: launch({**common, "part": "train", "kind": kind, "lengths": lengths, "dtypes": args.dtypes.split(","),
@@ -358,6 +367,7 @@ def main(argv=None):
                     cells.append(next((fmt(r["result"]) for r in rows if r["dtype"] == dtype and r["length"] == length), "not measured"))
                 lines.append(f"| {dtype} | {length} | " + " | ".join(cells) + " |")
         lines.append("")
+        flush()
     if "decode" in parts:
         prefixes, beams = _ints(args.prefixes), args.beams.split(",")
         results = {kind: launch({**common, "part": "decode", "kind": kind, "prefixes": prefixes, "beams": beams, "steps": args.steps,
@@ -374,13 +384,8 @@ def main(argv=None):
                         (fmt(r["result"]) for r in rows if r["config"] == config and r["prefix"] == prefix), "not measured"))
                 lines.append(f"| {config} | {prefix} | " + " | ".join(cells) + " |")
         lines.append("")
-    report = "\n".join(lines)
-    print(report)
-    if args.output:
-        tmp = args.output + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(report + "\n")
-        os.replace(tmp, args.output)
+    flush()
+    print("\n".join(lines))
     return 1 if failed else 0
 
 
