@@ -42,11 +42,11 @@ ALGORITHM_CHOICES = (AUTO, CHUNKED, FUSED)
 
 def triton_available() -> bool:
     """Whether Triton is installed and imports (an optional dependency: CUDA wheels of torch bring it)."""
-    if importlib.util.find_spec("triton") is None:
-        return False
     try:
+        if importlib.util.find_spec("triton") is None:
+            return False
         import triton  # noqa: F401
-    except Exception:  # a broken install is no Triton: the torch forms run instead
+    except Exception:  # a broken (or blocked) install is no Triton: the torch forms run instead
         return False
     return True
 
