@@ -24,7 +24,9 @@ Where this implementation departs from the authors' public ``cosformer.py``
   error (past it, cos(...) turns negative and the normaliser can vanish);
 * causal training is chunked: inside chunks of C tokens the exact quadratic
   form, across chunks a recurrent d x d state. Memory is O(T d) per head, not
-  the reference's O(T d^2) cumulative sum;
+  the reference's O(T d^2) cumulative sum. In torch, or on CUDA in fused Triton
+  kernels (``algorithms.py``: one signature for every algorithm;
+  ``--cosformer-algorithm``);
 * decoding keeps only the running sums (constant size per head) and a position
   counter, so the cost per generated token does not grow with the prefix;
 * the denominator is clamped at ``eps``.
@@ -48,7 +50,7 @@ from ..registry import (
 )
 from ..shared import as_dtype, at_least_float32, module_output, module_projections
 from .bidirectional import cosformer_bidirectional
-from .algorithms import ALGORITHM_CHOICES, ALGORITHMS, AUTO, CHUNKED, FUSED
+from .algorithms import ALGORITHM_CHOICES, ALGORITHMS, AUTO, CHUNKED, FUSED, FUSED_CHUNK_SIZE
 from .algorithms import select as select_algorithm
 from .chunked import DEFAULT_CHUNK_SIZE
 from .costs import COSFORMER_COSTS
@@ -317,7 +319,9 @@ class CosformerAttention(BaseAttention):
         # One signature for every algorithm (algorithms.py); the module picks one for the device and the call.
         name = select_algorithm(self.algorithm, q.device, decoding=length == 1,
                                 needs_grad=torch.is_grad_enabled() and q.requires_grad)
-        tuning = {CHUNKED: {"chunk_size": self.chunk_size, "own": True}, FUSED: {"chunk_size": self.chunk_size}}.get(name, {})
+        # (chunked: nothing else holds q, k, v, so its backward overwrites them with their gradients)
+        tuning = {CHUNKED: {"chunk_size": self.chunk_size, "own": True},
+                  FUSED: {"chunk_size": min(self.chunk_size, FUSED_CHUNK_SIZE)}}.get(name, {})
         out, new_state = ALGORITHMS[name](q, k, v, state, angle=angle, horizon=self.horizon, eps=self.eps,
                                           key_padding_mask=key_padding_mask, **tuning)
         if incremental_state is not None:

@@ -27,9 +27,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..precision import float32_backward, float32_forward
+from .algorithms import FUSED_CHUNK_SIZE
 
-# Chunk length of the fused kernels: a power of two, at least 16 on a GPU (tl.dot's smallest tile).
-FUSED_CHUNK_SIZE = 64
 
 
 def interpreted() -> bool:
@@ -44,6 +43,62 @@ def _block(n: int, least: int) -> int:
 @triton.jit
 def _load_rows(ptr, s_t, s_f, rows, cols, row_ok, col_ok, ACC: tl.constexpr):
     return tl.load(ptr + rows[:, None] * s_t + cols[None, :] * s_f, mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(ACC)
+
+
+@triton.jit
+def load_state(ptr, bh, dim, e_dim, offs_d, offs_e, PRESENT: tl.constexpr, ACC: tl.constexpr, BLOCK_D: tl.constexpr,
+               BLOCK_E: tl.constexpr):
+    """(S_cos, S_sin, z_cos, z_sin) of row bh of a B,H,2,D,E+1 state (contiguous; the last column the
+    normaliser's sums), in ACC; zeros when not PRESENT."""
+    if PRESENT:
+        row = e_dim + 1
+        base = ptr + bh * 2 * dim * row
+        d_ok = offs_d < dim
+        mask = d_ok[:, None] & (offs_e < e_dim)[None, :]
+        at = offs_d[:, None] * row + offs_e[None, :]
+        s_cos = tl.load(base + at, mask=mask, other=0.0).to(ACC)
+        s_sin = tl.load(base + dim * row + at, mask=mask, other=0.0).to(ACC)
+        z_cos = tl.load(base + offs_d * row + e_dim, mask=d_ok, other=0.0).to(ACC)
+        z_sin = tl.load(base + dim * row + offs_d * row + e_dim, mask=d_ok, other=0.0).to(ACC)
+    else:
+        s_cos = tl.zeros((BLOCK_D, BLOCK_E), dtype=ACC)
+        s_sin = tl.zeros((BLOCK_D, BLOCK_E), dtype=ACC)
+        z_cos = tl.zeros((BLOCK_D,), dtype=ACC)
+        z_sin = tl.zeros((BLOCK_D,), dtype=ACC)
+    return s_cos, s_sin, z_cos, z_sin
+
+
+@triton.jit
+def store_state(ptr, bh, dim, e_dim, offs_d, offs_e, s_cos, s_sin, z_cos, z_sin, WITH_Z):
+    """The inverse of ``load_state`` (the normaliser's column only WITH_Z: once per row)."""
+    row = e_dim + 1
+    base = ptr + bh * 2 * dim * row
+    d_ok = offs_d < dim
+    mask = d_ok[:, None] & (offs_e < e_dim)[None, :]
+    at = offs_d[:, None] * row + offs_e[None, :]
+    tl.store(base + at, s_cos, mask=mask)
+    tl.store(base + dim * row + at, s_sin, mask=mask)
+    if WITH_Z:
+        tl.store(base + offs_d * row + e_dim, z_cos, mask=d_ok)
+        tl.store(base + dim * row + offs_d * row + e_dim, z_sin, mask=d_ok)
+
+
+@triton.jit
+def _head_pointers(q_ptr, k_ptr, v_ptr, o_ptr, angle_ptr, pad_ptr, sq_b, sq_h, sk_b, sk_h, sv_b, sv_h, so_b, so_h,
+                   bh, heads, length):
+    """The pointers of batch row and head bh = b * heads + h (angle and padding: B,T)."""
+    b, h = bh // heads, bh % heads
+    return (q_ptr + b * sq_b + h * sq_h, k_ptr + b * sk_b + h * sk_h, v_ptr + b * sv_b + h * sv_h,
+            o_ptr + b * so_b + h * so_h, angle_ptr + b * length, pad_ptr + b * length)
+
+
+@triton.jit
+def _add_chunk(s_cos, s_sin, z_cos, z_sin, k, v, cos_a, sin_a, PRECISION: tl.constexpr):
+    """The state after a chunk: S_cos += (phi(k) cos a)^T v, z_cos += (phi(k) cos a)^T 1 (sin likewise)."""
+    k_cos, k_sin = k * cos_a[:, None], k * sin_a[:, None]
+    s_cos += tl.dot(tl.trans(k_cos), v, input_precision=PRECISION)
+    s_sin += tl.dot(tl.trans(k_sin), v, input_precision=PRECISION)
+    return s_cos, s_sin, z_cos + tl.sum(k_cos, axis=0), z_sin + tl.sum(k_sin, axis=0)
 
 
 @triton.jit
@@ -80,33 +135,14 @@ def _fused_forward_kernel(
     BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
     e_block, bh = tl.program_id(0), tl.program_id(1)
-    b, h = bh // heads, bh % heads
+    q_ptr, k_ptr, v_ptr, o_ptr, angle_ptr, pad_ptr = _head_pointers(
+        q_ptr, k_ptr, v_ptr, o_ptr, angle_ptr, pad_ptr, sq_b, sq_h, sk_b, sk_h, sv_b, sv_h, so_b, so_h, bh, heads, length)
     offs_c = tl.arange(0, BLOCK_C)
     offs_d = tl.arange(0, BLOCK_D)
     offs_e = e_block * BLOCK_E + tl.arange(0, BLOCK_E)
     d_ok, e_ok = offs_d < dim, offs_e < e_dim
-    q_ptr += b * sq_b + h * sq_h
-    k_ptr += b * sk_b + h * sk_h
-    v_ptr += b * sv_b + h * sv_h
-    o_ptr += b * so_b + h * so_h
-    angle_ptr += b * length
-    pad_ptr += b * length
     den_ptr += bh * length
-    # State B,H,2,D,E+1 (contiguous): [cos part, sin part], the last column the normaliser's sums.
-    row = e_dim + 1
-    state_mask = d_ok[:, None] & e_ok[None, :]
-    state_at = offs_d[:, None] * row + offs_e[None, :]
-    base = bh * 2 * dim * row
-    if HAS_STATE:
-        s_cos = tl.load(state_ptr + base + state_at, mask=state_mask, other=0.0).to(ACC)
-        s_sin = tl.load(state_ptr + base + dim * row + state_at, mask=state_mask, other=0.0).to(ACC)
-        z_cos = tl.load(state_ptr + base + offs_d * row + e_dim, mask=d_ok, other=0.0).to(ACC)
-        z_sin = tl.load(state_ptr + base + dim * row + offs_d * row + e_dim, mask=d_ok, other=0.0).to(ACC)
-    else:
-        s_cos = tl.zeros((BLOCK_D, BLOCK_E), dtype=ACC)
-        s_sin = tl.zeros((BLOCK_D, BLOCK_E), dtype=ACC)
-        z_cos = tl.zeros((BLOCK_D,), dtype=ACC)
-        z_sin = tl.zeros((BLOCK_D,), dtype=ACC)
+    s_cos, s_sin, z_cos, z_sin = load_state(state_ptr, bh, dim, e_dim, offs_d, offs_e, HAS_STATE, ACC, BLOCK_D, BLOCK_E)
     for start in range(0, length, BLOCK_C):
         rows = start + offs_c
         row_ok = rows < length
@@ -124,16 +160,8 @@ def _fused_forward_kernel(
                  mask=row_ok[:, None] & e_ok[None, :])
         if e_block == 0:
             tl.store(den_ptr + rows, den.to(den_ptr.dtype.element_ty), mask=row_ok)
-        k_cos, k_sin = k * cos_a[:, None], k * sin_a[:, None]
-        s_cos += tl.dot(tl.trans(k_cos), v, input_precision=PRECISION)
-        s_sin += tl.dot(tl.trans(k_sin), v, input_precision=PRECISION)
-        z_cos += tl.sum(k_cos, axis=0)
-        z_sin += tl.sum(k_sin, axis=0)
-    tl.store(final_ptr + base + state_at, s_cos, mask=state_mask)
-    tl.store(final_ptr + base + dim * row + state_at, s_sin, mask=state_mask)
-    if e_block == 0:
-        tl.store(final_ptr + base + offs_d * row + e_dim, z_cos, mask=d_ok)
-        tl.store(final_ptr + base + dim * row + offs_d * row + e_dim, z_sin, mask=d_ok)
+        s_cos, s_sin, z_cos, z_sin = _add_chunk(s_cos, s_sin, z_cos, z_sin, k, v, cos_a, sin_a, PRECISION)
+    store_state(final_ptr, bh, dim, e_dim, offs_d, offs_e, s_cos, s_sin, z_cos, z_sin, e_block == 0)
 
 
 @triton.jit
@@ -160,34 +188,16 @@ def _fused_backward_q_kernel(
     d A = d num v^T + d den 1^T, through ReLU. d o and o are time-major (T, B, H, E) like the output; d q
     is written B,H,T,D contiguous."""
     bh = tl.program_id(0)
-    b, h = bh // heads, bh % heads
+    q_ptr, k_ptr, v_ptr, o_ptr, angle_ptr, pad_ptr = _head_pointers(
+        q_ptr, k_ptr, v_ptr, o_ptr, angle_ptr, pad_ptr, sq_b, sq_h, sk_b, sk_h, sv_b, sv_h, so_b, so_h, bh, heads, length)
+    do_ptr += (bh // heads) * so_b + (bh % heads) * so_h
     offs_c = tl.arange(0, BLOCK_C)
     offs_d = tl.arange(0, BLOCK_D)
     offs_e = tl.arange(0, BLOCK_E)
     d_ok, e_ok = offs_d < dim, offs_e < e_dim
-    q_ptr += b * sq_b + h * sq_h
-    k_ptr += b * sk_b + h * sk_h
-    v_ptr += b * sv_b + h * sv_h
-    o_ptr += b * so_b + h * so_h
-    do_ptr += b * so_b + h * so_h
     dq_ptr += bh * length * dim
-    angle_ptr += b * length
-    pad_ptr += b * length
     den_ptr += bh * length
-    row = e_dim + 1
-    state_mask = d_ok[:, None] & e_ok[None, :]
-    state_at = offs_d[:, None] * row + offs_e[None, :]
-    base = bh * 2 * dim * row
-    if HAS_STATE:
-        s_cos = tl.load(state_ptr + base + state_at, mask=state_mask, other=0.0).to(ACC)
-        s_sin = tl.load(state_ptr + base + dim * row + state_at, mask=state_mask, other=0.0).to(ACC)
-        z_cos = tl.load(state_ptr + base + offs_d * row + e_dim, mask=d_ok, other=0.0).to(ACC)
-        z_sin = tl.load(state_ptr + base + dim * row + offs_d * row + e_dim, mask=d_ok, other=0.0).to(ACC)
-    else:
-        s_cos = tl.zeros((BLOCK_D, BLOCK_E), dtype=ACC)
-        s_sin = tl.zeros((BLOCK_D, BLOCK_E), dtype=ACC)
-        z_cos = tl.zeros((BLOCK_D,), dtype=ACC)
-        z_sin = tl.zeros((BLOCK_D,), dtype=ACC)
+    s_cos, s_sin, z_cos, z_sin = load_state(state_ptr, bh, dim, e_dim, offs_d, offs_e, HAS_STATE, ACC, BLOCK_D, BLOCK_E)
     for start in range(0, length, BLOCK_C):
         rows = start + offs_c
         row_ok = rows < length
@@ -204,11 +214,7 @@ def _fused_backward_q_kernel(
         dq = tl.where(q_live, dq, 0.0)
         tl.store(dq_ptr + rows[:, None] * dim + offs_d[None, :], dq.to(dq_ptr.dtype.element_ty),
                  mask=row_ok[:, None] & d_ok[None, :])
-        k_cos, k_sin = k * cos_a[:, None], k * sin_a[:, None]
-        s_cos += tl.dot(tl.trans(k_cos), v, input_precision=PRECISION)
-        s_sin += tl.dot(tl.trans(k_sin), v, input_precision=PRECISION)
-        z_cos += tl.sum(k_cos, axis=0)
-        z_sin += tl.sum(k_sin, axis=0)
+        s_cos, s_sin, z_cos, z_sin = _add_chunk(s_cos, s_sin, z_cos, z_sin, k, v, cos_a, sin_a, PRECISION)
 
 
 @triton.jit
@@ -224,35 +230,17 @@ def _fused_backward_kv_kernel(
     d k = (d A * decay)^T phi(q) + cos a (v dS_cos^T + 1 dz_cos^T) + sin a (...), through ReLU and the pads;
     d v = A^T d num + (phi(k) cos a) dS_cos + (phi(k) sin a) dS_sin. Last, dS is the initial state's gradient."""
     bh = tl.program_id(0)
-    b, h = bh // heads, bh % heads
+    q_ptr, k_ptr, v_ptr, o_ptr, angle_ptr, pad_ptr = _head_pointers(
+        q_ptr, k_ptr, v_ptr, o_ptr, angle_ptr, pad_ptr, sq_b, sq_h, sk_b, sk_h, sv_b, sv_h, so_b, so_h, bh, heads, length)
+    do_ptr += (bh // heads) * so_b + (bh % heads) * so_h
     offs_c = tl.arange(0, BLOCK_C)
     offs_d = tl.arange(0, BLOCK_D)
     offs_e = tl.arange(0, BLOCK_E)
     d_ok, e_ok = offs_d < dim, offs_e < e_dim
-    q_ptr += b * sq_b + h * sq_h
-    k_ptr += b * sk_b + h * sk_h
-    v_ptr += b * sv_b + h * sv_h
-    o_ptr += b * so_b + h * so_h
-    do_ptr += b * so_b + h * so_h
     dk_ptr += bh * length * dim
     dv_ptr += bh * length * e_dim
-    angle_ptr += b * length
-    pad_ptr += b * length
     den_ptr += bh * length
-    row = e_dim + 1
-    state_mask = d_ok[:, None] & e_ok[None, :]
-    state_at = offs_d[:, None] * row + offs_e[None, :]
-    base = bh * 2 * dim * row
-    if HAS_G_FINAL:
-        ds_cos = tl.load(g_final_ptr + base + state_at, mask=state_mask, other=0.0).to(ACC)
-        ds_sin = tl.load(g_final_ptr + base + dim * row + state_at, mask=state_mask, other=0.0).to(ACC)
-        dz_cos = tl.load(g_final_ptr + base + offs_d * row + e_dim, mask=d_ok, other=0.0).to(ACC)
-        dz_sin = tl.load(g_final_ptr + base + dim * row + offs_d * row + e_dim, mask=d_ok, other=0.0).to(ACC)
-    else:
-        ds_cos = tl.zeros((BLOCK_D, BLOCK_E), dtype=ACC)
-        ds_sin = tl.zeros((BLOCK_D, BLOCK_E), dtype=ACC)
-        dz_cos = tl.zeros((BLOCK_D,), dtype=ACC)
-        dz_sin = tl.zeros((BLOCK_D,), dtype=ACC)
+    ds_cos, ds_sin, dz_cos, dz_sin = load_state(g_final_ptr, bh, dim, e_dim, offs_d, offs_e, HAS_G_FINAL, ACC, BLOCK_D, BLOCK_E)
     n_chunks = tl.cdiv(length, BLOCK_C)
     for back in range(0, n_chunks):
         rows = (n_chunks - 1 - back) * BLOCK_C + offs_c
@@ -282,10 +270,7 @@ def _fused_backward_kv_kernel(
         dz_cos += tl.sum(q_cos * g_den[:, None], axis=0)
         dz_sin += tl.sum(q_sin * g_den[:, None], axis=0)
     if WANT_G_STATE:
-        tl.store(g_state_ptr + base + state_at, ds_cos, mask=state_mask)
-        tl.store(g_state_ptr + base + dim * row + state_at, ds_sin, mask=state_mask)
-        tl.store(g_state_ptr + base + offs_d * row + e_dim, dz_cos, mask=d_ok)
-        tl.store(g_state_ptr + base + dim * row + offs_d * row + e_dim, dz_sin, mask=d_ok)
+        store_state(g_state_ptr, bh, dim, e_dim, offs_d, offs_e, ds_cos, ds_sin, dz_cos, dz_sin, True)
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:

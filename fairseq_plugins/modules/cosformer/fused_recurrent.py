@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .fused_chunk import _block, accumulation_dtype, interpreted
+from .fused_chunk import _block, accumulation_dtype, interpreted, load_state, store_state
 
 
 @triton.jit
@@ -30,20 +30,7 @@ def _fused_recurrent_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     offs_e = tl.arange(0, BLOCK_E)
     d_ok, e_ok = offs_d < dim, offs_e < e_dim
-    row = e_dim + 1
-    state_mask = d_ok[:, None] & e_ok[None, :]
-    state_at = offs_d[:, None] * row + offs_e[None, :]
-    base = bh * 2 * dim * row
-    if HAS_STATE:
-        s_cos = tl.load(state_ptr + base + state_at, mask=state_mask, other=0.0).to(ACC)
-        s_sin = tl.load(state_ptr + base + dim * row + state_at, mask=state_mask, other=0.0).to(ACC)
-        z_cos = tl.load(state_ptr + base + offs_d * row + e_dim, mask=d_ok, other=0.0).to(ACC)
-        z_sin = tl.load(state_ptr + base + dim * row + offs_d * row + e_dim, mask=d_ok, other=0.0).to(ACC)
-    else:
-        s_cos = tl.zeros((BLOCK_D, BLOCK_E), dtype=ACC)
-        s_sin = tl.zeros((BLOCK_D, BLOCK_E), dtype=ACC)
-        z_cos = tl.zeros((BLOCK_D,), dtype=ACC)
-        z_sin = tl.zeros((BLOCK_D,), dtype=ACC)
+    s_cos, s_sin, z_cos, z_sin = load_state(state_ptr, bh, dim, e_dim, offs_d, offs_e, HAS_STATE, ACC, BLOCK_D, BLOCK_E)
     for t in range(0, length):
         q = tl.load(q_ptr + b * sq_b + h * sq_h + t * sq_t + offs_d * sq_d, mask=d_ok, other=0.0).to(ACC)
         k = tl.load(k_ptr + b * sk_b + h * sk_h + t * sk_t + offs_d * sk_d, mask=d_ok, other=0.0).to(ACC)
@@ -64,11 +51,7 @@ def _fused_recurrent_kernel(
         den = tl.sum(q_cos * z_cos, axis=0) + tl.sum(q_sin * z_sin, axis=0)
         out = num / tl.maximum(den, eps)
         tl.store(o_ptr + b * so_b + h * so_h + t * so_t + offs_e, out.to(o_ptr.dtype.element_ty), mask=e_ok)
-    tl.store(final_ptr + base + state_at, s_cos, mask=state_mask)
-    tl.store(final_ptr + base + dim * row + state_at, s_sin, mask=state_mask)
-    tl.store(final_ptr + base + offs_d * row + e_dim, z_cos, mask=d_ok)
-    tl.store(final_ptr + base + dim * row + offs_d * row + e_dim, z_sin, mask=d_ok)
-
+    store_state(final_ptr, bh, dim, e_dim, offs_d, offs_e, s_cos, s_sin, z_cos, z_sin, True)
 
 def fused_recurrent_causal(q: Tensor, k: Tensor, v: Tensor, initial_state: Optional[Tensor], angle: Tensor, eps: float,
                            key_padding_mask: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
