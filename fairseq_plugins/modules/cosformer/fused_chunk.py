@@ -102,11 +102,16 @@ def _add_chunk(s_cos, s_sin, z_cos, z_sin, k, v, cos_a, sin_a, PRECISION: tl.con
 
 
 @triton.jit
-def _chunk_inputs(q_ptr, k_ptr, angle_ptr, pad_ptr, sq_t, sq_d, sk_t, sk_d, rows, offs_d, row_ok, d_ok,
-                  HAS_PAD: tl.constexpr, ACC: tl.constexpr):
-    """phi(q), phi(k) (padded keys zero), the raw q > 0 and k > 0 masks, cos a and sin a of one chunk."""
+def _chunk_inputs(q_ptr, k_ptr, v_ptr, angle_ptr, pad_ptr, sq_t, sq_d, sk_t, sk_d, sv_t, sv_e, start, length, offs_c, offs_d,
+                  offs_e, dim, e_dim, HAS_PAD: tl.constexpr, ACC: tl.constexpr):
+    """One chunk's rows (and which exist), phi(q), phi(k) (padded keys zero), v, the raw q > 0 and k > 0
+    masks, the angle a and its cos and sin."""
+    rows = start + offs_c
+    row_ok = rows < length
+    d_ok = offs_d < dim
     q_raw = _load_rows(q_ptr, sq_t, sq_d, rows, offs_d, row_ok, d_ok, ACC)
     k_raw = _load_rows(k_ptr, sk_t, sk_d, rows, offs_d, row_ok, d_ok, ACC)
+    v = _load_rows(v_ptr, sv_t, sv_e, rows, offs_e, row_ok, offs_e < e_dim, ACC)
     q_live = q_raw > 0
     k_live = k_raw > 0
     if HAS_PAD:
@@ -115,7 +120,7 @@ def _chunk_inputs(q_ptr, k_ptr, angle_ptr, pad_ptr, sq_t, sq_d, sk_t, sk_d, rows
     q = tl.where(q_live, q_raw, 0.0)
     k = tl.where(k_live, k_raw, 0.0)
     a = tl.load(angle_ptr + rows, mask=row_ok, other=0.0).to(ACC)
-    return q, k, q_live, k_live, a
+    return rows, row_ok, q, k, v, q_live, k_live, a, tl.cos(a), tl.sin(a)
 
 
 @triton.jit
@@ -144,12 +149,9 @@ def _fused_forward_kernel(
     den_ptr += bh * length
     s_cos, s_sin, z_cos, z_sin = load_state(state_ptr, bh, dim, e_dim, offs_d, offs_e, HAS_STATE, ACC, BLOCK_D, BLOCK_E)
     for start in range(0, length, BLOCK_C):
-        rows = start + offs_c
-        row_ok = rows < length
-        q, k, q_live, k_live, a = _chunk_inputs(q_ptr, k_ptr, angle_ptr, pad_ptr, sq_t, sq_d, sk_t, sk_d, rows, offs_d,
-                                                row_ok, d_ok, HAS_PAD, ACC)
-        v = _load_rows(v_ptr, sv_t, sv_e, rows, offs_e, row_ok, e_ok, ACC)
-        cos_a, sin_a = tl.cos(a), tl.sin(a)
+        rows, row_ok, q, k, v, q_live, k_live, a, cos_a, sin_a = _chunk_inputs(
+            q_ptr, k_ptr, v_ptr, angle_ptr, pad_ptr, sq_t, sq_d, sk_t, sk_d, sv_t, sv_e, start, length, offs_c, offs_d,
+            offs_e, dim, e_dim, HAS_PAD, ACC)
         q_cos, q_sin = q * cos_a[:, None], q * sin_a[:, None]
         attn = _reweighted_scores(q, k, a, rows, PRECISION)
         num = tl.dot(attn, v, input_precision=PRECISION)
@@ -199,12 +201,9 @@ def _fused_backward_q_kernel(
     den_ptr += bh * length
     s_cos, s_sin, z_cos, z_sin = load_state(state_ptr, bh, dim, e_dim, offs_d, offs_e, HAS_STATE, ACC, BLOCK_D, BLOCK_E)
     for start in range(0, length, BLOCK_C):
-        rows = start + offs_c
-        row_ok = rows < length
-        q, k, q_live, k_live, a = _chunk_inputs(q_ptr, k_ptr, angle_ptr, pad_ptr, sq_t, sq_d, sk_t, sk_d, rows, offs_d,
-                                                row_ok, d_ok, HAS_PAD, ACC)
-        v = _load_rows(v_ptr, sv_t, sv_e, rows, offs_e, row_ok, e_ok, ACC)
-        cos_a, sin_a = tl.cos(a), tl.sin(a)
+        rows, row_ok, q, k, v, q_live, k_live, a, cos_a, sin_a = _chunk_inputs(
+            q_ptr, k_ptr, v_ptr, angle_ptr, pad_ptr, sq_t, sq_d, sk_t, sk_d, sv_t, sv_e, start, length, offs_c, offs_d,
+            offs_e, dim, e_dim, HAS_PAD, ACC)
         g_num, g_den = _output_gradients(do_ptr, o_ptr, den_ptr, so_t, rows, offs_e, row_ok, e_ok, eps, ACC)
         g_attn = tl.dot(g_num, tl.trans(v), input_precision=PRECISION) + g_den[:, None]
         g_attn = tl.where(rows[:, None] >= rows[None, :], g_attn * tl.cos(a[:, None] - a[None, :]), 0.0)
@@ -243,12 +242,9 @@ def _fused_backward_kv_kernel(
     ds_cos, ds_sin, dz_cos, dz_sin = load_state(g_final_ptr, bh, dim, e_dim, offs_d, offs_e, HAS_G_FINAL, ACC, BLOCK_D, BLOCK_E)
     n_chunks = tl.cdiv(length, BLOCK_C)
     for back in range(0, n_chunks):
-        rows = (n_chunks - 1 - back) * BLOCK_C + offs_c
-        row_ok = rows < length
-        q, k, q_live, k_live, a = _chunk_inputs(q_ptr, k_ptr, angle_ptr, pad_ptr, sq_t, sq_d, sk_t, sk_d, rows, offs_d,
-                                                row_ok, d_ok, HAS_PAD, ACC)
-        v = _load_rows(v_ptr, sv_t, sv_e, rows, offs_e, row_ok, e_ok, ACC)
-        cos_a, sin_a = tl.cos(a), tl.sin(a)
+        rows, row_ok, q, k, v, q_live, k_live, a, cos_a, sin_a = _chunk_inputs(
+            q_ptr, k_ptr, v_ptr, angle_ptr, pad_ptr, sq_t, sq_d, sk_t, sk_d, sv_t, sv_e, (n_chunks - 1 - back) * BLOCK_C,
+            length, offs_c, offs_d, offs_e, dim, e_dim, HAS_PAD, ACC)
         g_num, g_den = _output_gradients(do_ptr, o_ptr, den_ptr, so_t, rows, offs_e, row_ok, e_ok, eps, ACC)
         decay = tl.where(rows[:, None] >= rows[None, :], tl.cos(a[:, None] - a[None, :]), 0.0)
         attn = tl.dot(q, tl.trans(k), input_precision=PRECISION) * decay
