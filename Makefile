@@ -55,6 +55,8 @@ TEST_WORKERS ?= auto
 TEST_ARGS ?=
 
 test: setup
+	# Triton for the tests only: its interpreter runs cosFormer's fused kernels on the CPU
+	$(PIP) install -q --no-deps -r requirements-test-triton.txt
 	# --durations: the slowest tests, to keep the suite within its time budget
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(TEST_ARGS) tests
 

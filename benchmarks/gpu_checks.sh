@@ -13,15 +13,27 @@
 #    once with the recipe's GPU default --fp16 and once with --amp (FP16=0), MAX_UPDATE
 #    updates each, then beam-searches test2016 with each (generate.sh, fp16 on the GPU; its
 #    output follows the training log).
-# 3. Alone, so that the timings are not disturbed: benchmarks/attention_speed.py --device cuda
+#    Also at the same time: benchmarks/cosformer_gpu.py --parts parity, every cosFormer algorithm
+#    (chunked, fused Triton kernels, recurrent, fused step kernel; fla-core's chunk_linear_attn where it
+#    imports) on the device in float32 and bfloat16 against the naive reference in float64 on the CPU.
+# 2b. Alone, so that the timings are not disturbed: benchmarks/cosformer_gpu.py --parts train,decode
+#    (one process per kind): cosFormer fused vs chunked vs PyTorch's flash SDPA vs fla-core's
+#    chunk_linear_attn(normalize=True) (where it imports), forward+backward at T = COSFORMER_LENGTHS in
+#    bf16 and fp32; decoding per token at prefixes 128 .. 4096 at batch 1 and beam 5 x batch 32.
+# 3. Alone: benchmarks/attention_speed.py --device cuda
 #    (every kind against fairseq's softmax attention, PyTorch's fused kernel) at LENGTHS.
+# Time limits (defaults) keep the whole run under 10 minutes: phase 1 at most TRAIN_TIMEOUT +
+# GENERATE_TIMEOUT, then COSFORMER_TIMEOUT, then SPEED_TIMEOUT.
 # Needs: a CUDA device, this checkout's Python requirements (fairseq-fixed ...), and the
-# Multi30k binaries of recipes/multi30k/prepare.sh in DATA_BIN.
+# Multi30k binaries of recipes/multi30k/prepare.sh in DATA_BIN; for cosFormer's fused kernels Triton
+# (CUDA wheels of torch bring it; without it every cosFormer row of the fused path says why), and
+# fla-core for its column (optional: "not measured" without it).
 set -uo pipefail
 OUT_DIR=${1:?usage: DATA_BIN=DIR bash benchmarks/gpu_checks.sh OUT_DIR}
 : "${DATA_BIN:?DATA_BIN: the prepared Multi30k binaries (recipes/multi30k/prepare.sh)}"
 : "${PYTHON:=python3}" "${PRESET:=cosformer_iwslt_de_en}" "${MAX_UPDATE:=1000}" "${LENGTHS:=1024,4096,16384}"
-: "${CHECK_TIMEOUT:=240}" "${TRAIN_TIMEOUT:=240}" "${GENERATE_TIMEOUT:=100}" "${SPEED_TIMEOUT:=200}"
+: "${CHECK_TIMEOUT:=220}" "${TRAIN_TIMEOUT:=200}" "${GENERATE_TIMEOUT:=80}" "${SPEED_TIMEOUT:=120}"
+: "${COSFORMER_TIMEOUT:=150}" "${COSFORMER_LENGTHS:=256,512,1024,2048,4096,8192,16384}"
 OUT_DIR=$(realpath -m "$OUT_DIR") DATA_BIN=$(realpath -m "$DATA_BIN")
 export PYTHON DATA_BIN PYTHONUNBUFFERED=1
 mkdir -p "$OUT_DIR"
@@ -88,10 +100,20 @@ train_and_generate fp16 1 &
 fp16=$!
 train_and_generate amp 0 --amp &
 amp=$!
+timeout "$CHECK_TIMEOUT" "$PYTHON" benchmarks/cosformer_gpu.py --device cuda --parts parity --timeout "$CHECK_TIMEOUT" \
+    --output "$OUT_DIR/cosformer_parity.md" > "$OUT_DIR/cosformer_parity.log" 2>&1 &
+parity=$!
 wait "$check"; echo "device_check: exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/device_check.md"
+wait "$parity"; echo "cosformer parity: exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/cosformer_parity.log"
 wait "$fp16" "$amp"
 wait "$supernet"; echo "supernet step: exit $?" >> "$OUT_DIR/supernet.log"  # (the supernet step above)
 echo "phase 1 (check + training): $(( $(date +%s) - started )) s" >> "$OUT_DIR/environment.txt"
+
+started=$(date +%s)
+timeout "$COSFORMER_TIMEOUT" "$PYTHON" benchmarks/cosformer_gpu.py --device cuda --parts train,decode \
+    --lengths "$COSFORMER_LENGTHS" --prefixes 128,512,1024,2048,4096 --beams 1,5x32 --timeout 60 \
+    --output "$OUT_DIR/cosformer_speed_cuda.md" > "$OUT_DIR/cosformer_speed.log" 2>&1
+echo "cosformer speed: exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/cosformer_speed.log"
 
 started=$(date +%s)
 timeout "$SPEED_TIMEOUT" "$PYTHON" benchmarks/attention_speed.py --device cuda --lengths "$LENGTHS" --sweep '' \

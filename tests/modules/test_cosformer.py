@@ -228,3 +228,34 @@ def test_backward_inside_the_autocast_region():
     for outside, inside in zip(*grads):
         assert torch.isfinite(inside).all()
         assert torch.allclose(inside, outside, atol=1e-6 * outside.abs().max().item(), rtol=0), (inside - outside).abs().max()
+
+
+def test_works_without_triton():
+    """Triton is optional: with it missing (blocked here), the plugin imports, --cosformer-algorithm auto runs
+    the torch forms (full pass, backward, decoding) and fused is refused with a one-line error."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['triton'] = None\n"
+        "import argparse, torch, fairseq_plugins\n"
+        "from fairseq_plugins.modules import DECODER_SELF, build_attention\n"
+        "from fairseq_plugins.modules.cosformer.algorithms import triton_available\n"
+        "from fairseq_plugins.modules.registry import AttentionConfigError\n"
+        "assert not triton_available()\n"
+        "cfg = argparse.Namespace(max_target_positions=16, cosformer_algorithm='auto')\n"
+        "module = build_attention('cosformer', DECODER_SELF, 8, 2, cfg)\n"
+        "x = torch.randn(5, 2, 8, requires_grad=True)\n"
+        "module(x, x, x, need_weights=False)[0].sum().backward()\n"
+        "state = {}\n"
+        "with torch.no_grad():\n"
+        "    module(x[:1], x[:1], x[:1], incremental_state=state, need_weights=False)\n"
+        "try:\n"
+        "    build_attention('cosformer', DECODER_SELF, 8, 2, argparse.Namespace(max_target_positions=16, cosformer_algorithm='fused'))\n"
+        "except AttentionConfigError as exc:\n"
+        "    print(exc)\n"
+        "assert 'triton' not in sys.modules or sys.modules['triton'] is None\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--cosformer-algorithm fused needs the optional dependency triton" in result.stdout

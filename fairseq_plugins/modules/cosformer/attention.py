@@ -24,7 +24,9 @@ Where this implementation departs from the authors' public ``cosformer.py``
   error (past it, cos(...) turns negative and the normaliser can vanish);
 * causal training is chunked: inside chunks of C tokens the exact quadratic
   form, across chunks a recurrent d x d state. Memory is O(T d) per head, not
-  the reference's O(T d^2) cumulative sum;
+  the reference's O(T d^2) cumulative sum. In torch, or on CUDA in fused Triton
+  kernels (``algorithms.py``: one signature for every algorithm;
+  ``--cosformer-algorithm``);
 * decoding keeps only the running sums (constant size per head) and a position
   counter, so the cost per generated token does not grow with the prefix;
 * the denominator is clamped at ``eps``.
@@ -48,7 +50,9 @@ from ..registry import (
 )
 from ..shared import as_dtype, at_least_float32, module_output, module_projections
 from .bidirectional import cosformer_bidirectional
-from .chunked import DEFAULT_CHUNK_SIZE, _causal_chunked
+from .algorithms import ALGORITHM_CHOICES, ALGORITHMS, AUTO, CHUNKED, FUSED, FUSED_CHUNK_SIZE
+from .algorithms import select as select_algorithm
+from .chunked import DEFAULT_CHUNK_SIZE
 from .costs import COSFORMER_COSTS
 from .naive import naive_attention
 from .options import CosformerOptions, horizon_for
@@ -165,9 +169,11 @@ class CosformerAttention(BaseAttention):
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         context: Optional[AttentionContext] = None,
         head_dim: Optional[int] = None,
+        algorithm: str = AUTO,
     ):
         """``context``: the model's quantisation noise for the projections (none without); ``head_dim``:
-        see ``BaseAttention`` (default: embed_dim / num_heads)."""
+        see ``BaseAttention`` (default: embed_dim / num_heads); ``algorithm``: of causal attention, one of
+        ``algorithms.ALGORITHM_CHOICES`` (``--cosformer-algorithm``)."""
         kdim = kdim if kdim is not None else embed_dim
         vdim = vdim if vdim is not None else embed_dim
         super().__init__(placement, embed_dim, num_heads, kdim, vdim, head_dim)
@@ -175,6 +181,9 @@ class CosformerAttention(BaseAttention):
             raise ValueError(f"cosformer {placement} attention needs a horizon M >= 1, got {horizon}")
         if chunk_size < 1:
             raise ValueError(f"cosformer chunk_size must be >= 1, got {chunk_size}")
+        if algorithm not in ALGORITHM_CHOICES:
+            raise ValueError(f"cosformer algorithm must be one of {', '.join(ALGORITHM_CHOICES)}, got {algorithm!r}")
+        self.algorithm = algorithm
         self.horizon = horizon
         self.eps = eps
         self.chunk_size = chunk_size
@@ -189,14 +198,15 @@ class CosformerAttention(BaseAttention):
     def from_config(cls, placement, embed_dim, num_heads, kdim, vdim, dropout, options: CosformerOptions,
                     context: AttentionContext, head_dim: Optional[int] = None):
         return cls(placement, embed_dim, num_heads, kdim=kdim, vdim=vdim,
-                   horizon=horizon_for(placement, options, context), context=context, head_dim=head_dim)
+                   horizon=horizon_for(placement, options, context), context=context, head_dim=head_dim,
+                   algorithm=options.cosformer_algorithm)
 
     def reset_parameters(self):
         # fairseq's MultiheadAttention initialisation, q/k/v biases zero.
         self._reset_projections(zero_qkv_bias=True)
 
     def extra_repr(self):
-        return super().extra_repr() + f", horizon={self.horizon}, chunk_size={self.chunk_size}"
+        return super().extra_repr() + f", horizon={self.horizon}, chunk_size={self.chunk_size}, algorithm={self.algorithm}"
 
     def forward(
         self,
@@ -306,9 +316,14 @@ class CosformerAttention(BaseAttention):
             weights = explicit_weights(phi_q, phi_k, pos, pos, horizon, key_padding_mask, True, self.eps)
         else:
             weights = None
-        out, new_state = _causal_chunked(
-            q, k, v, None, angle, self.horizon, self.eps, state, self.chunk_size, k_pad=key_padding_mask, raw=True, own=True
-        )
+        # One signature for every algorithm (algorithms.py); the module picks one for the device and the call.
+        name = select_algorithm(self.algorithm, q.device, decoding=length == 1,
+                                needs_grad=torch.is_grad_enabled() and q.requires_grad)
+        # (chunked: nothing else holds q, k, v, so its backward overwrites them with their gradients)
+        tuning = {CHUNKED: {"chunk_size": self.chunk_size, "own": True},
+                  FUSED: {"chunk_size": min(self.chunk_size, FUSED_CHUNK_SIZE)}}.get(name, {})
+        out, new_state = ALGORITHMS[name](q, k, v, state, angle=angle, horizon=self.horizon, eps=self.eps,
+                                          key_padding_mask=key_padding_mask, **tuning)
         if incremental_state is not None:
             buffer["state"] = new_state
             buffer["position"] = end

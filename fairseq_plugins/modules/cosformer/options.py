@@ -1,10 +1,12 @@
 """Options of the ``cosformer`` kind: the horizon M of its cos re-weighting (Qin et al. 2022,
-eq. 9) in causal and encoder-decoder attention, and the checks against the model's positions."""
+eq. 9) in causal and encoder-decoder attention, and the checks against the model's positions; the
+algorithm of causal attention (``algorithms.py``)."""
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Tuple
 
 from ..options import AttentionContext, KindOptions
 from ..registry import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, PLACEMENT_NAMES, AttentionConfigError
+from .algorithms import ALGORITHM_CHOICES, FUSED, triton_available
 
 
 @dataclass
@@ -20,7 +22,23 @@ class CosformerOptions(KindOptions):
         },
     )
 
+    cosformer_algorithm: str = field(
+        default="auto",
+        metadata={
+            "help": "cosFormer causal attention's algorithm: auto (fused Triton kernels on CUDA when triton imports, "
+            "else the torch chunked form), chunked (torch, any device) or fused (Triton: CUDA); choices: auto, chunked, fused",
+            "placements": (DECODER_SELF,),
+        },
+    )
+
     def validate(self):
+        self.cosformer_algorithm = str(self.cosformer_algorithm)
+        if self.cosformer_algorithm not in ALGORITHM_CHOICES:
+            raise AttentionConfigError(
+                f"--cosformer-algorithm must be one of {', '.join(ALGORITHM_CHOICES)}, got {self.cosformer_algorithm!r}")
+        if self.cosformer_algorithm == FUSED and not triton_available():
+            raise AttentionConfigError("--cosformer-algorithm fused needs the optional dependency triton (pip install triton), "
+                                       "which does not import here")
         if self.cosformer_max_positions is not None:
             self.cosformer_max_positions = int(self.cosformer_max_positions)
             if self.cosformer_max_positions < 1:
