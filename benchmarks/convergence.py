@@ -246,7 +246,7 @@ def render(results: str, names: Sequence[str]) -> str:
     for name in names:
         ladder = LADDERS[name]
         records = load_records(results, name)
-        unit = f"{ladder.tolerance:.0%} of it" if ladder.relative else f"{ladder.tolerance:g}"
+        unit = f"{ladder.tolerance:.0%} (relative)" if ladder.relative else f"{ladder.tolerance:g}"
         lines += [f"## {ladder.suite.title}: {ladder.row.name} ({ladder.row.arch} {' '.join(ladder.suite.model_args)})", "",
                   f"Decision: `{ladder.metric}` within {unit} of the next rung's"
                   + (", and the next rung's within it of the one after (a plateau is not convergence)" if ladder.confirm else "")
@@ -278,7 +278,13 @@ def render(results: str, names: Sequence[str]) -> str:
                              f"{record['cores']} cores, {record['threads']} | {record['finished'][:10]} |")
             verdicts.append(f"seed {seed}: " + (f"converged at B = {found} updates" if found else
                                                  f"not converged by {rows[-1]['updates']} updates"))
-        lines += ["", "Budget: " + "; ".join(verdicts) + ".", ""]
+        lines += ["", "Budget: " + "; ".join(verdicts) + ".", "",
+                  "Losses are fairseq's, in bits per token. Training time is fairseq's own wall clock of the run so far, "
+                  "on a machine shared with other work (each record holds its load average): a cost, not a speed "
+                  "measurement. The first rung's commands (each rung differs in `MAX_UPDATE` and `CHECKPOINT`):", "",
+                  "```bash", quality.portable_command(quality.Context(data_root=os.path.join(os.path.dirname(REPO), "shared", "data"),
+                                                                      work_dir="", quick=False), records[0]["train_command"]),
+                  records[0]["evaluate_command"], "```", ""]
     return "\n".join(lines) + "\n"
 
 
