@@ -24,6 +24,9 @@
 #    (every kind against fairseq's softmax attention, PyTorch's fused kernel) at LENGTHS.
 # Time limits (defaults) keep the whole run under 10 minutes: phase 1 at most TRAIN_TIMEOUT +
 # GENERATE_TIMEOUT, then COSFORMER_TIMEOUT, then SPEED_TIMEOUT.
+# Also in phase 1, when LM_DATA_BIN names a byte-level corpus prepared by recipes/enwik8/prepare.sh (e.g. tiny
+# Shakespeare): a cosFormer language model (LM_PRESET with cosFormer in every layer) trained LM_UPDATES
+# updates with --amp at T = LM_TOKENS_PER_SAMPLE (2048) through recipes/enwik8/train.sh (train_lm_amp.log).
 # Needs: a CUDA device, this checkout's Python requirements (fairseq-fixed ...), and the
 # Multi30k binaries of recipes/multi30k/prepare.sh in DATA_BIN; for cosFormer's fused kernels Triton
 # (CUDA wheels of torch bring it; without it every cosFormer row of the fused path says why), and
@@ -34,6 +37,7 @@ OUT_DIR=${1:?usage: DATA_BIN=DIR bash benchmarks/gpu_checks.sh OUT_DIR}
 : "${PYTHON:=python3}" "${PRESET:=cosformer_iwslt_de_en}" "${MAX_UPDATE:=1000}" "${LENGTHS:=1024,4096,16384}"
 : "${CHECK_TIMEOUT:=220}" "${TRAIN_TIMEOUT:=200}" "${GENERATE_TIMEOUT:=80}" "${SPEED_TIMEOUT:=120}"
 : "${COSFORMER_TIMEOUT:=150}" "${COSFORMER_LENGTHS:=256,512,1024,2048,4096,8192,16384}"
+: "${LM_DATA_BIN:=}" "${LM_PRESET:=mixed_transformer_lm_tiny}" "${LM_UPDATES:=200}" "${LM_TOKENS_PER_SAMPLE:=2048}"
 OUT_DIR=$(realpath -m "$OUT_DIR") DATA_BIN=$(realpath -m "$DATA_BIN")
 export PYTHON DATA_BIN PYTHONUNBUFFERED=1
 mkdir -p "$OUT_DIR"
@@ -103,9 +107,24 @@ amp=$!
 timeout "$CHECK_TIMEOUT" "$PYTHON" benchmarks/cosformer_gpu.py --device cuda --parts parity --timeout "$CHECK_TIMEOUT" \
     --output "$OUT_DIR/cosformer_parity.md" > "$OUT_DIR/cosformer_parity.log" 2>&1 &
 parity=$!
+lm_amp() {  # a cosFormer LM, --amp, long blocks (issue: "a short fairseq-train --amp of a cosFormer LM at T = 2048")
+    local log="$OUT_DIR/train_lm_amp.log"
+    if [ -z "$LM_DATA_BIN" ]; then
+        echo "not run: LM_DATA_BIN (a byte-level corpus of recipes/enwik8/prepare.sh) was not given" > "$log"
+        return 0
+    fi
+    DATA_BIN=$(realpath -m "$LM_DATA_BIN") FP16=0 EXTRA_ARGS="--amp --no-epoch-checkpoints" NUM_GPUS=1 \
+        SAVE_DIR="$PWD/checkpoints/gpu_checks/lm_amp" MAX_UPDATE="$LM_UPDATES" WARMUP=50 LOG_INTERVAL=20 \
+        TOKENS_PER_SAMPLE="$LM_TOKENS_PER_SAMPLE" MAX_TOKENS=$(( 8 * LM_TOKENS_PER_SAMPLE )) \
+        TOKENS_PER_UPDATE=$(( 8 * LM_TOKENS_PER_SAMPLE )) CONTEXT_WINDOW=$(( LM_TOKENS_PER_SAMPLE / 2 )) \
+        timeout "$TRAIN_TIMEOUT" bash recipes/enwik8/train.sh "$LM_PRESET" --decoder-attention-kinds cosformer > "$log" 2>&1
+    echo "lm --amp: exit $?" >> "$log"
+}
+lm_amp &
+lm=$!
 wait "$check"; echo "device_check: exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/device_check.md"
 wait "$parity"; echo "cosformer parity: exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/cosformer_parity.log"
-wait "$fp16" "$amp"
+wait "$fp16" "$amp" "$lm"
 wait "$supernet"; echo "supernet step: exit $?" >> "$OUT_DIR/supernet.log"  # (the supernet step above)
 echo "phase 1 (check + training): $(( $(date +%s) - started )) s" >> "$OUT_DIR/environment.txt"
 
