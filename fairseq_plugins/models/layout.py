@@ -45,8 +45,9 @@ class DecoderLayoutConfig(FairseqDataclass):
         default=None,
         metadata={
             "help": "build the model from this JSON architecture (embedding widths and every layer's choices, as an "
-            "architecture search writes them; see the README): the per-layer options, layer counts, embedding widths "
-            "and whole-side heads and FFN widths then come from the file and conflict on the command line"
+            "architecture search writes them; see docs/kinds.md, \"One architecture value, and architecture files\"): "
+            "the per-layer options, layer counts, embedding widths and whole-side heads and FFN widths then come from "
+            "the file and conflict on the command line"
         },
     )
     decoder_attention_kinds: str = field(
@@ -103,7 +104,8 @@ class EncoderDecoderLayoutConfig(DecoderLayoutConfig):
             "help": "En-De Connect: how many last encoder layers each decoder layer's encoder-decoder attention attends "
             "to, 1 <= k <= --encoder-layers (comma-separated, one value broadcasts; default: 1, the last encoder layer "
             "only). With k > 1 the keys are the outputs of the last k encoder layers concatenated along time (the last "
-            "one after the encoder's final layer norm, the earlier ones as the layers return them; see the README)"
+            "one after the encoder's final layer norm, the earlier ones as the layers return them; see docs/kinds.md, "
+            "\"Encoder-decoder connect\")"
         },
     )
 

@@ -44,8 +44,8 @@ train_lm() {  # [PRESET] [fairseq-train flags...]
         --tokens-per-sample "$TOKENS_PER_SAMPLE" --sample-break-mode none "${criterion[@]}"
 }
 
-# supernet.sh: the weight-sharing language-model supernet (mixed_supertransformer_lm, README "The
-# supernet") over SEARCH_SPACE (default search_spaces/$SUPERNET_SPACE.yaml, the data set's space) with
+# supernet.sh: the weight-sharing language-model supernet (mixed_supertransformer_lm, docs/search.md,
+# "The language-model supernet") over SEARCH_SPACE (default search_spaces/$SUPERNET_SPACE.yaml, the data set's space) with
 # --task supernet_language_modeling: SUPERNET_SAMPLING (sandwich: the largest, the smallest and
 # SANDWICH_RANDOM sampled sub-networks per update; random: one sampled), validation of the largest and
 # the smallest; the data set's language-model settings otherwise (train.sh's).

@@ -42,7 +42,7 @@ train_translation() {  # [PRESET] [fairseq-train flags...]
         "${criterion[@]}" --label-smoothing "$LABEL_SMOOTHING" "${eval_bleu[@]}"
 }
 
-# supernet.sh: the weight-sharing supernet (mixed_supertransformer, README "The supernet") over
+# supernet.sh: the weight-sharing supernet (mixed_supertransformer, docs/search.md, "The supernet") over
 # SEARCH_SPACE (default search_spaces/$SUPERNET_SPACE.yaml, the data set's space) with --task
 # supernet_translation: SUPERNET_SAMPLING (sandwich: the largest and the smallest once per attention
 # kind, with every sub-layer of that kind, and SANDWICH_RANDOM sampled sub-networks per update, the mean of their losses; random: one sampled), validation of the

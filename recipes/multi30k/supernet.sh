@@ -4,7 +4,7 @@
 # set's settings (config.sh) and the sandwich rule (SUPERNET_SAMPLING, SANDWICH_RANDOM).
 # Usage: recipes/multi30k/supernet.sh [fairseq-train flags...]   (--help: all overrides)
 # Then sample, evaluate, export and cost its sub-networks with python -m fairseq_plugins.search
-# (README "The supernet"); generate.sh with CHECKPOINT=<exported .pt> beam-searches one.
+# (docs/search.md, "The supernet"); generate.sh with CHECKPOINT=<exported .pt> beam-searches one.
 source "$(dirname "${BASH_SOURCE[0]}")/config.sh"
 SUPERNET_SPACE=multi30k_cpu
 train_supernet "$@"

@@ -9,7 +9,7 @@
 # smoothing 0.1, all embeddings shared, one sampled sub-network per update (SUPERNET_SAMPLING=random).
 # Usage: recipes/wmt14_en_de/supernet.sh [fairseq-train flags...]   (--help: all overrides)
 # Then sample, evaluate, export and cost its sub-networks with python -m fairseq_plugins.search
-# (README "The supernet"); generate.sh with CHECKPOINT=<exported .pt> beam-searches one.
+# (docs/search.md, "The supernet"); generate.sh with CHECKPOINT=<exported .pt> beam-searches one.
 : "${MAX_UPDATE:=40000}" "${TOKENS_PER_UPDATE:=524288}" "${LR:=1e-3}" "${WARMUP:=10000}" "${LR_SCHEDULER:=cosine}"
 : "${DROPOUT:=0.3}" "${WEIGHT_DECAY:=0.0}" "${SUPERNET_SAMPLING:=random}"
 source "$(dirname "${BASH_SOURCE[0]}")/config.sh"
