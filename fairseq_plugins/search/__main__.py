@@ -70,10 +70,13 @@ def export(args) -> None:
 def count(args) -> None:
     """Parameters and forward FLOPs of a sub-network, from the registry's per-kind counts (one sentence pair
     of the stated lengths; FLOPs: 2 per multiply-add of the matrix products). With --latency, also the
-    measured latency of the exported sub-network as Hardware-Aware Transformers measures it: one sentence of
-    --source-length tokens, the encoder once and beam search (fairseq's SequenceGenerator) for exactly
-    --target-length decoder steps, on --threads threads, --warmup runs discarded, then the mean of --repeats
-    runs without the fastest and slowest --trim fraction, their standard deviation, minimum and maximum."""
+    measured latency of the exported sub-network, the work Hardware-Aware Transformers times (one sentence of
+    --source-length tokens, the encoder once and beam search for exactly --target-length decoder steps; a
+    language model: sampling --target-length tokens), by the protocol of search/latency.py: a process pinned to
+    one core (--core) on --threads threads, the sub-network and the --reference architecture interleaved in
+    --rounds ABBA pairs of blocks of --repeats runs after --warmup untimed runs, each block's trimmed mean
+    (--trim), medians over the rounds: milliseconds, the latency relative to the reference and its
+    repeatability (the spread of the rounds' ratios)."""
     from .latency import LatencySettings
     from .subnetworks import cost
 

@@ -54,7 +54,8 @@ train_lm_supernet() {  # [fairseq-train flags...]
     start_recipe "$@"
     check_supernet_recipe mixed_supertransformer_lm || return
     common_train_args
-    run_training --task supernet_language_modeling --search-space "$SEARCH_SPACE" \
+    # --find-unused-parameters: as train_supernet (lib/translation.sh): data-parallel supernet updates need it
+    run_training --task supernet_language_modeling --search-space "$SEARCH_SPACE" --find-unused-parameters \
         --supernet-sampling "${SUPERNET_SAMPLING:-sandwich}" --supernet-sandwich-random "${SANDWICH_RANDOM:-2}" \
         --share-decoder-input-output-embed --tokens-per-sample "$TOKENS_PER_SAMPLE" --sample-break-mode none \
         --criterion cross_entropy

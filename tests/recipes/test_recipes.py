@@ -463,6 +463,12 @@ def test_supernet_recipes_settings_and_errors(tmp_path):
     command = subprocess.run(["bash", multi30k], capture_output=True, text=True, env=dict(env, NUM_GPUS="0"), check=True).stdout
     assert "/search_spaces/multi30k_cpu.yaml" in command and "--supernet-sampling sandwich --supernet-sandwich-random 2" in command
     assert "--lr-scheduler inverse_sqrt" in command and "--attention-dropout" not in command
+    # data-parallel supernet updates need --find-unused-parameters (the supernet tasks refuse DDP without it)
+    lm = os.path.join(RECIPES, "wikitext2", "supernet.sh")
+    lm_command = subprocess.run(["bash", lm], capture_output=True, text=True, env=env, check=True).stdout
+    for supernet_command in (command, lm_command):
+        assert "--find-unused-parameters" in supernet_command, supernet_command
+    assert "--task supernet_language_modeling" in lm_command
     for args, overrides, message in (
             (["transformer"], {}, "error: supernet.sh trains mixed_supertransformer over SEARCH_SPACE; 'transformer' is not a flag"),
             ([], {"SEARCH_SPACE": str(tmp_path / "none.yaml")}, f"error: SEARCH_SPACE={tmp_path / 'none.yaml'}: no such file"),
