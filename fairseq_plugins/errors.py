@@ -55,8 +55,8 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
     return tuple(errors)
 
 
-def report(error: BaseException) -> None:
-    print(error_line(error), file=sys.stderr, flush=True)
+def report(error: BaseException, stream=None) -> None:
+    print(error_line(error), file=stream or sys.stderr, flush=True)
 
 
 def one_line_errors(run: Callable[[], Optional[int]], *types: Type[BaseException]) -> int:
@@ -93,7 +93,9 @@ def _hook(previous):
         except Exception:  # the package half imported: the previous hook reports the error as it is
             ours = None
         if ours is not None:
-            report(ours)
+            # the process's own stderr: a hook that wrapped ours may have swapped sys.stderr for a buffer it
+            # prints after we return (torch.distributed's rank prefix), and we do not return (os._exit below)
+            report(ours, sys.__stderr__)
             # Python exits with status 1 after any uncaught exception; argparse's 2 needs an exit of our own,
             # after what a normal exit runs (atexit handlers, flushed streams).
             with contextlib.suppress(Exception):

@@ -13,6 +13,12 @@ import os
 
 for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_variable] = "1"
+# Triton's kernels (cosFormer's fused path; Triton is installed for the tests only) run under Triton's
+# interpreter on CPU tensors. Set before anything imports them, so that every kernel module, whichever test
+# file imports it first and however often, is decorated for the interpreter (a module imported without it
+# and reloaded with it left its helpers to the compiler: "Cannot call @triton.jit'd outside of the scope of
+# a kernel" in `make test`). The plugin chooses Triton only on CUDA, so nothing else changes.
+os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402  (after the variables: a fresh OpenMP pool reads them)
 

@@ -1,6 +1,7 @@
 """``mixed_transformer_lm``: fairseq's Transformer language model with the
 attention kind, head count and FFN width of every layer chosen per layer."""
 import dataclasses
+import sys
 from dataclasses import dataclass
 
 from fairseq.models import register_model
@@ -55,11 +56,19 @@ def resolve_lm_sizes(args, task=None):
     return positions
 
 
+# The fairseq commands that sample from a language model (imported only by those commands' entry points)
+GENERATION_COMMANDS = frozenset({"fairseq_cli.generate", "fairseq_cli.interactive"})
+
+
 def check_task_fits(args, task) -> None:
     """The task's samples must fit the model's positions: fairseq-eval-lm rebuilds a checkpoint's model with
     the task of its command line, and a longer block (--tokens-per-sample above the positions the model was
     trained for, or one more for a BOS token of --add-bos-token the model was trained without) is skipped
     by fairseq's batching, so the perplexity is over nothing (1.00 over 0 tokens), or fails on an index."""
+    if GENERATION_COMMANDS & set(sys.modules):
+        # fairseq-generate / fairseq-interactive feed prompts, not --tokens-per-sample blocks (its default
+        # 1024 there is no request to score 1024-token blocks); generation stops at the positions by itself
+        return
     # (fairseq's language_modeling task keeps its options as .args, a dataclass task as .cfg)
     tokens = next((value for value in (getattr(getattr(task, name, None), "tokens_per_sample", None) for name in ("cfg", "args"))
                    if value is not None), None)

@@ -296,7 +296,7 @@ def lm_syntax_hints(prepared, dataset, tmp_path, tmp_path_factory, env):
     assert "--task language_modeling " in plain and "--criterion cross_entropy" in plain
     # no BET(SG) LM preset: by default the SG run keeps its checkpoints apart from the BET(SF) run's
     default_dir = {k: v for k, v in env.items() if k != "SAVE_DIR"}
-    checkpoints = os.path.join(ROOT_DIR, "checkpoints", dataset)
+    checkpoints = os.path.join(ROOT_DIR, "checkpoints", "data-bin")  # (a DATA_BIN of one's own: its folder's name)
     dry = recipe(dataset, "train.sh", "bet_sf_lm_wikitext", env=dict(default_dir, DRY_RUN="1", SYNTAX_HINTS="1"))
     assert f"--save-dir {checkpoints}/bet_sf_lm_wikitext_sg " in dry
     plain = recipe(dataset, "train.sh", "bet_sf_lm_wikitext", env=dict(default_dir, DRY_RUN="1"))
