@@ -299,7 +299,7 @@ def test_fused_without_triton_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(sys.modules["fairseq_plugins.modules.cosformer.options"], "triton_available", lambda: False)
     with pytest.raises(AttentionConfigError, match="--cosformer-algorithm fused needs the optional dependency triton"):
         build_attention("cosformer", DECODER_SELF, 8, 2, conformance.model_cfg(cosformer_algorithm="fused"))
-    with pytest.raises(RuntimeError, match="error: --cosformer-algorithm fused needs Triton"):
+    with pytest.raises(AttentionConfigError, match="--cosformer-algorithm fused needs Triton and a CUDA device"):
         algorithms.select("fused", torch.device("cpu"), decoding=False, needs_grad=False)
     # auto never needs it
     assert algorithms.select("auto", torch.device("cuda"), decoding=False, needs_grad=True) == "chunked"

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..precision import without_autocast
+from ..registry import AttentionConfigError
 from ..shared import at_least_float32
 from .chunked import DEFAULT_CHUNK_SIZE, _causal_decay, _ChunkedCausalCosformer
 from .recurrent import causal_step
@@ -163,8 +164,8 @@ def select(requested: str, device: torch.device, decoding: bool, needs_grad: boo
     pass or a decoding step (one token), with or without gradients. Logged once per process and choice."""
     if requested == FUSED:
         if not fused_runs_on(device):
-            raise RuntimeError(
-                f"error: --cosformer-algorithm fused needs Triton and a CUDA device (or TRITON_INTERPRET=1 set before "
+            raise AttentionConfigError(
+                f"--cosformer-algorithm fused needs Triton and a CUDA device (or TRITON_INTERPRET=1 set before "
                 f"Triton is imported), got tensors on {device.type}{'' if triton_available() else ' without Triton'}")
         fused = True
     else:
