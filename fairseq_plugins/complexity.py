@@ -37,8 +37,34 @@ Counting conventions:
     python -m fairseq_plugins.complexity --d 512 --l 256 --t 1000 --heads 8
 """
 import argparse
+import sys
 from dataclasses import dataclass, fields
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--d", type=int, default=128, help="model dimension (default 128, the paper's)")
+    parser.add_argument("--l", type=int, default=128, help="lags = context window = training sequence length (default 128)")
+    parser.add_argument("--t", type=int, default=None, help="sequence length at which one token is decoded (default: l)")
+    parser.add_argument("--heads", default="1,32", help="head counts of the kinds whose rows depend on heads (a row per count), comma-separated (default 1,32: the paper's)")
+    parser.add_argument("--no-output-projection", action="store_true", help="Extractors without W_out (eq. 25)")
+    args = parser.parse_args(argv)
+    heads = [int(h) for h in args.heads.split(",")]
+    if args.d < 1 or args.l < 1 or (args.t is not None and args.t < 1) or any(h < 1 or args.d % h for h in heads):
+        parser.error("--d, --l, --t and --heads must be positive, and every head count must divide --d")
+    from fairseq_plugins import register
+    from fairseq_plugins.command_line import configure_logging
+
+    configure_logging()
+    register()  # every kind, also those of $FAIRSEQ_PLUGINS_KIND_MODULES
+    from fairseq_plugins.complexity import markdown_table  # (run as __main__, this module stops before defining it)
+
+    print(markdown_table(args.d, args.l, args.t or args.l, heads, not args.no_output_projection), end="")
+
+
+if __name__ == "__main__":  # before the registry's imports below: --help and usage errors need no torch
+    sys.exit(main())
 
 from .modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, ENCODER_SELF
 from .modules.costs import (  # noqa: F401  (the shared helpers, re-exported)
@@ -258,21 +284,3 @@ def markdown_table(d: int, lags: int, t: int, heads: Sequence[int] = (1, 32), ou
         cells.append(f"{row['parameters']:,}")
         lines.append("| " + " | ".join(cells) + " |")
     return header + "\n".join(lines) + "\n"
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--d", type=int, default=128, help="model dimension (default 128, the paper's)")
-    parser.add_argument("--l", type=int, default=128, help="lags = context window = training sequence length (default 128)")
-    parser.add_argument("--t", type=int, default=None, help="sequence length at which one token is decoded (default: l)")
-    parser.add_argument("--heads", default="1,32", help="head counts of the kinds whose rows depend on heads (a row per count), comma-separated (default 1,32: the paper's)")
-    parser.add_argument("--no-output-projection", action="store_true", help="Extractors without W_out (eq. 25)")
-    args = parser.parse_args(argv)
-    heads = [int(h) for h in args.heads.split(",")]
-    if args.d < 1 or args.l < 1 or (args.t is not None and args.t < 1) or any(h < 1 or args.d % h for h in heads):
-        parser.error("--d, --l, --t and --heads must be positive, and every head count must divide --d")
-    print(markdown_table(args.d, args.l, args.t or args.l, heads, not args.no_output_projection), end="")
-
-
-if __name__ == "__main__":
-    main()

@@ -9,17 +9,16 @@ sentence's decoder self-attention.
         [--per-head] [--include-first-position] [--output-json PATH]
         [--heatmap PATH.png --sentence-index N] [--cpu] [--model-overrides DICT]
 """
+from __future__ import annotations  # the annotations name runner's classes, imported when run (torch)
+
 import argparse
 import ast
 import logging
 import os
-import sys
 from typing import List, Optional
 
 from ..errors import one_line_errors
 from ..files import write_json
-from .runner import AnalysisError, AnalysisResult, Loaded, analyse, load, sentence_attention
-from .stats import LayerStatistics
 
 DEFINITIONS = {
     "heads": "per layer, the H heads' distributions are averaged first (A = mean over heads, as fairseq's need_weights=True); "
@@ -116,6 +115,8 @@ def _model_name(loaded: Loaded) -> str:
 
 
 def to_json(result: AnalysisResult, loaded: Loaded, args) -> dict:
+    from .stats import LayerStatistics
+
     layers = []
     for layer in result.layers:
         entry = {"layer": layer.index, "kind": layer.kind, "heads": layer.heads, "has_attention_distribution": layer.has_distribution}
@@ -149,6 +150,8 @@ def to_json(result: AnalysisResult, loaded: Loaded, args) -> dict:
 
 
 def _parse_overrides(text: str) -> dict:
+    from .runner import AnalysisError
+
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -159,6 +162,8 @@ def _parse_overrides(text: str) -> dict:
 
 
 def run(args) -> int:
+    from .runner import AnalysisError, analyse, load, sentence_attention
+
     if args.user_dir:
         from fairseq import utils
 
@@ -209,13 +214,15 @@ def run(args) -> int:
 
 def main(argv: Optional[List[str]] = None, prog: Optional[str] = None) -> int:
     args = build_parser(prog).parse_args(argv)
-    import fairseq_plugins  # noqa: F401  (imports fairseq, whose modules may configure logging)
+    from .. import register
+    from ..command_line import configure_logging
+
+    configure_logging()
+    register()  # imports fairseq, whose modules may configure logging
 
     # Importing fairseq sets the root logger to DEBUG and its loaders log every
     # step: keep stderr to warnings while the analysis runs.
     root = logging.getLogger()
-    if not root.handlers:
-        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     previous_level = root.level
     root.setLevel(logging.WARNING)
     try:

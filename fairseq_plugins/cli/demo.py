@@ -108,7 +108,9 @@ def checkpoint_updates(checkpoint: str) -> int:
         return 0
     import torch
 
-    import fairseq_plugins  # noqa: F401  (safe globals for weights-only loading)
+    from .. import register
+
+    register()  # safe globals for weights-only loading
 
     state = torch.load(checkpoint, map_location="cpu")
     history = state.get("optimizer_history") or [{}]

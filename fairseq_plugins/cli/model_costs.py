@@ -15,12 +15,12 @@ source and T target tokens (language models: T tokens), 2 per multiply-add of
 the matrix products each kind's definition needs (see complexity.py); the
 tests compare them with ``torch.utils.flop_counter.FlopCounterMode``.
 """
+from __future__ import annotations  # complexity's classes in annotations: imported when used (torch)
+
 import argparse
 import sys
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
-
-from .. import complexity
 
 ENCODER_DECODER_MODEL = "mixed_transformer"
 LANGUAGE_MODEL = "mixed_transformer_lm"
@@ -70,6 +70,7 @@ def attention_options(args, kinds: Optional[Sequence[str]] = None) -> complexity
     ``AttentionCosts.options_from``). ``kinds``: the kinds the model uses (default: those its
     ``--*-attention-kinds`` name); the options of other kinds are read where they can be, and
     cannot make the count fail (e.g. Extractors' lags without target positions)."""
+    from .. import complexity
     from ..modules import ATTENTION_REGISTRY, AttentionConfigError
     from ..modules.options import AttentionContext
 
@@ -91,6 +92,8 @@ def attention_options(args, kinds: Optional[Sequence[str]] = None) -> complexity
 
 def model_layout(cfg, language_model: bool) -> complexity.ModelLayout:
     """What fairseq's Transformer options (a TransformerConfig) add to the architecture's layers."""
+    from .. import complexity
+
     return complexity.ModelLayout(
         encoder_learned_positions=bool(cfg.encoder.learned_pos and not cfg.no_token_positional_embeddings),
         decoder_learned_positions=bool(cfg.decoder.learned_pos and not cfg.no_token_positional_embeddings),
@@ -113,6 +116,7 @@ def model_cost(args, source_length: int = 128, target_length: int = 128) -> Mode
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
     from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS, TransformerConfig
 
+    from .. import complexity
     from ..models.architecture import model_architecture
 
     model_name = ARCH_MODEL_NAME_REGISTRY.get(args.arch)
@@ -162,7 +166,9 @@ def preset_args(arch: str, extra: Sequence[str] = ()):
 
 
 def presets() -> List[str]:
-    import fairseq_plugins  # noqa: F401
+    from .. import register
+
+    register()
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
     return [arch for arch, model in ARCH_MODEL_NAME_REGISTRY.items() if model in MODELS]
@@ -191,6 +197,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--vocab", type=int, help="also give totals at this dictionary size")
     parser.add_argument("--output", help="write the table to this file (atomically) instead of printing it")
     args = parser.parse_args(argv)
+    from ..command_line import configure_logging
+
+    configure_logging()
     if args.source_length < 1 or args.target_length < 1:
         parser.error(f"--source-length and --target-length must be >= 1, got {args.source_length} and {args.target_length}")
     if args.vocab is not None and args.vocab < 1:

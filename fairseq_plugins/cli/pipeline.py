@@ -158,7 +158,9 @@ def eval_lm(data_bin: str, checkpoint: str, subset: str = "test", extra: Sequenc
 def count_parameters(checkpoint: str) -> int:
     import torch
 
-    import fairseq_plugins  # noqa: F401  (safe globals for weights-only loading)
+    from .. import register
+
+    register()  # safe globals for weights-only loading
 
     state = torch.load(checkpoint, map_location="cpu")
     seen, total = set(), 0

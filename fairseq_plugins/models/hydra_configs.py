@@ -83,7 +83,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only compare the files with the presets; exit 1 if one differs")
     options = parser.parse_args(argv)
-    import fairseq_plugins  # noqa: F401  (registers the presets)
+    from .. import register
+
+    register()  # registers the presets
     from ..files import atomic_output
 
     differ = []

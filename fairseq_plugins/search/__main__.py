@@ -18,8 +18,11 @@ line naming the file and the field, and exit with status 2.
 """
 import argparse
 import json
+import logging
 import sys
 from typing import Optional, Sequence
+
+logger = logging.getLogger(__name__)
 
 
 def _space(path: str):
@@ -101,8 +104,9 @@ def collect(args) -> None:
     from .latency import LatencySettings
 
     latency = LatencySettings.from_args(args)
-    progress = (lambda count, record: print(f"[collect] {count}: {json.dumps({k: v for k, v in record.items() if k != 'architecture'})}",
-                                            file=sys.stderr, flush=True)) if args.verbose else None
+    progress = (lambda count, record: logger.info("collect: %d: %s", count,
+                                                  json.dumps({k: v for k, v in record.items() if k != "architecture"}))
+                ) if args.verbose else None
     print(json.dumps(run_collect(args.what, args.checkpoint, args.space, args.n, args.output, seed=args.seed,
                                  subset=args.subset, max_tokens=args.max_tokens, latency=latency, reference=args.reference,
                                  max_spread=args.max_spread,
@@ -317,8 +321,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if getattr(args, option, 1) < 1:
             parser.error(f"--{option.replace('_', '-')}: expected at least 1, got {getattr(args, option)}")
 
-    import fairseq_plugins  # noqa: F401  (registers the attention kinds a space may name)
+    from .. import register
+    from ..command_line import configure_logging
     from ..errors import one_line_errors
+
+    configure_logging()
+    register()  # the attention kinds a space may name, the models a checkpoint holds
 
     return one_line_errors(lambda: args.run(args))
 

@@ -2,9 +2,9 @@
 constraints built from the command line, the confirmation of the final candidates by measurement, and the
 files they write (``__main__.py`` parses the options)."""
 import json
+import logging
 import os
 import shlex
-import sys
 from dataclasses import asdict
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -13,6 +13,8 @@ from ..models.architecture import Architecture
 from .evolution import Candidate, Constraint, EvolutionSettings, SearchError, evolve, pareto
 from .latency import LatencySettings
 from .space import SearchSpace
+
+logger = logging.getLogger(__name__)
 
 
 class Supernet:
@@ -230,8 +232,8 @@ def search_inputs(args, space: SearchSpace, settings: EvolutionSettings, latency
 
 
 def evolution_progress(verbose: bool):
-    """What ``evolve`` reports after every iteration (``--verbose``: the history entry)."""
-    return (lambda entry: print(json.dumps(entry), flush=True)) if verbose else None
+    """What ``evolve`` reports after every iteration (``--verbose``: the history entry, logged)."""
+    return (lambda entry: logger.info("evolve: %s", json.dumps(entry))) if verbose else None
 
 
 def evolve_command(args) -> dict:
@@ -265,9 +267,8 @@ def evolve_command(args) -> dict:
         if done.get("best"):
             raise SearchError(f"--output {args.output} holds a search with other inputs ({', '.join(differing)}): give "
                               "another --output, or remove it to search again")
-        print(f"warning: {result_path}: an earlier search here found no architecture within the budget"
-              + (f" (with other inputs: {', '.join(differing)})" if differing else "")
-              + "; searching again (its result is replaced)", file=sys.stderr, flush=True)
+        logger.warning("%s: an earlier search here found no architecture within the budget%s; searching again "
+                       "(its result is replaced)", result_path, f" (with other inputs: {', '.join(differing)})" if differing else "")
     supernet = Supernet(args.checkpoint)
     space = checked_space(args, supernet)
     costs = Costs(supernet, args.source_length, args.target_length)

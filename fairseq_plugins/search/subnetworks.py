@@ -24,7 +24,9 @@ def load_supernet(checkpoint: str, overrides: Optional[Dict] = None):
     """(model, task, saved state) of a supernet checkpoint; refused with a clear error when it is not one."""
     from fairseq import checkpoint_utils
 
-    import fairseq_plugins  # noqa: F401  (registers the models and kinds)
+    from .. import register
+
+    register()  # registers the models and kinds
 
     if not os.path.isfile(checkpoint):
         raise SupernetError(f"--checkpoint {checkpoint}: no such file")
