@@ -21,7 +21,8 @@
 * ``read_lines``: the one text reader of the preparations and the syntax-hint
   tool. Invalid UTF-8 is an error naming the file, line and byte, or, with
   ``--invalid-utf8 replace``, U+FFFD and a warning with the counts per file.
-* ``log``/``log_warning``: Python ``logging`` (logger ``data_prep``) on stderr as ``[data_prep] message``.
+* ``log``/``log_warning``: Python ``logging`` (logger ``data_prep``) on stderr in fairseq's format
+  (``time | INFO | data_prep | message``; ``configure_logging``).
 * ``progress``: a tqdm bar on a terminal; in a log, a line at most every few minutes instead.
 * ``require`` / ``main_guard``: a missing Python package is a one-line error
   naming it and how to install it (``make setup``, or pip with the version
@@ -84,30 +85,30 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-class _Format(logging.Formatter):
-    """``[data_prep] message``; other levels than INFO named: ``[data_prep] warning: message``."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
-        return f"[data_prep] {level}{record.getMessage()}"
+# fairseq_plugins.command_line's (fairseq_cli's), not imported from there: data_prep imports no plugin module
+LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
+LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
-def _logger() -> logging.Logger:
-    if not logger.handlers:  # a program that configures the data_prep logger itself keeps its own
+def configure_logging() -> logging.Logger:
+    """The ``data_prep`` logger (and its children) on stderr in fairseq's format, level ``$LOGLEVEL`` (default
+    INFO); done by the command lines first, and by the first ``log`` of a program that did not. A program that
+    gives the ``data_prep`` logger a handler of its own keeps it."""
+    if not logger.handlers:
         handler = _StderrHandler()
-        handler.setFormatter(_Format())
+        handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT))
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+        logger.setLevel((os.environ.get("LOGLEVEL") or "INFO").upper())
         logger.propagate = False
     return logger
 
 
 def log(message: str) -> None:
-    _logger().info(message)
+    configure_logging().info(message)
 
 
 def log_warning(message: str) -> None:
-    _logger().warning(message)
+    configure_logging().warning(message)
 
 
 # not on a terminal: a progress line at most this often (a step's own log line says when it is done)
@@ -935,6 +936,7 @@ def main_guard(prepare: Callable[[argparse.Namespace], str], parser: argparse.Ar
     one-line error and exit status 2, and so does a module that is not installed (also one that an imported
     package needs)."""
     args = parser.parse_args(argv)
+    configure_logging()
     try:
         check_arguments(args)
         if os.path.exists(args.dest) and not os.path.isdir(args.dest):

@@ -44,6 +44,7 @@ if __package__ in (None, ""):  # run as a script: python data_prep/syntax_hints.
 from data_prep.common import (  # noqa: E402
     PrepError,
     add_invalid_utf8_argument,
+    configure_logging,
     exclusive,
     fail,
     fail_for_missing_module,
@@ -56,27 +57,67 @@ from data_prep.common import (  # noqa: E402
     write_json,
     write_lines,
 )
+from fairseq_plugins.data.subword_markers import BPE_STYLES, SENTENCEPIECE_WORD_START, SUBWORD_NMT_CONTINUATION  # noqa: E402
 
-try:
-    import numpy as np
-    from fairseq.tokenizer import tokenize_line
 
-    from fairseq_plugins.data.syntax_hints import (
-        BPE_STYLES,
-        SENTENCEPIECE_WORD_START,
-        SUBWORD_NMT_CONTINUATION,
-        HintDataError,
-        check_parallel,
-        hint_dataset_exists,
-        hint_distances,
-        load_hint_dataset,
-        subword_words,
-        write_hint_dataset,
+# ------------------------------------------------------------------ main ---
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults in the option help, the module docstring as it is written."""
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python data_prep/syntax_hints.py", description=__doc__,
+        formatter_class=_Formatter,
     )
-except ModuleNotFoundError as error:  # run as a script: a one-line error naming the package to install
-    if __name__ != "__main__":
-        raise
-    fail_for_missing_module(error, "data_prep/syntax_hints.py")
+    parser.add_argument("--input", required=True, help="tokenised (BPE'd) target text, one sentence per line, "
+                        "exactly as given to fairseq-preprocess")
+    parser.add_argument("--output", required=True, help="prefix of the hint dataset (writes PREFIX.bin/.idx/.info.json)")
+    parser.add_argument("--spacy-model", required=True, help="installed spaCy pipeline name or folder "
+                        "(e.g. OUTPUT_DIR/model-best of data_prep/train_parser.sh) with a dependency parser")
+    parser.add_argument("--bpe", choices=BPE_STYLES, default="none",
+                        help="subword markers of the input: subword-nmt ('@@ ' continuations), sentencepiece "
+                        f"('{SENTENCEPIECE_WORD_START}' word starts) or none (every token is a word)")
+    parser.add_argument("--batch-size", type=int, default=256, help="sentences per nlp.pipe batch")
+    parser.add_argument("--n-process", type=int, default=1, help="processes for nlp.pipe")
+    parser.add_argument("--shard-lines", type=int, default=50000, help="lines per resumable shard")
+    parser.add_argument("--work-dir", help="shards of an unfinished run (default: PREFIX.work; removed when done)")
+    parser.add_argument("--text-dump", metavar="FILE", help="also write the distances as text, one line per sentence")
+    add_invalid_utf8_argument(parser)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> str:
+    args = argument_parser().parse_args(argv)
+    configure_logging()
+    try:
+        from data_prep.syntax_hints import extract  # (run as __main__, this module stops before defining it)
+    except ModuleNotFoundError as error:  # a one-line error naming the package to install
+        fail_for_missing_module(error, "data_prep/syntax_hints.py")
+    try:
+        output = extract(args)
+    except PrepError as error:
+        fail(error)
+    log(f"ready: {output}.bin/.idx")
+    return output
+
+
+if __name__ == "__main__":  # before the imports below (numpy, fairseq, torch): --help needs none of them
+    main()
+    sys.exit(0)
+
+import numpy as np  # noqa: E402
+from fairseq.tokenizer import tokenize_line  # noqa: E402
+
+from fairseq_plugins.data.syntax_hints import (  # noqa: E402
+    HintDataError,
+    check_parallel,
+    hint_dataset_exists,
+    hint_distances,
+    load_hint_dataset,
+    subword_words,
+    write_hint_dataset,
+)
 
 # Bump when the hint values of the same input and parser change (the rule, the word mapping).
 HINT_RULE_VERSION = 1
@@ -262,11 +303,7 @@ class Summary:
                 "max_distance": self.maximum}
 
 
-# ------------------------------------------------------------------ main ---
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults in the option help, the module docstring as it is written."""
-
-
+# --------------------------------------------------------------- extract ---
 def extract(args) -> str:
     if not os.path.isfile(args.input):
         raise PrepError(f"--input {args.input} not found")
@@ -374,39 +411,3 @@ def extract(args) -> str:
                 "check the parser on this text before training BET(SG) with these hints")
         shutil.rmtree(work_dir)
     return output
-
-
-def argument_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python data_prep/syntax_hints.py", description=__doc__,
-        formatter_class=_Formatter,
-    )
-    parser.add_argument("--input", required=True, help="tokenised (BPE'd) target text, one sentence per line, "
-                        "exactly as given to fairseq-preprocess")
-    parser.add_argument("--output", required=True, help="prefix of the hint dataset (writes PREFIX.bin/.idx/.info.json)")
-    parser.add_argument("--spacy-model", required=True, help="installed spaCy pipeline name or folder "
-                        "(e.g. OUTPUT_DIR/model-best of data_prep/train_parser.sh) with a dependency parser")
-    parser.add_argument("--bpe", choices=BPE_STYLES, default="none",
-                        help="subword markers of the input: subword-nmt ('@@ ' continuations), sentencepiece "
-                        f"('{SENTENCEPIECE_WORD_START}' word starts) or none (every token is a word)")
-    parser.add_argument("--batch-size", type=int, default=256, help="sentences per nlp.pipe batch")
-    parser.add_argument("--n-process", type=int, default=1, help="processes for nlp.pipe")
-    parser.add_argument("--shard-lines", type=int, default=50000, help="lines per resumable shard")
-    parser.add_argument("--work-dir", help="shards of an unfinished run (default: PREFIX.work; removed when done)")
-    parser.add_argument("--text-dump", metavar="FILE", help="also write the distances as text, one line per sentence")
-    add_invalid_utf8_argument(parser)
-    return parser
-
-
-def main(argv: Optional[Sequence[str]] = None) -> str:
-    args = argument_parser().parse_args(argv)
-    try:
-        output = extract(args)
-    except PrepError as error:
-        fail(error)
-    log(f"ready: {output}.bin/.idx")
-    return output
-
-
-if __name__ == "__main__":
-    main()

@@ -22,7 +22,9 @@ def register() -> None:
     """Register everything with fairseq (imports torch and fairseq); a second call does nothing."""
     from . import checkpoint_compat  # noqa: F401
     from . import modules  # noqa: F401
-    from . import models  # noqa: F401
+    from .models import register as register_models
+
+    register_models()  # (the models package defers it too in the light command lines)
     from . import tasks  # noqa: F401
     from .search import supernet, supernet_tasks  # noqa: F401  (the supernet models and tasks)
     from . import criterions  # noqa: F401

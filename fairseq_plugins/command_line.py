@@ -21,12 +21,13 @@ from typing import List, Optional
 
 # The `python -m` modules whose --help and usage errors import neither torch nor fairseq (nor spaCy,
 # LightGBM, Optuna, matplotlib); each calls fairseq_plugins.register() before it uses fairseq, if it does
-# (tests/cli/test_help_is_light.py runs each). The package `python -m data_prep.<name>` runs: every one.
+# (tests/cli/test_help_is_light.py runs each). Of the packages LIGHT_PACKAGES: every module, also run as a
+# script (python data_prep/syntax_hints.py).
 LIGHT_MODULES = (
     "fairseq_plugins.search", "fairseq_plugins.search.__main__",
     "fairseq_plugins.analysis", "fairseq_plugins.analysis.__main__",
     "fairseq_plugins.cli.demo", "fairseq_plugins.cli.model_costs", "fairseq_plugins.cli.cpu_distributed_train",
-    "fairseq_plugins.complexity",
+    "fairseq_plugins.complexity", "fairseq_plugins.models.hydra_configs",
 )
 LIGHT_PACKAGES = ("data_prep",)
 # setup.py's console scripts: every name has this prefix, and every one is light (the test checks both)
@@ -65,7 +66,10 @@ def started_as_light_command() -> bool:
     module = module_run(getattr(sys, "orig_argv", []))
     if module is not None:
         return module in LIGHT_MODULES or module.split(".")[0] in LIGHT_PACKAGES
-    return os.path.basename(sys.argv[0] if sys.argv else "").startswith(CONSOLE_SCRIPT_PREFIX)
+    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-") else ""
+    if script.endswith(".py"):  # python data_prep/syntax_hints.py
+        return os.path.basename(os.path.dirname(script)) in LIGHT_PACKAGES
+    return os.path.basename(script).startswith(CONSOLE_SCRIPT_PREFIX)
 
 
 def configure_logging(level: Optional[str] = None) -> None:

@@ -66,8 +66,8 @@ def main(argv=None):
 if __name__ == "__main__":  # before the registry's imports below: --help and usage errors need no torch
     sys.exit(main())
 
-from .modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, ENCODER_SELF
-from .modules.costs import (  # noqa: F401  (the shared helpers, re-exported)
+from .modules import ATTENTION_REGISTRY, DECODER_SELF, ENCODER_DECODER, ENCODER_SELF  # noqa: E402
+from .modules.costs import (  # noqa: F401, E402  (the shared helpers, re-exported)
     BACKWARD_FLOPS_PER_FORWARD_FLOP,
     FLOPS_PER_MAC,
     AttentionCosts,

@@ -15,6 +15,7 @@ afresh only when its settings have changed.
 """
 import argparse
 import json
+import logging
 import os
 import shutil
 import sys
@@ -25,6 +26,9 @@ from tqdm import tqdm
 
 from ..files import atomic_directory, atomic_output
 from .pipeline import TINY_TRANSLATION_SIZES, TRANSLATION_TRAINING, count_parameters, generate, train
+
+# (named, not __name__: run with -m, this module is __main__)
+logger = logging.getLogger("fairseq_plugins.cli.demo")
 
 # (row label, architecture, extra options): every row is a registered preset
 # shrunk to d = 64 (and 2 decoder layers), or the base architecture with a flag.
@@ -52,11 +56,11 @@ DEMO_LOG_INTERVAL = 10
 
 
 class LineProgress:
-    """Progress for a log (not a terminal): one line every ``interval`` seconds with the update count
+    """Progress for a log (not a terminal): one logged line every ``interval`` seconds with the update count
     fairseq last logged, so that a long quiet step still says that it runs (``update`` as tqdm's)."""
 
-    def __init__(self, label: str, total: int, file=None, interval: float = PROGRESS_LINE_SECONDS, start: int = 0):
-        self.label, self.total, self.file, self.interval = label, total, file or sys.stdout, interval
+    def __init__(self, label: str, total: int, interval: float = PROGRESS_LINE_SECONDS, start: int = 0):
+        self.label, self.total, self.interval = label, total, interval
         self.n, self.started = start, time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -66,8 +70,7 @@ class LineProgress:
         self.n += count
 
     def line(self) -> None:
-        print(f"  {self.label}: update {self.n}/{self.total}, {time.monotonic() - self.started:.0f} s", file=self.file,
-              flush=True)
+        logger.info("%s: update %d/%d, %.0f s", self.label, self.n, self.total, time.monotonic() - self.started)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -84,15 +87,14 @@ class LineProgress:
         self.close()
 
 
-def update_progress(label: str, total: int, file=None, start: int = 0, line_file=None,
-                    interval: float = PROGRESS_LINE_SECONDS):
+def update_progress(label: str, total: int, file=None, start: int = 0, interval: float = PROGRESS_LINE_SECONDS):
     """When ``file`` (default stderr) is a terminal, a bar of training updates on it (tqdm); otherwise
-    (`make demo > log`) no bar but a line every ``interval`` seconds on ``line_file`` (default stdout)."""
+    (`make demo 2> log`) no bar but a logged line every ``interval`` seconds."""
     stream = file or sys.stderr
     if stream.isatty():
         return tqdm(total=total, initial=start, desc=f"  {label}", unit="update", leave=False, file=stream,
                     dynamic_ncols=True)
-    return LineProgress(label, total, file=line_file, interval=interval, start=start)
+    return LineProgress(label, total, interval=interval, start=start)
 
 
 def row_settings(arch: str, options: list, data_bin: str, max_update: int) -> dict:
@@ -165,6 +167,9 @@ def main(argv=None):
                         help=f"a smoke run: the first {len(QUICK_ROWS)} presets, {QUICK_SPLITS['train']} training pairs, "
                              f"{QUICK_MAX_UPDATE} updates each")
     args = parser.parse_args(argv)
+    from ..command_line import configure_logging
+
+    configure_logging()
     max_update = args.max_update if args.max_update is not None else (QUICK_MAX_UPDATE if args.quick else 400)
     if max_update < 1:
         parser.error(f"--max-update must be >= 1, got {max_update}")
@@ -178,10 +183,10 @@ def main(argv=None):
     demo_rows = QUICK_ROWS if args.quick else DEMO_ROWS
     # the quick data set is smaller: kept in its own folder so that neither run reuses the other's
     data_bin = os.path.join(args.work_dir, "data-bin-quick" if args.quick else "data-bin")
-    print(f"fairseq_plugins demo: synthetic word-mapping translation task, {len(demo_rows)} presets, "
-          f"{max_update} updates each, CPU{' (--quick)' if args.quick else ''}", flush=True)
+    logger.info("synthetic word-mapping translation task, %d presets, %d updates each, CPU%s", len(demo_rows),
+                max_update, " (--quick)" if args.quick else "")
     if not os.path.exists(os.path.join(data_bin, "dict.src.txt")):
-        print("  generating and binarising data (fairseq-preprocess) ...", flush=True)
+        logger.info("generating and binarising data (fairseq-preprocess) ...")
         raw_dir = write_translation_task(os.path.join(args.work_dir, "raw-quick" if args.quick else "raw"), splits=splits)
         with atomic_directory(data_bin) as partial_bin:
             binarize_translation(raw_dir, partial_bin)
@@ -195,10 +200,10 @@ def main(argv=None):
         checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
         if finished is not None:
             seconds = finished["train_seconds"]
-            print(f"  {label} ({arch}): trained before ({max_update} updates, {save_dir}); beam search ...", flush=True)
+            logger.info("%s (%s): trained before (%d updates, %s); beam search ...", label, arch, max_update, save_dir)
         else:
             resumed = f", resuming after update {done}" if done else ""
-            print(f"  {label} ({arch}): training {max_update} updates{resumed}, then beam search ...", flush=True)
+            logger.info("%s (%s): training %d updates%s, then beam search ...", label, arch, max_update, resumed)
             with update_progress(label, max_update, start=done) as bar:
                 result = train(data_bin, save_dir, arch, options + ["--log-interval", str(DEMO_LOG_INTERVAL)],
                                max_update=max_update, on_update=lambda n: bar.update(min(n, max_update) - bar.n))
@@ -208,14 +213,12 @@ def main(argv=None):
         # targets are as long as their sources: the bound only stops an untrained
         # model (--quick) from decoding 200 tokens per sentence
         decoded = generate(data_bin, checkpoint, beam=args.beam, extra=["--max-len-a", "1.2", "--max-len-b", "10"])
-        print(f"  {label}: BLEU {decoded.bleu:.2f} (train {seconds:.0f} s, decode {decoded.seconds:.1f} s)",
-              flush=True)
+        logger.info("%s: BLEU %.2f (train %.0f s, decode %.1f s)", label, decoded.bleu, seconds, decoded.seconds)
         rows.append((label, arch, decoded.bleu, count_parameters(checkpoint), seconds, decoded.seconds))
 
     header = ("preset", "architecture", f"BLEU (beam {args.beam})", "parameters", "train time", "decode time")
     table = [header] + [(l, a, f"{b:.2f}", f"{p:,}", f"{t:.0f} s", f"{d:.1f} s") for l, a, b, p, t, d in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    print()
     for i, row in enumerate(table):
         print("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |")
         if i == 0:

@@ -215,9 +215,7 @@ def hints_before_sentence_start(hints, prefix: str) -> Optional[str]:
 
 
 # ------------------------------------------------------- hint extraction ---
-BPE_STYLES = ("subword-nmt", "sentencepiece", "none")
-SUBWORD_NMT_CONTINUATION = "@@"
-SENTENCEPIECE_WORD_START = "\u2581"
+from .subword_markers import BPE_STYLES, SENTENCEPIECE_WORD_START, SUBWORD_NMT_CONTINUATION  # noqa: E402
 
 
 def subword_words(tokens: Sequence[str], bpe: str) -> Tuple[List[str], List[int]]:

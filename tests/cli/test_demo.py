@@ -4,6 +4,7 @@ next, no hand-drawn progress bar in the output, and fairseq's logs without the
 warnings a user can do nothing about. The rows the quick mode does not train
 are built through fairseq's command line, so that none of them can rot."""
 import io
+import logging
 import os
 import re
 import shutil
@@ -19,6 +20,8 @@ from fairseq_plugins.cli import demo
 from fairseq_plugins.cli.pipeline import PLUGIN_DIR, TINY_TRANSLATION_SIZES, TRANSLATION_TRAINING
 from fairseq_plugins.known_warnings import KNOWN_WARNINGS
 
+# configure_logging's format (fairseq's): time | level | logger | message
+LOG_PREFIX = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| INFO \| fairseq_plugins\.cli\.demo \| "
 TABLE_ROW = re.compile(r"^\| (?P<label>.+?) +\| (?P<arch>\w+) +\| (?P<bleu>[0-9.]+) +\| (?P<params>[0-9,]+) +\|")
 
 
@@ -41,8 +44,10 @@ def test_quick_demo_prints_every_row_a_bleu_and_what_it_means(quick_demo):
     for row in rows:
         assert 0.0 <= float(row["bleu"]) <= 100.0
         assert int(row["params"].replace(",", "")) > 0
-        assert re.search(rf"^  {re.escape(row['label'])}: BLEU {row['bleu']} \(train \d+ s, decode [0-9.]+ s\)$",
-                         result.stdout, re.M), row
+        # progress and status: logged on stderr (fairseq's format), the table alone on stdout
+        assert re.search(rf"^{LOG_PREFIX}{re.escape(row['label'])}: BLEU {row['bleu']} \(train \d+ s, decode [0-9.]+ s\)$",
+                         result.stderr, re.M), row
+    assert lines[0].startswith("| preset ")
     # the closing lines: what the BLEU means for this toy task, and what to run next
     assert "about 100 BLEU means a preset has solved it" in result.stdout
     assert f"--quick trains {len(demo.QUICK_ROWS)} presets for {demo.QUICK_MAX_UPDATE} updates" in result.stdout
@@ -100,20 +105,25 @@ def test_progress_is_drawn_on_a_terminal_only():
     assert log.getvalue() == ""
 
 
-def test_a_line_at_least_every_30_seconds_when_not_on_a_terminal():
+def test_a_line_at_least_every_30_seconds_when_not_on_a_terminal(caplog):
     assert demo.PROGRESS_LINE_SECONDS <= 30
-    lines, log = io.StringIO(), io.StringIO()
-    with demo.update_progress("softmax baseline", 400, file=log, line_file=lines, interval=0.01, start=20) as progress:
-        progress.update(30)
-        for _ in range(1000):  # the timer thread's next line (waits on an event, not on a clock)
-            if "update 50/400" in lines.getvalue():
-                break
-            threading.Event().wait(0.01)
-    assert re.search(r"^  softmax baseline: update 50/400, \d+ s$", lines.getvalue(), re.M), lines.getvalue()
-    assert log.getvalue() == "" and "\r" not in lines.getvalue()
-    count = lines.getvalue().count("\n")
-    threading.Event().wait(0.05)
-    assert lines.getvalue().count("\n") == count  # closed: no more lines
+    log = io.StringIO()
+
+    def lines():
+        return [record.getMessage() for record in caplog.records if record.name == demo.logger.name]
+
+    with caplog.at_level(logging.INFO, logger=demo.logger.name):
+        with demo.update_progress("softmax baseline", 400, file=log, interval=0.01, start=20) as progress:
+            progress.update(30)
+            for _ in range(1000):  # the timer thread's next line (waits on an event, not on a clock)
+                if any("update 50/400" in line for line in lines()):
+                    break
+                threading.Event().wait(0.01)
+        assert any(re.fullmatch(r"softmax baseline: update 50/400, \d+ s", line) for line in lines()), lines()
+        assert log.getvalue() == ""
+        count = len(lines())
+        threading.Event().wait(0.05)
+        assert len(lines()) == count  # closed: no more lines
 
 
 def test_the_demo_resumes_each_preset_instead_of_starting_again(quick_demo, tmp_path):
@@ -127,14 +137,14 @@ def test_the_demo_resumes_each_preset_instead_of_starting_again(quick_demo, tmp_
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     for label, arch, _ in demo.QUICK_ROWS:
-        assert f"  {label} ({arch}): training 12 updates, resuming after update {demo.QUICK_MAX_UPDATE}, then" in result.stdout
+        assert f"{label} ({arch}): training 12 updates, resuming after update {demo.QUICK_MAX_UPDATE}, then" in result.stderr
     for log in sorted((copy / "checkpoints-quick").glob("*/train.log")):
         text = log.read_text()
         assert f"@ {demo.QUICK_MAX_UPDATE} updates)" in text and "num_updates 12" in text, log  # fairseq's resume
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     for label, arch, _ in demo.QUICK_ROWS:
-        assert f"  {label} ({arch}): trained before (12 updates, " in result.stdout
+        assert f"{label} ({arch}): trained before (12 updates, " in result.stderr
     # another architecture or options in a preset's folder: its checkpoints are another model's
     save_dir = next((copy / "checkpoints-quick").iterdir())
     settings = demo.row_settings("mixed_transformer_iwslt_de_en", ["--dropout", "0.2"], str(copy / "data-bin-quick"), 12)

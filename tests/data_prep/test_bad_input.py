@@ -65,8 +65,8 @@ def test_replacing_invalid_utf8_is_explicit_and_counted(tmp_path, capsys):
     assert list(read_lines(str(path), invalid_utf8="replace")) == [f"a{REPLACEMENT} b{REPLACEMENT}", f"ok {REPLACEMENT}",
                                                                   f"c {REPLACEMENT}"]
     warning = capsys.readouterr().err.strip()
-    assert warning == (f"[data_prep] warning: {path}: replaced 3 invalid UTF-8 sequences on 2 lines with U+FFFD "
-                       "(--invalid-utf8 replace; the first on line 1, byte 1)")
+    assert warning.split(" | ")[1:] == ["WARNING", "data_prep", (  # fairseq's format: time | level | logger | message
+        f"{path}: replaced 3 invalid UTF-8 sequences on 2 lines with U+FFFD (--invalid-utf8 replace; the first on line 1, byte 1)")]
     list(read_lines(str(path), invalid_utf8="replace"))  # every read of the file says it again
     assert "replaced 3 invalid UTF-8 sequences" in capsys.readouterr().err
 
@@ -100,7 +100,7 @@ def test_preparation_replaces_invalid_utf8_when_asked_and_says_how_much(tmp_path
     with pytest.raises(SystemExit) as stopped:
         run_main("multi30k", [*argv, "--invalid-utf8", "replace", "--stop-after", "raw"])
     assert stopped.value.code == 0
-    assert (f"warning: {raw / 'train.en'}: replaced 2 invalid UTF-8 sequences on 2 lines with U+FFFD "
+    assert (f"WARNING | data_prep | {raw / 'train.en'}: replaced 2 invalid UTF-8 sequences on 2 lines with U+FFFD "
             "(--invalid-utf8 replace; the first on line 3, byte") in capsys.readouterr().err
     written = list(read_lines(str(tmp_path / "work" / "raw" / "train.en")))
     assert REPLACEMENT in written[2] and REPLACEMENT in written[6]
@@ -134,7 +134,7 @@ def test_the_syntax_hint_tool_replaces_when_asked(tmp_path, capsys, monkeypatch)
     tool.main(["--input", str(text), "--output", str(prefix), "--spacy-model", "fake", "--invalid-utf8", "replace"])
     assert [line.rstrip("\r\n") for line in parsed] == ["the dog barks .", f"the {REPLACEMENT} cat .", "end"]
     assert [len(load_hint_dataset(str(prefix))[i]) for i in range(3)] == [5, 5, 2]
-    assert (f"warning: {text}: replaced 1 invalid UTF-8 sequence on 1 line with U+FFFD (--invalid-utf8 replace; "
+    assert (f"WARNING | data_prep | {text}: replaced 1 invalid UTF-8 sequence on 1 line with U+FFFD (--invalid-utf8 replace; "
             "the first on line 2, byte 20)") in capsys.readouterr().err
 
 

@@ -281,9 +281,9 @@ def test_multi30k_test_sets_found_by_a_later_run_are_added(tmp_path, capsys):
     assert "Multi30k test sets missing: test_2017_flickr, test_2018_flickr, test_2017_mscoco" in err
     assert "going on with test_2016_flickr" in err and "in --raw-dir or rerun with network access" in err
     # one line, not one warning per missing file
-    assert [line for line in err.splitlines() if "warning" in line] == [
-        line for line in err.splitlines() if line.startswith("[data_prep] warning: Multi30k test sets missing: ")]
-    assert len([line for line in err.splitlines() if "warning" in line]) == 1
+    assert [line for line in err.splitlines() if "WARNING" in line] == [
+        line for line in err.splitlines() if " | WARNING | data_prep | Multi30k test sets missing: " in line]
+    assert len([line for line in err.splitlines() if "WARNING" in line]) == 1
     assert "raw: done in" in err and "not stamped" in err
     write_multi30k(str(raw))  # the same train/val/test_2016_flickr, now with the other test sets
     run_main("multi30k", argv)

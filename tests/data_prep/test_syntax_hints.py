@@ -397,7 +397,7 @@ def test_hints_that_never_point_past_the_previous_token_are_warned_about(tmp_pat
     prefix = tmp_path / "valid.hints"
     tool.main(["--input", str(text), "--output", str(prefix), "--spacy-model", str(toy_model)])
     err = capsys.readouterr().err
-    assert "warning:" in err and "no token's hint points further back than the previous token" in err
+    assert " | WARNING | " in err and "no token's hint points further back than the previous token" in err
     assert json.loads(Path(str(prefix) + ".info.json").read_text())["summary"]["tokens_with_distance_above_0"] == 0
 
 
@@ -405,4 +405,4 @@ def test_ordinary_text_gives_no_warning(tmp_path, toy_model, toy_sentences, caps
     text = tmp_path / "train.en"
     text.write_text("\n".join(" ".join(words) for words in toy_sentences) + "\n", encoding="utf-8")
     tool.main(["--input", str(text), "--output", str(tmp_path / "train.hints"), "--spacy-model", str(toy_model)])
-    assert "warning:" not in capsys.readouterr().err
+    assert "WARNING" not in capsys.readouterr().err

@@ -64,7 +64,7 @@ def test_bpe_learning_draws_no_bar_into_a_log(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(common, "LOG_PROGRESS_SECONDS", 0.0)
     text.learn_bpe([corpus], str(tmp_path / "codes2"), merges=20)
     lines = capsys.readouterr().err.splitlines()
-    assert lines and all(line.startswith("[data_prep] learn_bpe codes2: ") and line.endswith("/20 merges") for line in lines)
+    assert lines and all(" | INFO | data_prep | learn_bpe codes2: " in line and line.endswith("/20 merges") for line in lines)
     assert "\r" not in "".join(lines)
 
 
@@ -77,5 +77,6 @@ def test_log_progress_is_a_line_at_most_every_interval(capsys):
     with LogProgress(total=30, desc="tokenize train.de", unit="lines", interval=0.0) as bar:
         bar.update(10)
         bar.update(20)
-    assert capsys.readouterr().err.splitlines() == ["[data_prep] tokenize train.de: 10/30 lines",
-                                                    "[data_prep] tokenize train.de: 30/30 lines"]
+    # fairseq's format: time | level | logger | message
+    assert [line.split(" | ")[1:] for line in capsys.readouterr().err.splitlines()] == [
+        ["INFO", "data_prep", "tokenize train.de: 10/30 lines"], ["INFO", "data_prep", "tokenize train.de: 30/30 lines"]]

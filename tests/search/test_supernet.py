@@ -483,7 +483,7 @@ def test_two_data_parallel_ranks_train_the_same_sub_networks(trained, space_file
         assert torch.equal(first["model"][name], second["model"][name]), name
 
 
-def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_file, tmp_path, monkeypatch):
+def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_file, tmp_path, monkeypatch, caplog):
     """Issue 15's subcommands on a tiny trained supernet, as the recipes chain them: collect (resumable) the
     inherited losses and the measured latencies, rank both, prune, evolve under a latency budget (predicted,
     then confirmed by measurement), pareto; each run as the command line runs it."""
@@ -500,9 +500,11 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
 
     def run(*argv, status=0):
         out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        caplog.clear()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), caplog.at_level("WARNING", "fairseq_plugins"):
             assert main(list(argv)) == status, err.getvalue()[-2000:]
-        warnings[:] = [line for line in err.getvalue().splitlines() if line.startswith("warning:")]
+        # (logged: in a command line, on stderr in fairseq's format)
+        warnings[:] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name.startswith("fairseq_plugins")]
         return json.loads(out.getvalue().strip().splitlines()[-1]) if status == 0 else err.getvalue()
 
     losses, latencies = str(tmp_path / "loss.jsonl"), str(tmp_path / "latency.jsonl")
@@ -596,7 +598,7 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     assert json.loads((tmp_path / "unmet" / "result.json").read_text())["best"] is None
     assert not (tmp_path / "unmet" / "best.json").exists()
     retried = run(*unmet_args)
-    assert warnings == [f"warning: {tmp_path / 'unmet' / 'result.json'}: an earlier search here found no architecture "
+    assert warnings == [f"{tmp_path / 'unmet' / 'result.json'}: an earlier search here found no architecture "
                         "within the budget; searching again (its result is replaced)"]
     assert not retried.get("done_before") and (tmp_path / "unmet" / "best.json").exists()
     assert json.loads((tmp_path / "unmet" / "result.json").read_text())["best"]["architecture"] == retried["best"]["architecture"]
