@@ -154,7 +154,9 @@ def model_cost(args, source_length: int = 128, target_length: int = 128) -> Mode
 
 def preset_args(arch: str, extra: Sequence[str] = ()):
     """The options fairseq-train resolves for ``--arch arch`` (plus ``extra`` flags), without data."""
-    import fairseq_plugins  # noqa: F401  (registers the models and architectures)
+    from .. import register
+
+    register()  # the models and architectures
     from fairseq import options
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 

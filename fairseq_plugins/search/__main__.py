@@ -22,7 +22,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("fairseq_plugins.search")  # (not __name__: run with -m, this module is __main__)
 
 
 def _space(path: str):
