@@ -24,9 +24,9 @@ or process group (launchers that signal the group of their ranks), or no server.
 variable that differs: a test process that changes its environment for good slows every later command).
 
 Not reproduced: a fresh interpreter's own hash seed (the children share the server's, so the order of
-a set of strings is the same in every command of a worker), its start-up flags (``sys.orig_argv``) and
-glibc's malloc settings (``MALLOC_*``, read once when a process starts: the recipes' ``CPU_MALLOC=keep``
-does not reach a forked child; they change its speed and memory, never what it computes).
+a set of strings is the same in every command of a worker) and glibc's malloc settings (``MALLOC_*``,
+read once when a process starts: the recipes' ``CPU_MALLOC=keep`` does not reach a forked child; they
+change its speed and memory, never what it computes).
 """
 import json
 import os
@@ -248,6 +248,9 @@ def _run_child(request, noise, base_path, logging_by_import):
     _write_all(2, noise[1])
     code = 0
     try:
+        # the command line a fresh interpreter would record (the package's light command lines read it:
+        # fairseq_plugins/command_line.py)
+        sys.orig_argv = [sys.orig_argv[0], *(["-c", target] if kind == "c" else ["-m", target] if kind == "m" else [target]), *args]
         if kind == "c":
             sys.argv = ["-c"] + args
             main = types.ModuleType("__main__")
