@@ -309,3 +309,26 @@ def test_stage_durations_read_in_their_unit():
     entry = {"seconds": 7300.0, "runs": [{"seconds": 100.0, "interrupted": True},
                                          {"seconds": 7200.0, "cpu_seconds": 12600.0}]}
     assert run.stage_time("train", entry) == "train 2.03 h (CPU 3.50 h in 1 of 2 runs; 1 run interrupted)"
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_supernet_trains_over_the_bracket_space_with_the_converged_settings(tmp_path, budget, device):
+    import types
+
+    commands = []
+
+    class Started(Exception):
+        pass
+
+    def first_command(suite, env, command, record):
+        commands.append((env, command))
+        raise Started
+
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False, device=device)
+    ctx = types.SimpleNamespace(**{**vars(ctx), "run": first_command})
+    with pytest.raises(Started):
+        run.train_supernet(ctx, str(tmp_path), run.SUPERNET_FACTOR * B)
+    ((env, command),) = commands
+    assert command == ["recipes/multi30k/supernet.sh"] and env["SEARCH_SPACE"] == run.SPACE
+    assert env["MAX_UPDATE"] == str(2 * B) and env["DROPOUT"] == quality.CONVERGED_MULTI30K_ENV["DROPOUT"] == "0.3"
+    assert "GEN_EXTRA_ARGS" not in env and env["NUM_GPUS"] == ("1" if device == "cuda" else "0")
