@@ -783,7 +783,7 @@ def evolution_lines(results: str) -> List[str]:
              + "; fitness: the loss ranker; the latency predicted by the latency regressor, then the final candidates "
              "measured):"]
     for name, result in found:
-        best, confirmed = result["best"], result["confirmed_latency"]
+        best, confirmed = result["best"], result["confirmed_latency"] or []  # (None: a FLOPs budget, counted)
         measured = next((c for c in confirmed if c["architecture"] == best["architecture"]), None)
         measured_text = (f"measured {measured['latency_ms']:.1f} ± {measured['stdev_ms']:.1f} ms"
                          + (f", {measured['relative_latency']:.3f}x the reference" if "relative_latency" in measured else "")
@@ -797,8 +797,9 @@ def evolution_lines(results: str) -> List[str]:
             f"  * {name} ({budget}): {count(len(history), 'iteration')}"
             f"{' (stopped early)' if result['stopped_early'] else ''}, {history[-1]['evaluated']:,} architectures evaluated; "
             f"best: {supernet_ranking.describe(best['architecture'])}; {best['mparams']:.2f} M parameters, "
-            f"{best['gflops']:.3f} GFLOPs; {predicted}, {measured_text}; "
-            f"{sum(c['within_budget'] for c in confirmed)} of {len(confirmed)} measured candidates within the budget.")
+            f"{best['gflops']:.3f} GFLOPs; "
+            + (f"{predicted}, {measured_text}; {sum(c['within_budget'] for c in confirmed)} of {len(confirmed)} measured "
+               "candidates within the budget." if result["confirmed_latency"] is not None else "FLOPs counted, not measured."))
     return lines
 
 

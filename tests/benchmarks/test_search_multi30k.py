@@ -302,6 +302,13 @@ def test_the_report_gives_each_budget_its_best_measured_architecture(tmp_path):
     (line,) = [line for line in run.evolution_lines(str(tmp_path)) if line.startswith("  * ")]
     assert line.startswith("  * latency_scaled_d96_2+1 (0.55x the reference): 2 iterations, 195 architectures evaluated")
     assert "relative latency predicted 0.540, measured 130.3 ± 1.9 ms, 0.530x the reference; 1 of 2 measured" in line
+    # a FLOPs budget: counted, nothing measured
+    flops = tmp_path / "evolve_flops_scaled_d192_2+1"
+    flops.mkdir()
+    stored = json.loads((folder / "result.json").read_text())
+    (flops / "result.json").write_text(json.dumps({**stored, "constraints": {"--flops": 0.2}, "confirmed_latency": None}))
+    line = [line for line in run.evolution_lines(str(tmp_path)) if line.startswith("  * flops")][0]
+    assert line.startswith("  * flops_scaled_d192_2+1 (0.2 GFLOPs): ") and line.endswith("0.079 GFLOPs; FLOPs counted, not measured.")
 
 
 def test_stage_durations_read_in_their_unit():
