@@ -1356,8 +1356,6 @@ def run_rows(ctx: Context, suite: Suite, rows: Sequence[Row], force: bool, jobs:
     """Train and score ``rows`` at each of their seeds: seed by seed (a run cut off by the end of a session has
     trained every row once before any twice), rows chosen on the validation set after their candidates;
     ``jobs`` at once."""
-    from concurrent.futures import ThreadPoolExecutor
-
     def tasks(chosen_rows: bool):
         for seed in sorted({seed for row in rows for seed in seeds_of(suite, row)}):
             for row in rows:
@@ -1370,21 +1368,29 @@ def run_rows(ctx: Context, suite: Suite, rows: Sequence[Row], force: bool, jobs:
                     yield resolved, seed
 
     for chosen_rows in (False, True):
-        if jobs == 1:
-            for row, seed in tasks(chosen_rows):
-                run_row(ctx, suite, row, force=force, seed=seed)
-            continue
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(run_row, ctx, suite, row, force, seed) for row, seed in tasks(chosen_rows)]
-            try:
-                for future in futures:
-                    future.result()
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                for process in list(ctx.running):
-                    stop_process_group(process)
-                raise
+        run_parallel(ctx, (functools.partial(run_row, ctx, suite, row, force, seed) for row, seed in tasks(chosen_rows)), jobs)
+
+
+def run_parallel(ctx: Context, calls, jobs: int):
+    """Each of ``calls`` (functions of no argument, each training one row), in order, ``jobs`` at once; the
+    first failure stops the rest (the calls not started are cancelled, the commands under way stopped)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if jobs == 1:
+        for call in calls:
+            call()
+        return
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(call) for call in calls]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            for process in list(ctx.running):
+                stop_process_group(process)
+            raise
 
 
 def main(argv: Optional[Sequence[str]] = None):
