@@ -1296,8 +1296,8 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
             cells.append(f"{statistics.fmean(speeds):.0f}" if speeds else "-")
         if decode:
             cost = decode.get(row.name)
-            cells += [f"{cost['ms_per_token']:.3f}", f"{cost['relative']:.2f}", f"{cost['flops_per_token'] / 1e6:.3f}"] \
-                if cost else ["-"] * 3
+            cells += [f"{cost['ms_per_token']:.3f}", f"{cost['relative']:.2f} ({min(cost['ratios']):.2f}-{max(cost['ratios']):.2f})",
+                      f"{cost['flops_per_token'] / 1e6:.3f}"] if cost else ["-"] * 3
         lines.append("| " + " | ".join(cells) + " |")
     missing = [row.name for row in suite.rows if len(finished.get(row.name, [])) < len(seeds_of(suite, row))]
     lines.append("")
@@ -1322,13 +1322,15 @@ def render_decode_cost_note(suite: Suite, decode: Dict[str, dict]) -> List[str]:
              f"`{first['reference_row']}` in one process pinned to one core with {settings['threads']} thread "
              f"(`fairseq_plugins/search/latency.py`'s protocol: {settings['rounds']} rounds of ABBA blocks of "
              f"{settings['repeats']} steps, trimmed means); ms/token is the median block, x {first['reference_row']} "
-             f"the median of the rounds' ratios (the {first['reference_row']} row, timed beside itself, shows the "
-             "protocol's own spread). The ratio is what to compare: it holds on a loaded machine within about 5 % "
-             "(docs/records/latency_agreement.md), the milliseconds move with the load. MFLOPs/token: the counted "
+             f"the median of the rounds' ratios, in brackets the smallest and the largest (the {first['reference_row']} row, "
+             "timed beside itself, shows the protocol's own spread). The ratio is what to compare: between a quiet and "
+             "a loaded machine it moved by a median of 3-5 % and at most about 10 % (docs/records/latency_agreement.md), "
+             "while the milliseconds doubled; differences smaller than that need a quiet machine. MFLOPs/token: the counted "
              "forward FLOPs of that token (`fairseq_plugins.complexity`, every kind's registered costs: the forward "
              "pass over prefix + 1 tokens minus the one over prefix tokens). Measured by "
              f"`{first['command']}` at git {', '.join(revisions)} on {first['cores']} cores ({first['cpu']})"
-             + (f", load average {min(loads)}-{max(loads)}" if loads else "") + "."]
+             + (f", load average {min(loads)}" + (f"-{max(loads)}" if max(loads) != min(loads) else "") if loads else "")
+             + "."]
     dirty = [name for name, cost in decode.items() if is_dirty(cost.get("git", ""))]
     if dirty:
         lines[-1] += (f" \\* Measured with uncommitted changes ({', '.join(dirty)}): the revision shown does not "
@@ -1390,7 +1392,7 @@ def plot_valid_curves(suite: Suite, rows: Dict[str, List[dict]], path: str):
     unit = "bits per character" if suite.metric == "bits_per_character" else "bits per token"
     axis.set_xlabel("updates")
     axis.set_ylabel(f"validation loss ({unit})")
-    axis.set_title(f"{suite.title}: validation loss")
+    axis.set_title(f"{suite.title}: validation loss", fontsize=9)
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=7, ncol=2)
     figure.tight_layout()
