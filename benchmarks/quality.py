@@ -1244,16 +1244,21 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
     lines = [f"### {suite.title}", ""]
     rows = {row.name: seed_results(ctx, suite, row) for row in suite.rows}
     finished = {name: results for name, results in rows.items() if results}
-    if not finished:
+    # (the decoding cost needs no training: a row measured before it trains is shown with it)
+    decode = load_decode_cost(ctx, suite) if suite.kind == "lm" else {}
+    if not finished and not decode:
         return lines + ["No row finished yet.", ""]
-    any_result = next(iter(finished.values()))[0]
-    env = any_result["settings"]["env"]
     baseline = suite_baseline(suite)
-    lines += [f"Budget: {env['MAX_UPDATE']} updates of up to {env['MAX_TOKENS']} tokens"
-              + (f" (the convergence budget measured by `benchmarks/convergence.py --suite {suite.budget_from}`)"
-                 if suite.budget_from and not ctx.quick else "") + f", on {any_result['cores']} CPU cores. "
-              + (f"Shared sizes: `{' '.join(suite.model_args)}`." if suite.model_args else ""), "",
-              f"Verdicts against `{baseline}`: the paired bootstrap of the verdict rules below on the seeds' test items "
+    if finished:
+        any_result = next(iter(finished.values()))[0]
+        env = any_result["settings"]["env"]
+        lines += [f"Budget: {env['MAX_UPDATE']} updates of up to {env['MAX_TOKENS']} tokens"
+                  + (f" (the convergence budget measured by `benchmarks/convergence.py --suite {suite.budget_from}`)"
+                     if suite.budget_from and not ctx.quick else "") + f", on {any_result['cores']} CPU cores. "
+                  + (f"Shared sizes: `{' '.join(suite.model_args)}`." if suite.model_args else ""), ""]
+    else:
+        lines += ["No row has finished training yet (the decoding cost needs none).", ""]
+    lines += [f"Verdicts against `{baseline}`: the paired bootstrap of the verdict rules below on the seeds' test items "
               "(sentences or eval-lm blocks) put end to end "
               f"(beats / loses: p < {SIGNIFICANCE_LEVEL:g}; matches: no significant difference, not a proof of "
               "equality), then the p-value of each seed alone.", ""]
@@ -1261,21 +1266,18 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
         "test bits per character" if suite.metric == "bits_per_character" else "test perplexity")
     header = ["row", "`--arch` and flags", f"{metric} per seed", "mean ± std", "verdict (all seeds)", "p per seed",
               "params", "GFLOPs", "train time (mean)"] + (["beam-5 tokens/s"] if suite.kind == "translation" else [])
-    decode = load_decode_cost(ctx, suite) if suite.kind == "lm" else {}
     if decode:
         prefix = next(iter(decode.values()))["prefix"]
         header += [f"decode ms/token after {prefix} tokens", f"decode x {baseline}", "decode MFLOPs/token"]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     for row in suite.rows:
-        results = finished.get(row.name)
-        if not results:
+        results = finished.get(row.name, [])
+        if not results and row.name not in decode:
             continue
         values = [metric_value(suite, r) for r in results]
         digits = 3 if suite.metric == "bits_per_character" else 2
-        mean = statistics.fmean(values)
-        spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
         verdict_cell, per_seed = "", ""
-        if baseline and row.name != baseline and finished.get(baseline):
+        if results and baseline and row.name != baseline and finished.get(baseline):
             verdict_cell = seeds_verdict(suite, results, finished[baseline], references)
             by_seed = {r["seed"]: r for r in finished[baseline]}
             per_seed = ", ".join(format_p(paired.p_value) for r in results if r["seed"] in by_seed
@@ -1287,16 +1289,22 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
                          + (["(SYNTAX_HINTS=1)"] if shown.syntax_hints else []))
         gflops = [r["gflops"] for r in results if r.get("gflops") is not None]
         speeds = [r["generation"]["tokens_per_second"] for r in results if r.get("generation")]
-        cells = [row.name + (f" ({shown.note})" if shown.note else ""), f"`{flags}`",
-                 ", ".join(f"{v:.{digits}f}" for v in values) + f" (seed{'s' if len(values) > 1 else ''} "
-                 + ",".join(str(r["seed"]) for r in results) + ")", f"{mean:.{digits}f}{spread}", verdict_cell or "-",
-                 per_seed or "-", f"{results[0]['params'] / 1e6:.2f}M", f"{gflops[0]:.3f}" if gflops else "-",
-                 fmt_seconds(statistics.fmean(r["train_seconds"] for r in results))]
+        params = results[0]["params"] if results else decode[row.name]["params"]
+        cells = [row.name + (f" ({shown.note})" if shown.note else ""), f"`{flags}`"]
+        if results:
+            spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
+            cells += [", ".join(f"{v:.{digits}f}" for v in values) + f" (seed{'s' if len(values) > 1 else ''} "
+                      + ",".join(str(r["seed"]) for r in results) + ")", f"{statistics.fmean(values):.{digits}f}{spread}"]
+        else:
+            cells += ["not trained yet", "-"]
+        cells += [verdict_cell or "-", per_seed or "-", f"{params / 1e6:.2f}M", f"{gflops[0]:.3f}" if gflops else "-",
+                  fmt_seconds(statistics.fmean(r["train_seconds"] for r in results)) if results else "-"]
         if suite.kind == "translation":
             cells.append(f"{statistics.fmean(speeds):.0f}" if speeds else "-")
         if decode:
             cost = decode.get(row.name)
-            cells += [f"{cost['ms_per_token']:.3f}", f"{cost['relative']:.2f} ({min(cost['ratios']):.2f}-{max(cost['ratios']):.2f})",
+            ratios = f"({min(cost['ratios']):.2f}-{max(cost['ratios']):.2f})" if cost else ""
+            cells += [f"{cost['ms_per_token']:.3f}", f"{cost['relative']:.2f} {ratios}",
                       f"{cost['flops_per_token'] / 1e6:.3f}"] if cost else ["-"] * 3
         lines.append("| " + " | ".join(cells) + " |")
     missing = [row.name for row in suite.rows if len(finished.get(row.name, [])) < len(seeds_of(suite, row))]
@@ -1379,8 +1387,8 @@ def plot_valid_curves(suite: Suite, rows: Dict[str, List[dict]], path: str):
             continue
         mean = mean_curve(curves) or curves[0]  # (no validation in common: the first seed's curve)
         updates, losses = zip(*mean)
-        line, = axis.plot(updates, losses, linewidth=1.4,
-                          label=f"{row.name} ({'mean of ' if len(curves) > 1 else ''}{len(curves)} seed{'s' if len(curves) > 1 else ''})")
+        seeds = f"mean of {len(curves)} seeds" if len(curves) > 1 else "1 seed"
+        line, = axis.plot(updates, losses, linewidth=1.4, label=f"{row.name} ({seeds})")
         for curve in curves if len(curves) > 1 else []:
             axis.plot(*zip(*curve), color=line.get_color(), alpha=0.3, linewidth=0.8)
         lows.append(min(v for curve in curves for _, v in curve))

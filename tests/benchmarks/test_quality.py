@@ -668,17 +668,17 @@ def test_the_ratio_suites_report_has_every_verdict_with_its_p_value_the_decoding
         _lm8_result(ctx, suite, "softmax", seed, 2.0, curve)
         _lm8_result(ctx, suite, "cos3_softmax1", seed, 2.3, [[u, v + 0.1] for u, v in curve])
     costs = {}
-    for name, ms, relative in (("softmax", 1.0, 1.01), ("cos3_softmax1", 0.5, 0.52)):
+    for name, ms, relative in (("softmax", 1.0, 1.01), ("cos3_softmax1", 0.5, 0.52), ("cos7_softmax1", 0.4, 0.41)):
         arch, flags = quality.decode_layout(suite, next(r for r in suite.rows if r.name == name))
         costs[name] = {"arch": arch, "flags": flags, "prefix": 511, "positions": 512, "ms_per_token": ms,
                        "relative": relative, "ratios": [relative - 0.02, relative, relative + 0.03], "flops_per_token": 1_119_232, "reference_row": "softmax", "command": "cmd",
                        "settings": {"threads": 1, "repeats": 20, "rounds": 8}, "git": "abc123def456", "cores": 2,
-                       "cpu": "test cpu", "load_average": 1.5}
+                       "cpu": "test cpu", "load_average": 1.5, "params": 412_928}
     costs["cosformer"] = {**costs["softmax"], "flags": ["--architecture-file", "other.json"]}  # stale: other flags
     os.makedirs(os.path.dirname(quality.decode_cost_path(ctx, suite)), exist_ok=True)
     with open(quality.decode_cost_path(ctx, suite), "w", encoding="utf-8") as f:
         json.dump(costs, f)
-    assert set(quality.load_decode_cost(ctx, suite)) == {"softmax", "cos3_softmax1"}
+    assert set(quality.load_decode_cost(ctx, suite)) == {"softmax", "cos3_softmax1", "cos7_softmax1"}
     report = quality.render(ctx, [suite], str(tmp_path), "python benchmarks/quality.py --report-only")
     header = next(line for line in report.splitlines() if line.startswith("| row |"))
     assert "decode ms/token after 511 tokens" in header and "decode x softmax" in header and "params" in header
@@ -688,6 +688,10 @@ def test_the_ratio_suites_report_has_every_verdict_with_its_p_value_the_decoding
     assert re.fullmatch(r"p (<|=) 0\.\d{3}, p (<|=) 0\.\d{3}", cells[5])  # each seed alone
     assert cells[6] == "0.41M" and cells[8] == "15.0 min" and cells[-3:] == ["0.500", "0.52 (0.50-0.55)", "1.119"]
     assert "fresh weights" in report and "pinned to one core" in report
+    # measured before it trained: its decoding cost is shown, no verdict; the stale measurement is not
+    untrained = next(line for line in report.splitlines() if line.startswith("| cos7_softmax1 |"))
+    assert "| not trained yet | - | - | - | 0.41M |" in untrained and untrained.endswith("| 0.400 | 0.41 (0.39-0.44) | 1.119 |")
+    assert "| cosformer |" not in report
     assert "![validation loss, " in report and (tmp_path / "quality_shakespeare8_valid.png").is_file()
 
 
