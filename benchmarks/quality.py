@@ -552,6 +552,14 @@ def convergence_budget(ladder: str) -> int:
     return budget
 
 
+def budget_measured(ctx: Context, suite: Suite) -> bool:
+    """Whether the suite's budget is known (a suite at the convergence budget waits for its ladder)."""
+    from benchmarks import convergence
+
+    return not suite.budget_from or ctx.quick or \
+        convergence.measured_budget(convergence.DEFAULT_RESULTS, suite.budget_from) is not None
+
+
 def seeds_of(suite: Suite, row: Row) -> Tuple[int, ...]:
     return row.seeds if row.seeds is not None else suite.seeds
 
@@ -692,7 +700,8 @@ def measure_decode_cost(ctx: Context, suite: Suite, rows: Sequence[Row], command
                          f"(the cost per sampled token is a language model's; choose from "
                          f"{', '.join(name for name, s in SUITES.items() if s.kind == 'lm')})")
     reference = decode_layout(suite, next(row for row in suite.rows if row.name == baseline))
-    positions = int(suite_env(ctx, suite)["TOKENS_PER_SAMPLE"])
+    # (the model's context, not the budget: measurable before the convergence budget is)
+    positions = int({**suite.env, **(suite.quick_env if ctx.quick else {})}["TOKENS_PER_SAMPLE"])
     path = decode_cost_path(ctx, suite)
     stored = {}
     if os.path.isfile(path):
@@ -1242,8 +1251,12 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
     """A suite trained with several seeds: per row the metric of every seed, mean and spread, the verdict
     against the baseline on the concatenated seeds and per seed, parameters, FLOPs, time and decoding speed."""
     lines = [f"### {suite.title}", ""]
-    rows = {row.name: seed_results(ctx, suite, row) for row in suite.rows}
+    measured = budget_measured(ctx, suite)
+    rows = {row.name: seed_results(ctx, suite, row) for row in suite.rows} if measured else {}
     finished = {name: results for name, results in rows.items() if results}
+    if not measured:
+        lines += [f"The convergence budget is not measured yet (`python benchmarks/convergence.py --suite "
+                  f"{suite.budget_from}`): no row trains before it.", ""]
     # (the decoding cost needs no training: a row measured before it trains is shown with it)
     decode = load_decode_cost(ctx, suite) if suite.kind == "lm" else {}
     if not finished and not decode:
@@ -1477,7 +1490,7 @@ def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], comm
             lines += render_seeds_suite(ctx, suite, references)
             if plot:
                 lines += [f"![training loss, {suite.title}]({os.path.basename(plot)})", ""]
-            if plots_dir and suite.kind == "lm":
+            if plots_dir and suite.kind == "lm" and budget_measured(ctx, suite):
                 seeds = {row.name: seed_results(ctx, suite, row) for row in suite.rows}
                 if any(r.get("valid_curve") for results in seeds.values() for r in results):
                     valid_plot = os.path.join(plots_dir, f"quality_{suite.name}_valid.png")

@@ -702,3 +702,21 @@ def test_decoding_cost_is_for_language_model_suites(capsys):
     with pytest.raises(SystemExit):
         quality.main(["--suites", "shakespeare8", "--decode-cost", "--report-only"])
     assert "--report-only and --decode-cost: each is a run of its own" in capsys.readouterr().err
+
+
+def test_the_decoding_cost_is_reported_before_the_convergence_budget_is_measured(monkeypatch, tmp_path):
+    from benchmarks import convergence
+
+    monkeypatch.setattr(convergence, "DEFAULT_RESULTS", str(tmp_path / "none"))
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False)
+    suite = quality.SUITES["shakespeare8"]
+    arch, flags = quality.decode_layout(suite, suite.rows[0])
+    os.makedirs(os.path.dirname(quality.decode_cost_path(ctx, suite)))
+    with open(quality.decode_cost_path(ctx, suite), "w", encoding="utf-8") as f:
+        json.dump({"softmax": {"arch": arch, "flags": flags, "prefix": 511, "positions": 512, "ms_per_token": 1.0,
+                               "relative": 1.0, "ratios": [1.0, 1.0], "flops_per_token": 2e6, "params": 4e5,
+                               "reference_row": "softmax", "command": "cmd", "settings": {"threads": 1, "repeats": 20,
+                                                                                         "rounds": 8},
+                               "git": "abc123def456", "cores": 2, "cpu": "cpu", "load_average": 1.0}}, f)
+    lines = "\n".join(quality.render_seeds_suite(ctx, suite, None))
+    assert "convergence budget is not measured yet" in lines and "| softmax |" in lines and "| not trained yet |" in lines
