@@ -41,6 +41,7 @@ if __package__ in (None, ""):  # run by path, not as python -m benchmarks.decode
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import quality  # noqa: E402  (the trained rows, their data and the recipes)
+from benchmarks.lm_decoding import build_lm  # noqa: E402
 from benchmarks.provenance import REPO, available_cores, is_dirty, require_committed  # noqa: E402
 from benchmarks.quality import Context, log, provenance, relative  # noqa: E402
 from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
@@ -98,22 +99,6 @@ def translation_throughput(ctx: Context, rows: Sequence[str], repeats: int) -> D
 # ---------------------------------------------------------------------------
 # 2. Language-model sampling with fairseq's SequenceGenerator
 # ---------------------------------------------------------------------------
-
-
-def build_lm(data_bin: str, arch: str, flags: Sequence[str], positions: int, seed: int = 1):
-    """A freshly initialised LM built the way fairseq-train builds it (task, arch, flags)."""
-    from fairseq import options, tasks, utils
-
-    utils.import_user_module(argparse.Namespace(user_dir=os.path.join(REPO, "fairseq_plugins")))
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        data_bin, "--task", "language_modeling", "--user-dir", os.path.join(REPO, "fairseq_plugins"), "--arch", arch,
-        "--tokens-per-sample", str(positions), "--max-target-positions", str(positions), "--seed", str(seed),
-        *flags])
-    torch.manual_seed(seed)
-    task = tasks.setup_task(args)
-    model = task.build_model(args)
-    return task, model.eval()
 
 
 def sample_seconds(task, model, length: int, batch: int = 1) -> float:

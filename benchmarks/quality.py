@@ -38,6 +38,7 @@ checkout with uncommitted changes (the rows record their revision) unless
     python benchmarks/quality.py --quick                  # smoke run: small data, a few updates, few rows
     python benchmarks/quality.py --report-only            # re-render docs/records/ from the finished rows
     python benchmarks/quality.py --rescore                # only add the paired test's data to finished rows
+    python benchmarks/quality.py --suites shakespeare8 --decode-cost   # decoding cost per token (fresh weights, minutes)
 """
 import argparse
 import datetime
@@ -551,6 +552,14 @@ def convergence_budget(ladder: str) -> int:
     return budget
 
 
+def budget_measured(ctx: Context, suite: Suite) -> bool:
+    """Whether the suite's budget is known (a suite at the convergence budget waits for its ladder)."""
+    from benchmarks import convergence
+
+    return not suite.budget_from or ctx.quick or \
+        convergence.measured_budget(convergence.DEFAULT_RESULTS, suite.budget_from) is not None
+
+
 def seeds_of(suite: Suite, row: Row) -> Tuple[int, ...]:
     return row.seeds if row.seeds is not None else suite.seeds
 
@@ -658,6 +667,74 @@ def checkpoint_gflops(suite: Suite, checkpoint: str) -> float:
     source, target = FLOPS_LENGTHS[suite.kind]
     cost = architecture_cost(architecture_of_checkpoint(checkpoint), source, target)
     return round(cost.total_flops(vocab) / 1e9, 4)
+
+
+# ---------------------------------------------------------------------------
+# Decoding cost per token of a language-model suite's rows (fresh weights: no checkpoint needed)
+# ---------------------------------------------------------------------------
+
+
+def decode_cost_path(ctx: Context, suite: Suite) -> str:
+    return os.path.join(ctx.work_dir, "results", suite.name, "decode_cost.json")
+
+
+def suite_baseline(suite: Suite) -> Optional[str]:
+    """The row the suite's claims compare with."""
+    return next((row.claim.baseline for row in suite.rows if row.claim), None)
+
+
+def decode_layout(suite: Suite, row: Row) -> Tuple[str, List[str]]:
+    """(``--arch``, model flags) of a row, as its training builds the model."""
+    return row.arch, [*suite.model_args, *row.args]
+
+
+def measure_decode_cost(ctx: Context, suite: Suite, rows: Sequence[Row], command: str):
+    """Each row's cost of the token after the longest prefix its model allows (TOKENS_PER_SAMPLE - 1),
+    timed beside the suite's baseline with the latency protocol (benchmarks/lm_decoding.py), on fresh
+    weights; each row's record is written as it finishes (a row measured before is measured again)."""
+    from benchmarks.lm_decoding import next_token_cost
+
+    baseline = suite_baseline(suite)
+    if suite.kind != "lm" or baseline is None:
+        raise SystemExit(f"error: --decode-cost: suite {suite.name} is not a language-model suite with a baseline "
+                         f"(the cost per sampled token is a language model's; choose from "
+                         f"{', '.join(name for name, s in SUITES.items() if s.kind == 'lm')})")
+    reference = decode_layout(suite, next(row for row in suite.rows if row.name == baseline))
+    # (the model's context, not the budget: measurable before the convergence budget is)
+    positions = int({**suite.env, **(suite.quick_env if ctx.quick else {})}["TOKENS_PER_SAMPLE"])
+    path = decode_cost_path(ctx, suite)
+    stored = {}
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            stored = json.load(f)
+    for row in rows:
+        log(f"{suite.name}/{row.name}: decoding cost per token after {positions - 1} tokens, beside {baseline}")
+        cost = next_token_cost(data_bin(ctx, suite), decode_layout(suite, row), reference, positions)
+        machine = {k: v for k, v in provenance(ctx.device).items() if k != "threads"}  # (the training's threads)
+        stored[row.name] = {**cost, "reference_row": baseline, "command": command,
+                            "finished": datetime.datetime.now().isoformat(timespec="seconds"), **machine}
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_json(path, stored, sort_keys=True)
+
+
+def load_decode_cost(ctx: Context, suite: Suite) -> Dict[str, dict]:
+    """The rows' decoding costs measured with their current layouts (a row measured with other flags is stale)."""
+    path = decode_cost_path(ctx, suite)
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        stored = json.load(f)
+    current = {}
+    for row in suite.rows:
+        cost = stored.get(row.name)
+        if cost is None:
+            continue
+        arch, flags = decode_layout(suite, row)
+        if (cost["arch"], cost["flags"]) == (arch, flags):
+            current[row.name] = cost
+        else:
+            log(f"{suite.name}/{row.name}: its decoding cost was measured with other flags: not reported")
+    return current
 
 
 # fairseq-eval-lm prints every evaluated block's per-token log probabilities: the paired test's items.
@@ -1174,18 +1251,27 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
     """A suite trained with several seeds: per row the metric of every seed, mean and spread, the verdict
     against the baseline on the concatenated seeds and per seed, parameters, FLOPs, time and decoding speed."""
     lines = [f"### {suite.title}", ""]
-    rows = {row.name: seed_results(ctx, suite, row) for row in suite.rows}
+    measured = budget_measured(ctx, suite)
+    rows = {row.name: seed_results(ctx, suite, row) for row in suite.rows} if measured else {}
     finished = {name: results for name, results in rows.items() if results}
-    if not finished:
+    if not measured:
+        lines += [f"The convergence budget is not measured yet (`python benchmarks/convergence.py --suite "
+                  f"{suite.budget_from}`): no row trains before it.", ""]
+    # (the decoding cost needs no training: a row measured before it trains is shown with it)
+    decode = load_decode_cost(ctx, suite) if suite.kind == "lm" else {}
+    if not finished and not decode:
         return lines + ["No row finished yet.", ""]
-    any_result = next(iter(finished.values()))[0]
-    env = any_result["settings"]["env"]
-    baseline = next((row.claim.baseline for row in suite.rows if row.claim), None)
-    lines += [f"Budget: {env['MAX_UPDATE']} updates of up to {env['MAX_TOKENS']} tokens"
-              + (f" (the convergence budget measured by `benchmarks/convergence.py --suite {suite.budget_from}`)"
-                 if suite.budget_from and not ctx.quick else "") + f", on {any_result['cores']} CPU cores. "
-              + (f"Shared sizes: `{' '.join(suite.model_args)}`." if suite.model_args else ""), "",
-              f"Verdicts against `{baseline}`: the paired bootstrap of the verdict rules below on the seeds' test items "
+    baseline = suite_baseline(suite)
+    if finished:
+        any_result = next(iter(finished.values()))[0]
+        env = any_result["settings"]["env"]
+        lines += [f"Budget: {env['MAX_UPDATE']} updates of up to {env['MAX_TOKENS']} tokens"
+                  + (f" (the convergence budget measured by `benchmarks/convergence.py --suite {suite.budget_from}`)"
+                     if suite.budget_from and not ctx.quick else "") + f", on {any_result['cores']} CPU cores. "
+                  + (f"Shared sizes: `{' '.join(suite.model_args)}`." if suite.model_args else ""), ""]
+    else:
+        lines += ["No row has finished training yet (the decoding cost needs none).", ""]
+    lines += [f"Verdicts against `{baseline}`: the paired bootstrap of the verdict rules below on the seeds' test items "
               "(sentences or eval-lm blocks) put end to end "
               f"(beats / loses: p < {SIGNIFICANCE_LEVEL:g}; matches: no significant difference, not a proof of "
               "equality), then the p-value of each seed alone.", ""]
@@ -1193,17 +1279,18 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
         "test bits per character" if suite.metric == "bits_per_character" else "test perplexity")
     header = ["row", "`--arch` and flags", f"{metric} per seed", "mean ± std", "verdict (all seeds)", "p per seed",
               "params", "GFLOPs", "train time (mean)"] + (["beam-5 tokens/s"] if suite.kind == "translation" else [])
+    if decode:
+        prefix = next(iter(decode.values()))["prefix"]
+        header += [f"decode ms/token after {prefix} tokens", f"decode x {baseline}", "decode MFLOPs/token"]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     for row in suite.rows:
-        results = finished.get(row.name)
-        if not results:
+        results = finished.get(row.name, [])
+        if not results and row.name not in decode:
             continue
         values = [metric_value(suite, r) for r in results]
         digits = 3 if suite.metric == "bits_per_character" else 2
-        mean = statistics.fmean(values)
-        spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
         verdict_cell, per_seed = "", ""
-        if baseline and row.name != baseline and finished.get(baseline):
+        if results and baseline and row.name != baseline and finished.get(baseline):
             verdict_cell = seeds_verdict(suite, results, finished[baseline], references)
             by_seed = {r["seed"]: r for r in finished[baseline]}
             per_seed = ", ".join(format_p(paired.p_value) for r in results if r["seed"] in by_seed
@@ -1215,19 +1302,62 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
                          + (["(SYNTAX_HINTS=1)"] if shown.syntax_hints else []))
         gflops = [r["gflops"] for r in results if r.get("gflops") is not None]
         speeds = [r["generation"]["tokens_per_second"] for r in results if r.get("generation")]
-        cells = [row.name + (f" ({shown.note})" if shown.note else ""), f"`{flags}`",
-                 ", ".join(f"{v:.{digits}f}" for v in values) + f" (seed{'s' if len(values) > 1 else ''} "
-                 + ",".join(str(r["seed"]) for r in results) + ")", f"{mean:.{digits}f}{spread}", verdict_cell or "-",
-                 per_seed or "-", f"{results[0]['params'] / 1e6:.2f}M", f"{gflops[0]:.3f}" if gflops else "-",
-                 fmt_seconds(statistics.fmean(r["train_seconds"] for r in results))]
+        params = results[0]["params"] if results else decode[row.name]["params"]
+        cells = [row.name + (f" ({shown.note})" if shown.note else ""), f"`{flags}`"]
+        if results:
+            spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
+            cells += [", ".join(f"{v:.{digits}f}" for v in values) + f" (seed{'s' if len(values) > 1 else ''} "
+                      + ",".join(str(r["seed"]) for r in results) + ")", f"{statistics.fmean(values):.{digits}f}{spread}"]
+        else:
+            cells += ["not trained yet", "-"]
+        cells += [verdict_cell or "-", per_seed or "-", f"{params / 1e6:.2f}M", f"{gflops[0]:.3f}" if gflops else "-",
+                  fmt_seconds(statistics.fmean(r["train_seconds"] for r in results)) if results else "-"]
         if suite.kind == "translation":
             cells.append(f"{statistics.fmean(speeds):.0f}" if speeds else "-")
+        if decode:
+            cost = decode.get(row.name)
+            ratios = f"({min(cost['ratios']):.2f}-{max(cost['ratios']):.2f})" if cost else ""
+            cells += [f"{cost['ms_per_token']:.3f}", f"{cost['relative']:.2f} {ratios}",
+                      f"{cost['flops_per_token'] / 1e6:.3f}"] if cost else ["-"] * 3
         lines.append("| " + " | ".join(cells) + " |")
     missing = [row.name for row in suite.rows if len(finished.get(row.name, [])) < len(seeds_of(suite, row))]
     lines.append("")
     if missing:
         lines += [f"Seeds still to run: {', '.join(missing)}.", ""]
+    if decode:
+        lines += render_decode_cost_note(suite, decode)
     return lines
+
+
+def render_decode_cost_note(suite: Suite, decode: Dict[str, dict]) -> List[str]:
+    """How the decode columns were measured, and where and when."""
+    first = next(iter(decode.values()))
+    settings = first["settings"]
+    revisions = sorted({revision_cell(cost) for cost in decode.values()})
+    loads = [cost["load_average"] for cost in decode.values() if cost.get("load_average")]
+    lines = [f"Decode columns: the marginal cost of one more sampled token after a prefix of {first['prefix']} tokens "
+             f"(the longest the models' {first['positions']} positions allow): one decoder step on the prefix's "
+             "incremental state, the log-probabilities and fairseq's sampling draw, for batch 1 on the CPU. The models "
+             "have fresh weights (the cost of a step does not depend on their values, so it needs no trained checkpoint). "
+             "Each row is timed beside "
+             f"`{first['reference_row']}` in one process pinned to one core with {settings['threads']} thread "
+             f"(`fairseq_plugins/search/latency.py`'s protocol: {settings['rounds']} rounds of ABBA blocks of "
+             f"{settings['repeats']} steps, trimmed means); ms/token is the median block, x {first['reference_row']} "
+             f"the median of the rounds' ratios, in brackets the smallest and the largest (the {first['reference_row']} row, "
+             "timed beside itself, shows the protocol's own spread). The ratio is what to compare: between a quiet and "
+             "a loaded machine it moved by a median of 3-5 % and at most about 10 % (docs/records/latency_agreement.md), "
+             "while the milliseconds doubled; differences smaller than that need a quiet machine. MFLOPs/token: the counted "
+             "forward FLOPs of that token (`fairseq_plugins.complexity`, every kind's registered costs: the forward "
+             "pass over prefix + 1 tokens minus the one over prefix tokens). Measured by "
+             f"`{first['command']}` at git {', '.join(revisions)} on {first['cores']} cores ({first['cpu']})"
+             + (f", load average {min(loads)}" + (f"-{max(loads)}" if max(loads) != min(loads) else "") if loads else "")
+             + "."]
+    dirty = [name for name, cost in decode.items() if is_dirty(cost.get("git", ""))]
+    if dirty:
+        lines[-1] += (f" \\* Measured with uncommitted changes ({', '.join(dirty)}): the revision shown does not "
+                      f"contain the code that ran; re-measure on a clean checkout with `python benchmarks/quality.py "
+                      f"--suites {suite.name} --decode-cost`.")
+    return lines + [""]
 
 
 def plot_curves(suite: Suite, results: Dict[str, dict], path: str):
@@ -1246,6 +1376,44 @@ def plot_curves(suite: Suite, results: Dict[str, dict], path: str):
     axis.set_xlabel("updates")
     axis.set_ylabel("training loss (bits per token)")
     axis.set_title(f"{suite.title}: training loss")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    save_png(figure, path)
+
+
+def mean_curve(curves: Sequence[Sequence[Sequence[float]]]) -> List[Tuple[int, float]]:
+    """The mean of several [updates, value] curves at the updates every one of them has."""
+    shared = set.intersection(*({int(u) for u, _ in curve} for curve in curves)) if curves else set()
+    by_update = [{int(u): v for u, v in curve} for curve in curves]
+    return [(u, statistics.fmean(values[u] for values in by_update)) for u in sorted(shared)]
+
+
+def plot_valid_curves(suite: Suite, rows: Dict[str, List[dict]], path: str):
+    """Validation loss (fairseq's valid lines, bits per token) against updates, one line per row: the mean of
+    its seeds at the validations they share, each seed's own curve faint in the same colour."""
+    figure, axis = new_figure(figsize=(7, 4.5))
+    lows, tops = [], []
+    for row in suite.rows:
+        curves = [r["valid_curve"] for r in rows.get(row.name, []) if r.get("valid_curve")]
+        if not curves:
+            continue
+        mean = mean_curve(curves) or curves[0]  # (no validation in common: the first seed's curve)
+        updates, losses = zip(*mean)
+        seeds = f"mean of {len(curves)} seeds" if len(curves) > 1 else "1 seed"
+        line, = axis.plot(updates, losses, linewidth=1.4, label=f"{row.name} ({seeds})")
+        for curve in curves if len(curves) > 1 else []:
+            axis.plot(*zip(*curve), color=line.get_color(), alpha=0.3, linewidth=0.8)
+        lows.append(min(v for curve in curves for _, v in curve))
+        tops.append(losses[len(losses) // 4])
+    if lows:
+        # from a quarter of the way on: the first validations (a plateau near log2 of the vocabulary) would
+        # squeeze the differences that matter, those near convergence
+        axis.set_ylim(min(lows) - 0.05, max(tops) + 0.05)
+    unit = "bits per character" if suite.metric == "bits_per_character" else "bits per token"
+    axis.set_xlabel("updates")
+    axis.set_ylabel(f"validation loss ({unit})")
+    axis.set_title(f"{suite.title}: validation loss", fontsize=9)
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=7, ncol=2)
     figure.tight_layout()
@@ -1322,6 +1490,14 @@ def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], comm
             lines += render_seeds_suite(ctx, suite, references)
             if plot:
                 lines += [f"![training loss, {suite.title}]({os.path.basename(plot)})", ""]
+            if plots_dir and suite.kind == "lm" and budget_measured(ctx, suite):
+                seeds = {row.name: seed_results(ctx, suite, row) for row in suite.rows}
+                if any(r.get("valid_curve") for results in seeds.values() for r in results):
+                    valid_plot = os.path.join(plots_dir, f"quality_{suite.name}_valid.png")
+                    plot_valid_curves(suite, seeds, valid_plot)
+                    lines += [f"![validation loss, {suite.title}]({os.path.basename(valid_plot)})", "",
+                              "Validation loss: fairseq-train's validation at the end of every epoch and at the "
+                              "budget, bits per token; a row's line is the mean of its seeds, each seed faint.", ""]
         else:
             lines += render_suite(suite, results, plot, references)
         if results:
@@ -1356,8 +1532,6 @@ def run_rows(ctx: Context, suite: Suite, rows: Sequence[Row], force: bool, jobs:
     """Train and score ``rows`` at each of their seeds: seed by seed (a run cut off by the end of a session has
     trained every row once before any twice), rows chosen on the validation set after their candidates;
     ``jobs`` at once."""
-    from concurrent.futures import ThreadPoolExecutor
-
     def tasks(chosen_rows: bool):
         for seed in sorted({seed for row in rows for seed in seeds_of(suite, row)}):
             for row in rows:
@@ -1370,21 +1544,29 @@ def run_rows(ctx: Context, suite: Suite, rows: Sequence[Row], force: bool, jobs:
                     yield resolved, seed
 
     for chosen_rows in (False, True):
-        if jobs == 1:
-            for row, seed in tasks(chosen_rows):
-                run_row(ctx, suite, row, force=force, seed=seed)
-            continue
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(run_row, ctx, suite, row, force, seed) for row, seed in tasks(chosen_rows)]
-            try:
-                for future in futures:
-                    future.result()
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                for process in list(ctx.running):
-                    stop_process_group(process)
-                raise
+        run_parallel(ctx, (functools.partial(run_row, ctx, suite, row, force, seed) for row, seed in tasks(chosen_rows)), jobs)
+
+
+def run_parallel(ctx: Context, calls, jobs: int):
+    """Each of ``calls`` (functions of no argument, each training one row), in order, ``jobs`` at once; the
+    first failure stops the rest (the calls not started are cancelled, the commands under way stopped)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if jobs == 1:
+        for call in calls:
+            call()
+        return
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(call) for call in calls]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            for process in list(ctx.running):
+                stop_process_group(process)
+            raise
 
 
 def main(argv: Optional[Sequence[str]] = None):
@@ -1406,6 +1588,9 @@ def main(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--rescore", action="store_true", help="train nothing: give finished rows without the paired "
                         "test's data (hypotheses, per-block losses) that data from their stored output or checkpoint, "
                         "then re-render")
+    parser.add_argument("--decode-cost", action="store_true", help="train nothing: measure every row's (or --rows') "
+                        "decoding cost per token after the longest prefix its model allows, beside the suite's baseline, "
+                        "on fresh weights (language-model suites), then re-render")
     parser.add_argument("--allow-dirty", action="store_true", help="train or score even when tracked files have "
                         "uncommitted changes (the rows are then marked in the report); --quick never asks")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -1416,13 +1601,18 @@ def main(argv: Optional[Sequence[str]] = None):
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     signal.signal(signal.SIGTERM, stop_on_sigterm)
-    if args.report_only and args.rescore:
-        parser.error("--rescore: scores rows again; --report-only only renders: give one of them")
+    exclusive = [f"--{name.replace('_', '-')}" for name in ("report_only", "rescore", "decode_cost") if getattr(args, name)]
+    if len(exclusive) > 1:
+        parser.error(f"{' and '.join(exclusive)}: each is a run of its own (--report-only only renders, --rescore "
+                     "scores finished rows again, --decode-cost measures decoding): give one of them")
 
     unknown = [s for s in args.suites.split(",") if s not in SUITES]
     if unknown:
         parser.error(f"--suites: unknown {', '.join(unknown)} (choose from {', '.join(SUITES)})")
     suites = [SUITES[s] for s in args.suites.split(",")]
+    if args.decode_cost and any(suite.kind != "lm" for suite in suites):
+        parser.error(f"--decode-cost: measures language models; --suites {args.suites} has translation suites "
+                     f"(choose from {', '.join(name for name, s in SUITES.items() if s.kind == 'lm')})")
     work_dir = os.path.abspath(args.work_dir or os.path.join(REPO, "work_dirs",
                                                              "bench_quality_quick" if args.quick else "bench_quality"))
     output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "records", "results.md"))
@@ -1436,10 +1626,16 @@ def main(argv: Optional[Sequence[str]] = None):
     if not (args.quick or args.report_only):
         # the rows record the revision they ran at: it must contain the code that ran
         require_committed(args.allow_dirty, "benchmarks/quality.py")
+    command = "python benchmarks/quality.py" + (" " + " ".join(shlex.quote(a) for a in argv) if argv else
+                                                 (" " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""))
     for suite in suites:
         prepare(ctx, suite)  # also for --report-only: the rows' fingerprints include the data's
         if args.report_only:
             save_preparation_commands(ctx, suite, append=False)
+            continue
+        if args.decode_cost:
+            save_preparation_commands(ctx, suite, append=False)
+            measure_decode_cost(ctx, suite, [row for row in suite.rows if not wanted or row.name in wanted], command)
             continue
         if args.rescore:
             save_preparation_commands(ctx, suite, append=False)
@@ -1453,8 +1649,6 @@ def main(argv: Optional[Sequence[str]] = None):
             prepare_syntax_hints(ctx, suite)
         save_preparation_commands(ctx, suite)
         run_rows(ctx, suite, rows, args.force, args.jobs)
-    command = "python benchmarks/quality.py" + (" " + " ".join(shlex.quote(a) for a in argv) if argv else
-                                                 (" " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""))
     # Every suite with finished rows is in the report, not only those run now (--suites selects what runs).
     reported = [suite for suite in SUITES.values() if suite in suites or os.path.isfile(
         os.path.join(ctx.work_dir, "data-bin", suite.name, "prepare.json"))]

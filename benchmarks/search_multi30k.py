@@ -1,46 +1,59 @@
 #!/usr/bin/env python
-"""The architecture search on real data, measured (issue 15; docs/records/search.md): Multi30k de-en on this machine.
+"""The architecture search on Multi30k de-en at the convergence budget, against scaled baselines (issue 33's
+"real run"; docs/records/search.md).
 
-Stages, each resumable (a finished stage is read back from ``--results``, committed; checkpoints stay in
-``--work-dir`` and are regenerated, not committed), each recording its revision, machine and time:
+Every from-scratch training runs at the convergence budget B that ``benchmarks/convergence.py`` measured for
+``multi30k`` (softmax's test2016 BLEU within 0.5 of its BLEU at 2B), with bench-quality's ``multi30k_converged``
+settings, exactly as ``benchmarks/quality.py`` reads it (a one-line error until B is measured). The trainings
+go through bench-quality's ``run_row`` in ``--quality-work-dir``: the hand-written layouts (softmax, cosFormer
+in the encoder, mFormer, cosFormer everywhere) *are* bench-quality's ``multi30k_converged`` rows (same command,
+data and seeds, the same result file), so each is trained once for both reports. Scored with
+``checkpoint_best.pt`` as those rows are: no checkpoint averaging (the paper averages the last ten).
 
-1. ``supernet``: the supernet of ``benchmarks/supernet_ranking.py`` (its supernet stage, trained there if
-   missing).
-2. ``collect``: inherited validation losses of ``--loss-samples`` and measured latencies of
-   ``--latency-samples`` sampled architectures (beam 5, 30 source tokens, 30 decoder steps, batch 1; the
-   latency protocol of ``fairseq_plugins/search/latency.py``: one process pinned to one core with one
-   thread, each architecture interleaved with the softmax layout as the reference, in milliseconds and
-   relative to it): ``python -m fairseq_plugins.search collect``.
-3. ``rank``: the pairwise rankers and the pointwise baselines on the loss, the latency and the relative
-   latency (``search rank``).
-4. ``budgets``: the latency of the hand-written layouts at the space's size class (3 + 3 layers, width 128,
-   FFN 512, 4 heads: softmax everywhere, cosFormer everywhere, cosFormer in the encoder, the mFormer layout
-   of bench-quality) relative to the softmax reference, and the three budgets of relative latency: the
-   mFormer layout's, 0.75x and 0.6x softmax's (``BUDGETS``; computed again when ``BUDGETS`` changes).
-5. ``evolve``: ``search evolve`` at each budget (ranker fitness; the relative latency predicted, confirmed
-   by measuring).
-6. ``train``: every found architecture and every hand-written layout trained from scratch with
-   bench-quality's Multi30k settings and ``--seeds`` seeds (``recipes/multi30k/train.sh`` with
-   ``--architecture-file``), then ``generate.sh`` (sacreBLEU on test 2016 flickr, beam 5).
-7. the report: BLEU mean and spread over seeds, paired bootstrap against softmax (sacreBLEU's, seed by
-   seed), measured latency and counted FLOPs, the Pareto plots (BLEU against latency and against FLOPs,
-   every point labelled), the CPU time of every stage, and whether the target holds.
+Stages, each resumable (a finished stage is read back from ``--results``, committed; checkpoints stay in the
+work folders), each recording its revision, machine and time:
 
-    python benchmarks/search_multi30k.py                    # every stage (many hours on 2 CPU cores)
-    python benchmarks/search_multi30k.py --stages collect   # one stage
-    python benchmarks/search_multi30k.py --report-only      # re-render docs/records/search.md from the results
+1. ``supernet``: the supernet over ``search_spaces/multi30k_bracket.yaml`` (widths and depths below and above
+   the hand-written layouts), ``recipes/multi30k/supernet.sh`` for ``--supernet-updates`` (default 2B) updates
+   with the converged settings (``--device cuda``: on a GPU).
+2. ``collect``: inherited validation losses of ``--loss-samples`` and relative latencies of
+   ``--latency-samples`` sampled architectures (``search collect``; the protocol of
+   ``fairseq_plugins/search/latency.py``: one process pinned to one core with one thread, each architecture
+   interleaved with the softmax layout as the reference; beam 5, 30 source tokens, 30 decoder steps).
+3. ``rank``: the pairwise rankers and the pointwise baselines over ten held-out splits (``search rank``).
+4. ``budgets``: the hand-written layouts and a family of softmax Transformers scaled in width and depth
+   (HAT's baselines, ``scaled_family``) measured by the protocol (ms and relative to the softmax layout) and
+   FLOPs counted; three scaled baselines picked nearest to ``BASELINE_TARGETS`` (``select_baselines``); their
+   relative latencies are the three latency budgets, the middle one's FLOPs the FLOPs budget.
+5. ``evolve``: ``search evolve`` at each budget (ranker fitness; relative latency predicted, then measured).
+6. ``inherited``: the validation loss inside the supernet of every architecture trained from scratch; with
+   the found and baseline rows, single-seed architectures spread over the space (``spread.jsonl``) bring the
+   distinct architectures to ``RANKED``.
+7. ``train``: every planned row (``plan``) at each of its seeds, seed by seed, ``--jobs`` at once
+   (``--device cuda``: on one GPU; ``bash benchmarks/gpu_rows.sh`` with ``BENCH=search`` in one device call).
+8. ``latency``: every planned architecture measured by the protocol beside the reference, FLOPs counted.
+9. the report: sacreBLEU test2016 mean and spread over seeds, the paired bootstrap against softmax over the
+   concatenated seeds, latency (ms and relative), FLOPs, the Pareto plot with the found and the scaled-softmax
+   fronts, the target (``front_verdict``), Kendall's tau of the inherited order against the from-scratch one
+   beside parameter count and FLOPs, the rankers over the splits and the latency predictor's share within 10 %.
+
+    python benchmarks/search_multi30k.py                          # every stage (days on 2 CPU cores)
+    python benchmarks/search_multi30k.py --stages train --device cuda --jobs 16    # the trainings on a GPU
+    python benchmarks/search_multi30k.py --report-only            # re-render docs/records/search.md
 """
 import argparse
+import functools
 import json
+import math
 import os
 import resource
 import shlex
-import shutil
 import signal
 import statistics
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional, Sequence, Tuple
 
 if __package__ in (None, ""):  # run by path: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -48,30 +61,39 @@ if __package__ in (None, ""):  # run by path: make the checkout importable
 from benchmarks import quality, supernet_ranking  # noqa: E402
 from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import REPO, require_committed  # noqa: E402
-from benchmarks.quality import (Context, paired_bleu, parse_train_log, prepare, recipe_env, relative,  # noqa: E402
-                                scored_hypotheses, scored_references, shell_line, write_report)
+from benchmarks.quality import Context, prepare, relative, scored_references, write_report  # noqa: E402
+from benchmarks.supernet_ranking import architecture_key, read_jsonl  # noqa: E402
 from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
 
-STAGES = ("supernet", "collect", "rank", "budgets", "evolve", "train")
-SUITE = supernet_ranking.SUITE
-SPACE = supernet_ranking.SPACE
-TRAIN_ENV = {**supernet_ranking.TRAIN_ENV, "GEN_EXTRA_ARGS": "--max-len-a 1.2 --max-len-b 10", "SUBSETS": "test"}
+STAGES = ("supernet", "collect", "rank", "budgets", "evolve", "inherited", "train", "latency")
+SPACE = os.path.join(REPO, "search_spaces", "multi30k_bracket.yaml")
+DATA_SUITE = supernet_ranking.SUITE  # the prepared Multi30k (the supernet's data)
+CONVERGED = quality.SUITES["multi30k_converged"]
+# The search's own rows: bench-quality's converged settings, the model given by an architecture file
+SEARCH_SUITE = replace(CONVERGED, name="search_multi30k", model_args=(), rows=(), quick_rows=())
+CONVERGED_ROWS = {row.name: row for row in CONVERGED.rows}
 LATENCY = dict(source_length=30, decoder_steps=30, beam=5, threads=1)
 LATENCY_OPTIONS = ["--source-length", str(LATENCY["source_length"]), "--target-length", str(LATENCY["decoder_steps"]),
                    "--beam", str(LATENCY["beam"]), "--threads", str(LATENCY["threads"])]
 BASELINE = "softmax"
-# The hand-written layouts at the space's size class: (encoder self, decoder self, cross) kinds per layer
+# The hand-written layouts (bench-quality's multi30k_converged rows of these names, 3 + 3 layers of width 128,
+# FFN 512, 4 heads): (encoder self, decoder self, cross) kinds per layer
 LAYOUTS = {
     "softmax": (("softmax",) * 3, ("softmax",) * 3, ("softmax",) * 3),
-    "cosformer_everywhere": (("cosformer",) * 3, ("cosformer",) * 3, ("cosformer",) * 3),
     "cosformer_encoder": (("cosformer",) * 3, ("softmax",) * 3, ("softmax",) * 3),
     "mformer": (("softmax", "cosformer", "softmax"), ("softmax",) * 3, ("softmax",) * 3),
+    "cosformer_everywhere": (("cosformer",) * 3, ("cosformer",) * 3, ("cosformer",) * 3),
 }
-# (layout, factor of its latency). Not 0.5x softmax's: 130 ms, below the fastest of the 292 sub-networks whose
-# latency collect measured (143.5 ms, at 796fed2), so no architecture of the space meets it; 0.6x (156 ms)
-# leaves 6 of the 292.
-BUDGETS = (("mformer", 1.0), ("softmax", 0.75), ("softmax", 0.6))
-SUPERNET_RESULTS = os.path.join(REPO, "docs", "records", "data", "supernet_multi30k")  # supernet_ranking.py's
+# HAT's baselines: softmax Transformers scaled in width (embedding -> FFN, 4 heads) and depth (encoder,
+# decoder layers), all inside the space (so that the supernet measures them as it measures the found ones)
+SCALED_WIDTHS = {96: 512, 128: 512, 192: 1024, 256: 1024}
+SCALED_DEPTHS = ((2, 1), (3, 3), (6, 4))
+# The relative latencies (over the softmax layout's) the three scaled baselines are picked nearest to: one
+# below the hand-written layouts, two above (the space reaches widths and depths beyond them)
+BASELINE_TARGETS = (0.6, 1.3, 2.0)
+RANKED = 20  # distinct architectures trained from scratch for the ranking (spread ones added to reach it)
+SPREAD_POOL, SPREAD_SEED = 1000, 1
+SUPERNET_FACTOR = 2  # the supernet's updates, in units of B (each of its updates trains four sub-networks)
 REPORT_BEGIN = "<!-- search-multi30k:begin (written by benchmarks/search_multi30k.py; edit the script, not this section) -->"
 REPORT_END = "<!-- search-multi30k:end -->"
 
@@ -80,13 +102,42 @@ def log(message: str):
     print(f"[search-multi30k] {message}", file=sys.stderr, flush=True)
 
 
-def layout_architecture(name: str):
+def uniform_architecture(width: int, ffn: int, kinds: Tuple[Sequence[str], Sequence[str], Sequence[str]]):
     from fairseq_plugins.models.architecture import Architecture, DecoderLayer, EncoderLayer
 
-    encoder, decoder, cross = LAYOUTS[name]
-    return Architecture(decoder_embed_dim=128, encoder_embed_dim=128,
-                        encoder_layers=tuple(EncoderLayer(k, 4, 512) for k in encoder),
-                        decoder_layers=tuple(DecoderLayer(k, 4, 512, c, 4, 1) for k, c in zip(decoder, cross))).check()
+    encoder, decoder, cross = kinds
+    return Architecture(decoder_embed_dim=width, encoder_embed_dim=width,
+                        encoder_layers=tuple(EncoderLayer(k, 4, ffn) for k in encoder),
+                        decoder_layers=tuple(DecoderLayer(k, 4, ffn, c, 4, 1) for k, c in zip(decoder, cross))).check()
+
+
+def layout_architecture(name: str):
+    return uniform_architecture(128, 512, LAYOUTS[name])
+
+
+def scaled_family() -> Dict[str, object]:
+    """name -> architecture of every scaled softmax Transformer but the softmax layout itself (the reference)."""
+    family = {}
+    reference = layout_architecture(BASELINE)
+    for width, ffn in SCALED_WIDTHS.items():
+        for encoder, decoder in SCALED_DEPTHS:
+            architecture = uniform_architecture(width, ffn, (("softmax",) * encoder, ("softmax",) * decoder,
+                                                             ("softmax",) * decoder))
+            if architecture != reference:
+                family[f"scaled_d{width}_{encoder}+{decoder}"] = architecture
+    return family
+
+
+def select_baselines(relative_latency: Dict[str, float], targets: Sequence[float] = BASELINE_TARGETS) -> List[str]:
+    """One scaled baseline per target relative latency: the one not yet picked whose relative latency is
+    nearest to it on a log scale (ties: the name), in the order of ``targets``."""
+    if len(relative_latency) < len(targets):
+        raise SystemExit(f"error: {len(relative_latency)} scaled baselines measured, fewer than the {len(targets)} targets")
+    picked: List[str] = []
+    for target in targets:
+        picked.append(min((name for name in relative_latency if name not in picked),
+                          key=lambda name: (abs(math.log(relative_latency[name] / target)), name)))
+    return picked
 
 
 class Stages:
@@ -130,11 +181,32 @@ def timed(stages: Stages, name: str, function, *args):
 
 
 def search_cli(ctx: Context, *argv: str) -> dict:
-    output = ctx.run(SUITE.name, {}, [ctx.python, "-m", "fairseq_plugins.search", *argv], record=False)
+    output = ctx.run(DATA_SUITE.name, {}, [ctx.python, "-m", "fairseq_plugins.search", *argv], record=False)
     return json.loads(output.strip().splitlines()[-1])
 
 
 # ------------------------------------------------------------------- stages ---
+def convergence_budget() -> int:
+    """B, as bench-quality's multi30k_converged suite reads it (a one-line error until it is measured)."""
+    return quality.convergence_budget(CONVERGED.budget_from)
+
+
+def supernet_checkpoint(ctx: Context) -> str:
+    return os.path.join(supernet_ranking.supernet_dir(ctx), "checkpoint_last.pt")
+
+
+def require_supernet(checkpoint: str) -> str:
+    if not os.path.isfile(checkpoint):
+        raise SystemExit(f"error: {relative(checkpoint)}: no supernet (run the supernet stage)")
+    return checkpoint
+
+
+def train_supernet(ctx: Context, results: str, updates: int) -> dict:
+    """supernet_ranking.py's supernet stage over this search's space, with the converged settings."""
+    env = {k: v for k, v in quality.suite_env(ctx, CONVERGED).items() if k not in ("GEN_EXTRA_ARGS", "SUBSETS")}
+    return supernet_ranking.train_supernet(ctx, results, updates, space=SPACE, train_env=env)
+
+
 def reference_file(results: str) -> str:
     """The latency reference (the softmax layout) as ``--reference`` reads it."""
     path = os.path.join(results, "reference.json")
@@ -147,8 +219,8 @@ def collect(ctx: Context, results: str, checkpoint: str, loss_samples: int, late
     latency = [*LATENCY_OPTIONS, "--reference", reference_file(results)]
     for what, n, extra in (("loss", loss_samples, []), ("latency", latency_samples, latency)):
         log(f"collect: {what} of {n} architectures (resumes {relative(os.path.join(results, what + '.jsonl'))})")
-        search_cli(ctx, "collect", "--what", what, "--checkpoint", checkpoint, "--space", SPACE, "-n", str(n),
-                   "--output", os.path.join(results, f"{what}.jsonl"), *extra)
+        search_cli(ctx, "collect", "--what", what, "--checkpoint", require_supernet(checkpoint), "--space", SPACE,
+                   "-n", str(n), "--output", os.path.join(results, f"{what}.jsonl"), *extra)
 
 
 def rank(ctx: Context, results: str):
@@ -157,115 +229,298 @@ def rank(ctx: Context, results: str):
                    "--output", os.path.join(results, f"ranker_{target}"))
 
 
-def measure_layouts(results: str, checkpoint: str) -> dict:
-    """The latency of every hand-written layout inside the supernet (its exported sub-network, as collect
-    measures: beside the softmax reference), and the budgets."""
-    path = os.path.join(results, "budgets.json")
-    stored = json.load(open(path, encoding="utf-8")) if os.path.isfile(path) else None
-    if stored is not None and set(stored["layouts"]) == set(LAYOUTS) and all(
-            "relative_latency" in m for m in stored["layouts"].values()):
-        measured = stored["layouts"]
-    else:
-        from fairseq_plugins.search.latency import LatencySettings, measure_subnetwork
-        from fairseq_plugins.search.subnetworks import load_supernet
+MEASURED = "measured_latency.jsonl"  # every architecture measured by the protocol, by architecture
 
-        model, task, _ = load_supernet(checkpoint)
-        settings = LatencySettings(**LATENCY)
+
+def measured_latency(results: str, checkpoint: str, named: Dict[str, dict]) -> Dict[str, dict]:
+    """name -> the protocol's record (ms, relative latency over the softmax layout, its repeatability) and the
+    counted GFLOPs and parameters of every architecture of ``named``, measured inside the supernet where not
+    measured before (``MEASURED``, one line per architecture, appended as each is measured)."""
+    path = os.path.join(results, MEASURED)
+    done = {architecture_key(r["architecture"]): r for r in read_jsonl(path)}
+    missing = [name for name, architecture in named.items() if architecture_key(architecture) not in done]
+    if missing:
+        from fairseq_plugins.models.architecture import Architecture
+        from fairseq_plugins.search.latency import LatencySettings, measure_subnetwork
+        from fairseq_plugins.search.subnetworks import counted_cost, load_supernet
+
+        model, task, _ = load_supernet(require_supernet(checkpoint))
         reference = layout_architecture(BASELINE)
-        measured = {}
-        for name in LAYOUTS:
-            architecture = layout_architecture(name)
-            model.space.check_contains(architecture, f"layout {name}")
-            measured[name] = measure_subnetwork(model, task.target_dictionary, architecture, reference, settings)
-            log(f"budgets: {name} {measured[name]['latency_ms']:.1f} ms, {measured[name]['relative_latency']:.3f}x softmax "
-                f"(ratios spread {measured[name]['ratio_range']:.3f})")
-    # the budgets follow BUDGETS, also when only BUDGETS changed since the layouts were measured
-    result = {"layouts": measured, "budgets": budgets_of(measured)}
-    if result != stored:
+        for name in missing:
+            architecture = Architecture.from_dict(named[name])
+            model.space.check_contains(architecture, name)
+            record = measure_subnetwork(model, task.target_dictionary, architecture, reference, LatencySettings(**LATENCY))
+            cost = counted_cost(model, task, architecture, LATENCY["source_length"], LATENCY["decoder_steps"])
+            record = {**record, "architecture": named[name], "name": name, "gflops": cost["forward_flops"] / 1e9,
+                      "mparams": cost["parameters"] / 1e6, **supernet_ranking.provenance()}
+            log(f"latency: {name} {record['latency_ms']:.1f} ms, {record['relative_latency']:.3f}x the softmax layout "
+                f"(ratios spread {record['ratio_range']:.3f}), {record['gflops']:.3f} GFLOPs")
+            supernet_ranking.append_jsonl(path, record)
+            done[architecture_key(named[name])] = record
+    return {name: done[architecture_key(architecture)] for name, architecture in named.items()}
+
+
+def measure_budgets(results: str, checkpoint: str) -> dict:
+    """The layouts and the scaled family measured, three baselines picked, the budgets (``budgets.json``;
+    computed again from the stored measurements when ``BASELINE_TARGETS`` changes)."""
+    family = {name: a.to_dict() for name, a in scaled_family().items()}
+    layouts = {name: layout_architecture(name).to_dict() for name in LAYOUTS}
+    measured = measured_latency(results, checkpoint, {**layouts, **family})
+    baselines = select_baselines({name: measured[name]["relative_latency"] for name in family})
+    middle = baselines[len(baselines) // 2]
+    result = {"targets": list(BASELINE_TARGETS), "baselines": baselines,
+              "relative_latency": {name: round(measured[name]["relative_latency"], 4) for name in baselines},
+              "gflops": {"of": middle, "limit": round(measured[middle]["gflops"], 4)},
+              "family": {name: {"relative_latency": round(r["relative_latency"], 4), "latency_ms": round(r["latency_ms"], 2),
+                                "gflops": round(r["gflops"], 4)} for name, r in measured.items()}}
+    path = os.path.join(results, "budgets.json")
+    if not os.path.isfile(path) or json.load(open(path, encoding="utf-8")) != result:
         write_json(path, result)
     return result
 
 
-def budgets_of(measured: Dict[str, dict]) -> Dict[str, float]:
-    """name -> relative latency (over the softmax reference's) of every budget in ``BUDGETS``, from the
-    layouts' measured relative latencies."""
-    return {f"{layout}_x{factor:g}": round(measured[layout]["relative_latency"] * factor, 4) for layout, factor in BUDGETS}
-
-
-def evolve(ctx: Context, results: str, checkpoint: str, budgets: Dict[str, float]):
-    for name, relative_latency in budgets.items():
+def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict):
+    searches = [(f"latency_{name}", ["--relative-latency", str(limit), "--latency-predictor",
+                                     os.path.join(results, "ranker_relative_latency", "regressor.txt")])
+                for name, limit in budgets["relative_latency"].items()]
+    searches.append((f"flops_{budgets['gflops']['of']}", ["--flops", str(budgets["gflops"]["limit"])]))
+    for name, constraint in searches:
         output = os.path.join(results, f"evolve_{name}")
         if os.path.isfile(os.path.join(output, "best.json")):
             log(f"evolve {name}: done before")
             continue
-        log(f"evolve {name}: --relative-latency {relative_latency}")
+        log(f"evolve {name}: {' '.join(constraint[:2])}")
         search_cli(ctx, "evolve", "--space", SPACE, "--fitness", "ranker", "--ranker", os.path.join(results, "ranker_loss", "ranker.txt"),
-                   "--checkpoint", checkpoint, "--relative-latency", str(relative_latency),
-                   "--latency-predictor", os.path.join(results, "ranker_relative_latency", "regressor.txt"),
-                   *LATENCY_OPTIONS, "--reference", reference_file(results), "--output", output)
+                   "--checkpoint", require_supernet(checkpoint), *constraint, *LATENCY_OPTIONS,
+                   "--reference", reference_file(results), "--output", output)
 
 
-def candidates(results: str) -> Dict[str, dict]:
-    """name -> architecture (dict) of everything trained from scratch: the layouts and the found ones."""
-    found = {name: layout_architecture(name).to_dict() for name in LAYOUTS}
-    for folder in sorted(os.listdir(results)):
-        best = os.path.join(results, folder, "best.json")
-        if folder.startswith("evolve_") and os.path.isfile(best):
-            found["found_" + folder[len("evolve_"):]] = json.load(open(best, encoding="utf-8"))
+# ------------------------------------------------------------------- the plan ---
+@dataclass(frozen=True)
+class Planned:
+    """One architecture trained from scratch at B: its row name, its group (``layout``: a hand-written layout,
+    bench-quality's row; ``scaled``: a scaled baseline; ``found``: found at a latency budget; ``found_flops``: at
+    the FLOPs budget; ``spread``: added for the ranking), its architecture (dict) and seeds."""
+    name: str
+    group: str
+    architecture: dict
+    seeds: Tuple[int, ...]
+
+
+SEEDS = quality.CONVERGED_SEEDS
+ONE_SEED = quality.ONE_SEED
+
+
+def evolved(results: str, budgets: Optional[dict]) -> Dict[str, Optional[dict]]:
+    """name of the found row -> best.json's architecture of each budget's search (None: not searched yet)."""
+    if budgets is None:
+        return {}
+    names = [f"latency_{name}" for name in budgets["relative_latency"]] + [f"flops_{budgets['gflops']['of']}"]
+    found = {}
+    for name in names:
+        best = os.path.join(results, f"evolve_{name}", "best.json")
+        found[f"found_{name}"] = json.load(open(best, encoding="utf-8")) if os.path.isfile(best) else None
     return found
 
 
-def train(ctx: Context, results: str, seeds: Sequence[int], supernet: str):
-    # seed by seed: a stage cut off by the end of a session has trained every architecture once before any twice
-    found = candidates(results)
-    for seed in seeds:
-        for name, architecture in found.items():
-            path = os.path.join(results, "train", f"{name}_seed{seed}.json")
-            if os.path.isfile(path):
-                continue
-            save_dir = os.path.join(ctx.work_dir, "checkpoints", f"{name}_seed{seed}")
-            shutil.rmtree(save_dir, ignore_errors=True)  # an unfinished run starts again (one uninterrupted time)
-            architecture_path = os.path.join(ctx.work_dir, "architectures", f"{name}.json")
-            os.makedirs(os.path.dirname(architecture_path), exist_ok=True)
-            with atomic_output(architecture_path) as f:
-                json.dump(architecture, f)
-            env = recipe_env(ctx, SUITE, {**TRAIN_ENV, "SAVE_DIR": save_dir, "SEED": str(seed)})
-            command = ["recipes/multi30k/train.sh", supernet_ranking.SCRATCH_PRESET, "--architecture-file", architecture_path]
-            log(f"train: {name} seed {seed}")
-            ctx.run(SUITE.name, env, command, record=False)
-            ctx.run(SUITE.name, env, ["recipes/multi30k/generate.sh", supernet_ranking.SCRATCH_PRESET], record=False)
-            with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
-                training = parse_train_log(f.read())
-            with open(os.path.join(save_dir, "generate", "score-test.json"), encoding="utf-8") as f:
-                score = json.load(f)
-            hypotheses = scored_hypotheses(ctx, SUITE, os.path.join(save_dir, "generate", "generate-test.txt"))
-            record = {"name": name, "seed": seed, "architecture": architecture, "bleu": score["sacrebleu"],
-                      "params": training["params"], "train_seconds": training["train_seconds"], "updates": training["updates"],
-                      "valid": training.get("valid"), "hypotheses": hypotheses, "command": shell_line(env, command),
-                      **supernet_ranking.provenance()}
-            if seed == seeds[0]:  # the latency of the trained model itself (weights do not change the work)
-                record["latency"] = measure_checkpoint(save_dir, supernet)
-            write_json(path, record)
+def read_budgets(results: str) -> Optional[dict]:
+    path = os.path.join(results, "budgets.json")
+    return json.load(open(path, encoding="utf-8")) if os.path.isfile(path) else None
 
 
-def measure_checkpoint(save_dir: str, supernet: str) -> dict:
-    """The trained model's latency beside the reference (the softmax layout exported from ``supernet``: the
-    weights do not change the work), and its counted FLOPs."""
-    from fairseq import checkpoint_utils
+def plan(results: str) -> List[Planned]:
+    """Every row trained from scratch, as far as the finished stages decide it: the hand-written layouts at
+    bench-quality's seeds (cosFormer everywhere at one), once ``budgets`` ran the three scaled baselines at three
+    seeds, once ``evolve`` ran the found architectures (latency budgets: three seeds; FLOPs budget: one), and
+    the spread architectures (``spread.jsonl``: one seed each)."""
+    rows = [Planned(name, "layout", layout_architecture(name).to_dict(), quality.seeds_of(CONVERGED, CONVERGED_ROWS[name]))
+            for name in LAYOUTS]
+    budgets = read_budgets(results)
+    if budgets is not None:
+        family = scaled_family()
+        rows += [Planned(name, "scaled", family[name].to_dict(), SEEDS) for name in budgets["baselines"]]
+    for name, architecture in evolved(results, budgets).items():
+        if architecture is not None:
+            rows.append(Planned(name, "found_flops" if name.startswith("found_flops_") else "found", architecture,
+                                ONE_SEED if name.startswith("found_flops_") else SEEDS))
+    rows += [Planned(f"spread_{r['index']:02d}", "spread", r["architecture"], ONE_SEED)
+             for r in read_jsonl(os.path.join(results, "spread.jsonl"))]
+    return rows
 
-    from fairseq_plugins.complexity import architecture_cost
-    from fairseq_plugins.search.latency import LatencySettings, measure
-    from fairseq_plugins.search.subnetworks import load_supernet
 
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([os.path.join(save_dir, "checkpoint_last.pt")])
-    model = models[0]
-    supernet_model, _, _ = load_supernet(supernet)
-    reference = layout_architecture(BASELINE)
-    measured = measure(lambda: model, lambda: supernet_model.subnetwork(reference), task.target_dictionary,
-                       LatencySettings(**LATENCY))
-    measured["reference"] = reference.to_dict()
-    cost = architecture_cost(model.architecture, LATENCY["source_length"], LATENCY["decoder_steps"])
-    return {**measured, "gflops": cost.total_flops(len(task.target_dictionary)) / 1e9}
+def choose_spread(results: str, ranked: int = RANKED) -> List[dict]:
+    """Once every other row is decided (the budgets searched), the single-seed architectures that bring the
+    distinct architectures trained from scratch to ``ranked``: evenly spaced FLOPs quantiles of
+    ``SPREAD_POOL`` seeded samples of the space (supernet_ranking's choice), none already planned; chosen once
+    (``spread.jsonl``)."""
+    path = os.path.join(results, "spread.jsonl")
+    if os.path.isfile(path):
+        return read_jsonl(path)
+    found = evolved(results, read_budgets(results))
+    if not found or any(a is None for a in found.values()):
+        log("spread: waits for the budgets' searches (evolve)")
+        return []
+    planned = {architecture_key(p.architecture) for p in plan(results)}
+    needed = ranked - len(planned)
+    picks: List[dict] = []
+    count = needed
+    while len(picks) < needed:
+        picks = [a for a in supernet_ranking.spread_architectures(SPACE, count, SPREAD_POOL, SPREAD_SEED)
+                 if architecture_key(a) not in planned]
+        count += 1
+    records = [{"index": i, "architecture": a, "pool": SPREAD_POOL, "seed": SPREAD_SEED} for i, a in enumerate(picks)]
+    with atomic_output(path) as f:
+        f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    return records
+
+
+def distinct(rows: Sequence[Planned]) -> List[Planned]:
+    """The first row of every distinct architecture."""
+    seen, kept = set(), []
+    for row in rows:
+        if architecture_key(row.architecture) not in seen:
+            seen.add(architecture_key(row.architecture))
+            kept.append(row)
+    return kept
+
+
+def inherited(ctx: Context, results: str, rows: Sequence[Planned]):
+    """The validation loss inside the supernet of every distinct planned architecture (supernet_ranking.py's
+    ``inherited.jsonl``, against the supernet that ``supernet.json`` records)."""
+    supernet_ranking.inherited_losses(ctx, results, [row.architecture for row in distinct(rows)])
+
+
+def quality_row(results: str, row: Planned) -> Tuple[quality.Suite, quality.Row]:
+    """The row as bench-quality trains it: a layout is its multi30k_converged row itself; any other architecture
+    is written to ``results/architectures/NAME.json`` (committed: the command names it relative to the
+    checkout, so that the row's fingerprint is the same on every machine) and trained with the same settings."""
+    if row.group == "layout":
+        return CONVERGED, CONVERGED_ROWS[row.name]
+    path = os.path.join(results, "architectures", f"{row.name}.json")
+    text = json.dumps(row.architecture, sort_keys=True) + "\n"
+    if not os.path.isfile(path) or open(path, encoding="utf-8").read() != text:
+        with atomic_output(path) as f:
+            f.write(text)
+    return SEARCH_SUITE, quality.Row(row.name, supernet_ranking.SCRATCH_PRESET, ("--architecture-file", relative(path)),
+                                     seeds=row.seeds)
+
+
+def record_path(results: str, name: str, seed: int) -> str:
+    return os.path.join(results, "train", f"{name}_seed{seed}.json")
+
+
+def trained(ctx: Context, results: str, row: Planned, seed: int) -> bool:
+    """Whether (row, seed) has its record with the current settings (B, data, command)."""
+    path = record_path(results, row.name, seed)
+    if not os.path.isfile(path):
+        return False
+    suite, qrow = quality_row(results, row)
+    stored = json.load(open(path, encoding="utf-8")).get("fingerprint")
+    return stored == quality.fingerprint(quality.row_settings(ctx, suite, qrow, seed))
+
+
+def pending(ctx: Context, results: str, rows: Sequence[Planned]) -> List[Tuple[Planned, int]]:
+    """(row, seed) still to train, seed by seed (a stage cut off has trained every row once before any twice)."""
+    return [(row, seed) for seed in sorted({s for row in rows for s in row.seeds}) for row in rows
+            if seed in row.seeds and not trained(ctx, results, row, seed)]
+
+
+RECORD_KEYS = ("params", "gflops", "updates", "train_seconds", "valid", "hypotheses", "train_command", "evaluate_command",
+               "fingerprint", "git", "torch", "fairseq", "cores", "cpu", "load_average", "threads", "device", "finished")
+
+
+def train_one(ctx: Context, results: str, row: Planned, seed: int):
+    """bench-quality's ``run_row`` (which reads its own result back when that training finished before, e.g. in
+    ``benchmarks/quality.py --suites multi30k_converged``), then this run's small record (committed)."""
+    suite, qrow = quality_row(results, row)
+    log(f"train: {row.name} seed {seed}")
+    result = quality.run_row(ctx, suite, qrow, seed=seed)
+    record = {"name": row.name, "group": row.group, "seed": seed, "architecture": row.architecture,
+              "bleu": result["score"]["sacrebleu"], "suite": suite.name,
+              "result": relative(quality.result_path(ctx, suite, qrow, seed)),
+              **{key: result[key] for key in RECORD_KEYS if key in result}}
+    write_json(record_path(results, row.name, seed), record)
+
+
+def train(ctx: Context, results: str, rows: Sequence[Planned], jobs: int):
+    todo = pending(ctx, results, rows)
+    log(f"train: {len(todo)} trainings to go ({jobs} at once, on {ctx.device})")
+    quality.run_parallel(ctx, [functools.partial(train_one, ctx, results, row, seed) for row, seed in todo], jobs)
+
+
+def training_count(rows: Sequence[Planned]) -> int:
+    return sum(len(row.seeds) for row in rows)
+
+
+# ------------------------------------------------------------------- the target ---
+@dataclass(frozen=True)
+class Point:
+    """One row on the BLEU-latency plane: its relative latency, mean BLEU over seeds and their spread (std)."""
+    name: str
+    relative_latency: float
+    bleu: float
+    spread: float = 0.0
+
+
+def pareto_front(points: Sequence[Point]) -> List[Point]:
+    """The points no other point dominates (as fast or faster and as good or better, one of them strictly),
+    by latency."""
+    def dominated(p: Point) -> bool:
+        return any(q.relative_latency <= p.relative_latency and q.bleu >= p.bleu
+                   and (q.relative_latency < p.relative_latency or q.bleu > p.bleu) for q in points)
+
+    return sorted((p for p in points if not dominated(p)), key=lambda p: (p.relative_latency, p.name))
+
+
+def front_verdict(found: Sequence[Point], baselines: Sequence[Point]) -> dict:
+    """Issue 33's target: the found front dominates the scaled-softmax front. For every baseline on the
+    baselines' Pareto front, the best found architecture of equal or lower latency must be at least as good
+    (its BLEU at least the baseline's), and at one of them at least better by more than the seed spread
+    (the larger std of the two). Returns ``met``, one comparison per front baseline (the found row, ``margin``
+    = found - baseline BLEU, ``spread``) and, when missed, ``shortfall``: the largest BLEU the found rows lack
+    at a baseline (``deficit``; None where no found architecture is as fast: ``unreached``), else how much
+    more than its spread the best margin needed (``spread_gap``)."""
+    comparisons = []
+    for baseline in pareto_front(baselines):
+        within = [f for f in found if f.relative_latency <= baseline.relative_latency]
+        if not within:
+            comparisons.append({"baseline": baseline.name, "found": None, "margin": None, "spread": None})
+            continue
+        best = max(within, key=lambda f: (f.bleu, -f.relative_latency, f.name))
+        comparisons.append({"baseline": baseline.name, "found": best.name, "margin": best.bleu - baseline.bleu,
+                            "spread": max(best.spread, baseline.spread)})
+    reached = [c for c in comparisons if c["found"] is not None]
+    as_good = bool(comparisons) and len(reached) == len(comparisons) and all(c["margin"] >= 0 for c in reached)
+    beyond = any(c["margin"] > c["spread"] for c in reached)
+    verdict = {"met": as_good and beyond, "comparisons": comparisons}
+    if not verdict["met"]:
+        deficits = [-c["margin"] for c in reached if c["margin"] < 0]
+        verdict["shortfall"] = {"unreached": [c["baseline"] for c in comparisons if c["found"] is None],
+                                "deficit": max(deficits) if deficits else None,
+                                "spread_gap": min((c["spread"] - c["margin"] for c in reached), default=None) if not beyond else None}
+    return verdict
+
+
+def verdict_text(verdict: dict) -> str:
+    def comparison(c: dict) -> str:
+        if c["found"] is None:
+            return f"{c['baseline']}: no found architecture as fast"
+        return f"{c['baseline']}: {c['found']} {c['margin']:+.2f} BLEU (spread {c['spread']:.2f})"
+
+    if not verdict["comparisons"]:
+        return "not decided yet (no scaled baseline and found architecture trained)"
+    lines = "; ".join(comparison(c) for c in verdict["comparisons"])
+    if verdict["met"]:
+        return f"**met**: the found front dominates the scaled-softmax front ({lines})"
+    short = verdict["shortfall"]
+    why = []
+    if short["unreached"]:
+        why.append(f"no found architecture is as fast as {', '.join(short['unreached'])}")
+    if short["deficit"] is not None:
+        why.append(f"the found rows lack up to {short['deficit']:.2f} BLEU at a baseline's latency")
+    if short["spread_gap"] is not None:
+        why.append(f"no margin exceeds the seed spread (the closest falls {short['spread_gap']:.2f} BLEU short)")
+    return f"**missed**: {'; '.join(why)} ({lines})"
 
 
 # ------------------------------------------------------------------- report ---
@@ -280,74 +535,187 @@ def load_runs(results: str) -> Dict[str, List[dict]]:
     return runs
 
 
-def summary(runs: Dict[str, List[dict]]) -> Dict[str, dict]:
+def summary(runs: Dict[str, List[dict]], latencies: Dict[str, dict]) -> Dict[str, dict]:
+    """name -> BLEU per seed, mean and std, parameters, mean validation loss, and the protocol's latency (ms,
+    relative) and counted GFLOPs of its architecture (``latencies``: by architecture key)."""
     rows = {}
     for name, records in runs.items():
         bleus = [r["bleu"] for r in records]
-        latency = next((r["latency"] for r in records if "latency" in r), None)
-        rows[name] = {"seeds": [r["seed"] for r in records], "bleu_mean": statistics.fmean(bleus),
-                      "bleu_std": statistics.stdev(bleus) if len(bleus) > 1 else 0.0, "bleus": bleus,
-                      "params": records[0]["params"], "latency_ms": latency["latency_ms"] if latency else None,
-                      "relative_latency": latency.get("relative_latency") if latency else None,
-                      "latency_std": latency["stdev_ms"] if latency else None, "gflops": latency["gflops"] if latency else None}
+        latency = latencies.get(architecture_key(records[0]["architecture"]))
+        losses = [r["valid"]["loss"] for r in records if "loss" in (r.get("valid") or {})]
+        rows[name] = {"group": records[0]["group"], "architecture": records[0]["architecture"],
+                      "seeds": [r["seed"] for r in records], "bleus": bleus, "bleu_mean": statistics.fmean(bleus),
+                      "bleu_std": statistics.stdev(bleus) if len(bleus) > 1 else 0.0, "params": records[0]["params"],
+                      "valid_loss": statistics.fmean(losses) if losses else None,
+                      "latency_ms": latency["latency_ms"] if latency else None,
+                      "relative_latency": latency["relative_latency"] if latency else None,
+                      "gflops": latency["gflops"] if latency else records[0].get("gflops")}
     return rows
 
 
-def target_verdict(rows: Dict[str, dict]) -> str:
-    """Issue 15's target: a found architecture within softmax's seed spread of its BLEU at <= 0.7x its latency,
-    or better than every hand-written layout of equal or lower latency by more than the seed spread."""
-    base = rows.get(BASELINE)
-    if not base or base["latency_ms"] is None:
-        return "not decided yet (softmax's runs are missing)"
-    hits = []
-    for name, row in rows.items():
-        if not name.startswith("found_") or row["latency_ms"] is None:
-            continue
-        spread = max(base["bleu_std"], row["bleu_std"])
-        if abs(row["bleu_mean"] - base["bleu_mean"]) <= spread and row["latency_ms"] <= 0.7 * base["latency_ms"]:
-            hits.append(f"{name} matches softmax ({row['bleu_mean']:.2f} vs {base['bleu_mean']:.2f} BLEU, spread "
-                        f"{spread:.2f}) at {row['latency_ms'] / base['latency_ms']:.2f}x its latency")
-        cheaper = [n for n, r in rows.items() if n in LAYOUTS and r["latency_ms"] is not None and r["latency_ms"] <= row["latency_ms"]]
-        if cheaper and all(row["bleu_mean"] - rows[n]["bleu_mean"] > max(row["bleu_std"], rows[n]["bleu_std"]) for n in cheaper):
-            hits.append(f"{name} beats every hand-written layout of equal or lower latency ({', '.join(cheaper)}) by more "
-                        "than the seed spread")
-    if hits:
-        return "; ".join(hits)
-    return ("**missed**: no found architecture meets it at this budget of updates and seeds. "
-            + ". ".join(why_missed(name, row, base, rows) for name, row in rows.items()
-                        if name.startswith("found_") and row["latency_ms"] is not None))
+def points(rows: Dict[str, dict], groups: Sequence[str]) -> List[Point]:
+    return [Point(name, row["relative_latency"], row["bleu_mean"], row["bleu_std"]) for name, row in rows.items()
+            if row["group"] in groups and row["relative_latency"] is not None]
 
 
-def why_missed(name: str, row: dict, base: dict, rows: Dict[str, dict]) -> str:
-    """One found architecture against both rules of the target, with the numbers that decided it."""
-    spread = max(base["bleu_std"], row["bleu_std"])
-    text = (f"{name}: {row['bleu_mean'] - base['bleu_mean']:+.2f} BLEU against softmax (spread {spread:.2f}) at "
-            f"{row['latency_ms'] / base['latency_ms']:.2f}x its latency")
-    cheaper = [n for n, r in rows.items() if n in LAYOUTS and r["latency_ms"] is not None and r["latency_ms"] <= row["latency_ms"]]
-    if not cheaper:
-        return text + "; no hand-written layout is as fast"
-    return text + "; against the hand-written layouts as fast or faster: " + ", ".join(
-        f"{n} {row['bleu_mean'] - rows[n]['bleu_mean']:+.2f} (spread {max(row['bleu_std'], rows[n]['bleu_std']):.2f})"
-        for n in cheaper)
+# the scaled-softmax front: the scaled baselines and the softmax layout (scale 1); the found front: every
+# found row (latency and FLOPs budgets)
+BASELINE_GROUPS = ("scaled", "softmax")
+FOUND_GROUPS = ("found", "found_flops")
+
+
+def row_points(rows: Dict[str, dict]) -> Tuple[List[Point], List[Point]]:
+    """(found, baselines) of the target."""
+    tagged = {name: {**row, "group": "softmax" if name == BASELINE else row["group"]} for name, row in rows.items()}
+    return points(tagged, FOUND_GROUPS), points(tagged, BASELINE_GROUPS)
+
+
+def ranking_lines(results: str, rows: Dict[str, dict]) -> List[str]:
+    """Kendall's tau of the inherited order against the from-scratch one (validation loss at B, mean over
+    seeds) beside parameter count and FLOPs (supernet_ranking.py's bootstrap), the rankers over the held-out
+    splits, and the latency predictor's share within 10 %."""
+    lines = []
+    inherited = {architecture_key(r["architecture"]): r for r in read_jsonl(os.path.join(results, "inherited.jsonl"))}
+    complete, seen = [], set()
+    for row in rows.values():
+        key = architecture_key(row["architecture"])
+        if key in inherited and row["valid_loss"] is not None and key not in seen:
+            seen.add(key)
+            complete.append((row["architecture"], inherited[key], {"loss": row["valid_loss"], "params": row["params"]}))
+    if len(complete) >= 3:
+        table = supernet_ranking.trivial_baselines(complete)  # (its first line says what the table holds)
+        lines += [f"**Ranking** ({len(complete)} distinct architectures trained from scratch at B, target {RANKED}): the "
+                  "inherited validation loss inside the supernet against the from-scratch validation loss (mean over "
+                  "seeds). " + table[0], "", *table[2:]]
+    else:
+        lines += [f"Ranking: not yet ({len(complete)} architectures with both losses; target {RANKED}).", ""]
+    report = os.path.join(results, "ranker_loss", "report.json")
+    if os.path.isfile(report):
+        splits = json.load(open(report, encoding="utf-8")).get("held_out_splits")
+        if splits:
+            p, q = splits["pairwise"], splits["pointwise"]
+            lines += [f"* Rankers of the inherited loss over {splits['splits']} random held-out splits: pairwise Kendall tau "
+                      f"{p['mean']:.3f} ± {p['std']:.3f}, pointwise {q['mean']:.3f} ± {q['std']:.3f} (mean ± std); the "
+                      f"pairwise one better in {splits['pairwise_better']} of {splits['splits']}."]
+    report = os.path.join(results, "ranker_relative_latency", "report.json")
+    if os.path.isfile(report):
+        r = json.load(open(report, encoding="utf-8"))
+        share = r["pointwise"]["within_10_percent"]
+        lines += [f"* Latency predictor (the pointwise model of the relative latency): {share:.0%} of {r['held_out']} "
+                  f"held-out architectures within 10 % (target 90 %: {'met' if share >= 0.9 else 'missed'}), mean "
+                  f"relative error {r['pointwise']['mean_relative_error']:.1%}."]
+    return lines + [""] if lines[-1] else lines
+
+
+def kinds_cell(a: dict) -> str:
+    return " / ".join("".join(l[k][0] for l in a[side]) for side, k in (
+        ("encoder_layers", "attention_kind"), ("decoder_layers", "attention_kind"), ("decoder_layers", "cross_attention_kind")))
 
 
 def plot(rows: Dict[str, dict], path: str):
-    figure, axes = new_figure(1, 2, figsize=(11, 4.5))
-    for axis, key, label in ((axes[0], "latency_ms", "measured latency (ms, beam 5, 30 + 30 tokens, 2 threads)"),
+    """BLEU against relative latency (the found and the scaled-softmax fronts drawn) and against FLOPs."""
+    figure, axes = new_figure(1, 2, figsize=(12, 4.8))
+    found, baselines = row_points(rows)
+    markers = {"found": "*", "found_flops": "P", "scaled": "s", "layout": "o", "spread": "."}
+    for axis, key, label in ((axes[0], "relative_latency", "latency relative to the softmax layout (beam 5, 30 + 30 tokens, 1 core)"),
                              (axes[1], "gflops", "forward GFLOPs (30 + 30 tokens)")):
-        for name, row in rows.items():
+        for name, row in sorted(rows.items()):
             if row[key] is None:
                 continue
-            marker = "*" if name.startswith("found_") else "o"
-            # labelled through the legend: points of similar cost and BLEU overlap, their text labels would too
-            axis.errorbar(row[key], row["bleu_mean"], yerr=row["bleu_std"], fmt=marker, markersize=9 if marker == "*" else 6,
-                          capsize=3, label=name)
-        axis.legend(fontsize=7, loc="best")
+            marker = markers[row["group"]]
+            axis.errorbar(row[key], row["bleu_mean"], yerr=row["bleu_std"], fmt=marker, capsize=3,
+                          markersize=10 if marker == "*" else 5 if marker == "." else 6,
+                          label=name if row["group"] != "spread" else None, alpha=0.5 if row["group"] == "spread" else 1.0)
+        if key == "relative_latency":
+            for front, style, label_text in ((pareto_front(found), "-", "found front"),
+                                             (pareto_front(baselines), "--", "scaled-softmax front")):
+                if front:
+                    axis.step([p.relative_latency for p in front], [p.bleu for p in front], style, where="post",
+                              color="black", alpha=0.6, label=label_text)
+        axis.legend(fontsize=6, loc="best")
         axis.set_xlabel(label)
         axis.set_ylabel("sacreBLEU, test 2016 (mean ± std over seeds)")
         axis.grid(alpha=0.3)
     figure.tight_layout()
     save_png(figure, path)
+
+
+def table_lines(ctx: Optional[Context], runs: Dict[str, List[dict]], rows: Dict[str, dict]) -> List[str]:
+    references = scored_references(ctx, DATA_SUITE) if ctx else None
+    lines = ["| architecture | group | kinds (enc / dec / cross) | params | GFLOPs | latency (ms) | relative latency | "
+             "BLEU per seed | mean ± std | paired bootstrap vs softmax (concatenated seeds) |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
+    for name, row in sorted(rows.items(), key=lambda item: (item[1]["relative_latency"] or 0, item[0])):
+        test = "-"
+        if name != BASELINE and BASELINE in runs:
+            paired, why = quality.paired_over_seeds(CONVERGED, runs[name], runs[BASELINE], references)
+            test = (f"{paired.ours:.2f} vs {paired.theirs:.2f}, {quality.format_p(paired.p_value)}" if paired else why)
+        latency = f"{row['latency_ms']:.1f}" if row["latency_ms"] is not None else "-"
+        rel = f"{row['relative_latency']:.3f}" if row["relative_latency"] is not None else "-"
+        gflops = format(row["gflops"], ".3f") if row["gflops"] is not None else "-"
+        lines.append(f"| {name} | {row['group']} | {kinds_cell(row['architecture'])} | {row['params']:,} | {gflops} | "
+                     f"{latency} | {rel} | {', '.join(format(b, '.2f') for b in row['bleus'])} | "
+                     f"{row['bleu_mean']:.2f} ± {row['bleu_std']:.2f} | {test} |")
+    return lines + [""]
+
+
+def budget_lines(results: str) -> List[str]:
+    budgets = read_budgets(results)
+    if budgets is None:
+        return []
+    family = ", ".join(f"{name} {r['relative_latency']:.3f}x ({r['latency_ms']:.1f} ms, {r['gflops']:.3f} GFLOPs)"
+                       for name, r in sorted(budgets["family"].items(), key=lambda item: item[1]["relative_latency"]))
+    return [f"* Measured by the protocol beside the softmax layout (relative latency, ms, counted GFLOPs): {family}.",
+            f"* Scaled baselines (nearest to {', '.join(f'{t:g}x' for t in budgets['targets'])}): "
+            f"{', '.join(budgets['baselines'])}; latency budgets (relative): "
+            + ", ".join(f"{name} {value}" for name, value in budgets["relative_latency"].items())
+            + f"; FLOPs budget: {budgets['gflops']['limit']} GFLOPs ({budgets['gflops']['of']}'s)."]
+
+
+def render(ctx: Optional[Context], results: str, command: str, plot_path: Optional[str]) -> str:
+    lines = [REPORT_BEGIN, "", "## Measured: the search on Multi30k de-en at the convergence budget, against scaled baselines", ""]
+    runs = load_runs(results)
+    stages = json.load(open(os.path.join(results, "stages.json"), encoding="utf-8")) if os.path.isfile(
+        os.path.join(results, "stages.json")) else {}
+    lines += [f"Rendered by `{command}` from `{relative(results)}/` (committed stage results; each records its revision, "
+              "machine and command). Space: `search_spaces/multi30k_bracket.yaml`.", ""]
+    updates = sorted({r.get("updates") for records in runs.values() for r in records if r.get("updates")})
+    planned = plan(results)
+    lines += [f"* Every from-scratch row: {', '.join(map(str, updates)) or 'B'} updates (the convergence budget B of "
+              "`benchmarks/convergence.py --suite multi30k`), bench-quality's `multi30k_converged` settings; the "
+              "hand-written layouts are that suite's rows (the same trainings). Scored with `checkpoint_best.pt`, beam 5: "
+              "no checkpoint averaging (the paper averages the last ten).",
+              f"* Planned: {count(len(distinct(planned)), 'distinct architecture')}, "
+              f"{count(training_count(planned), 'training')}; {count(sum(len(r) for r in runs.values()), 'training')} done."]
+    lines += collection_lines(results)
+    lines += budget_lines(results)
+    lines += evolution_lines(results)
+    supernet_path = os.path.join(results, "supernet.json")
+    if os.path.isfile(supernet_path):
+        supernet = json.load(open(supernet_path, encoding="utf-8"))
+        stages = {"supernet": {"seconds": supernet["train_seconds"], "runs": [supernet]}, **stages}
+    if stages:
+        lines.append("* Time of each stage on the machines its runs name, wall (and CPU: user + system of the stage's "
+                     "processes): " + ", ".join(stage_time(name, entry) for name, entry in stages.items()) + ".")
+    lines.append("")
+    latencies = {architecture_key(r["architecture"]): r for r in read_jsonl(os.path.join(results, MEASURED))}
+    rows = summary(runs, latencies)
+    if rows:
+        lines += table_lines(ctx, runs, rows)
+        found, baselines = row_points(rows)
+        lines += [f"**Target** (the found front dominates the scaled-softmax front: for every baseline on it, a found "
+                  "architecture of equal or lower latency at least as good, and better by more than the seed spread at "
+                  f"one at least): {verdict_text(front_verdict(found, baselines))}.", ""]
+        if plot_path:
+            plot(rows, plot_path)
+            lines += [f"![BLEU against relative latency and FLOPs]({os.path.basename(plot_path)})", ""]
+        lines += ranking_lines(results, rows)
+        example = next(iter(runs.values()))[0]
+        lines += ["One training (the others differ in the architecture and `SEED`):", "", "```bash",
+                  example.get("train_command", ""), "```", ""]
+    else:
+        lines += ["No architecture trained from scratch yet.", ""]
+    return "\n".join(lines + [REPORT_END, ""])
 
 
 def duration(seconds: float) -> str:
@@ -415,7 +783,7 @@ def evolution_lines(results: str) -> List[str]:
              + "; fitness: the loss ranker; the latency predicted by the latency regressor, then the final candidates "
              "measured):"]
     for name, result in found:
-        best, confirmed = result["best"], result["confirmed_latency"]
+        best, confirmed = result["best"], result["confirmed_latency"] or []  # (None: a FLOPs budget, counted)
         measured = next((c for c in confirmed if c["architecture"] == best["architecture"]), None)
         measured_text = (f"measured {measured['latency_ms']:.1f} ± {measured['stdev_ms']:.1f} ms"
                          + (f", {measured['relative_latency']:.3f}x the reference" if "relative_latency" in measured else "")
@@ -429,75 +797,10 @@ def evolution_lines(results: str) -> List[str]:
             f"  * {name} ({budget}): {count(len(history), 'iteration')}"
             f"{' (stopped early)' if result['stopped_early'] else ''}, {history[-1]['evaluated']:,} architectures evaluated; "
             f"best: {supernet_ranking.describe(best['architecture'])}; {best['mparams']:.2f} M parameters, "
-            f"{best['gflops']:.3f} GFLOPs; {predicted}, {measured_text}; "
-            f"{sum(c['within_budget'] for c in confirmed)} of {len(confirmed)} measured candidates within the budget.")
+            f"{best['gflops']:.3f} GFLOPs; "
+            + (f"{predicted}, {measured_text}; {sum(c['within_budget'] for c in confirmed)} of {len(confirmed)} measured "
+               "candidates within the budget." if result["confirmed_latency"] is not None else "FLOPs counted, not measured."))
     return lines
-
-
-def render(ctx: Optional[Context], results: str, command: str, plot_path: Optional[str],
-           supernet_results: str = SUPERNET_RESULTS) -> str:
-    lines = [REPORT_BEGIN, "", "## Measured: the search on Multi30k de-en (ranking, evolution, trained from scratch)", ""]
-    runs = load_runs(results)
-    stages = json.load(open(os.path.join(results, "stages.json"), encoding="utf-8")) if os.path.isfile(
-        os.path.join(results, "stages.json")) else {}
-    lines += [f"Rendered by `{command}` from `{relative(results)}/` (committed stage results; each records its revision, "
-              "machine and command).", ""]
-    lines += collection_lines(results)
-    for target in ("loss", "latency", "relative_latency"):
-        report = os.path.join(results, f"ranker_{target}", "report.json")
-        if os.path.isfile(report):
-            r = json.load(open(report, encoding="utf-8"))
-            lines.append(f"* Ranker of the {target} ({r['architectures']} architectures, {r['held_out']} held out): pairwise "
-                         f"Kendall tau {r['pairwise']['kendall_tau']:.3f}, pair accuracy {r['pairwise']['pair_accuracy']:.3f}; "
-                         f"pointwise tau {r['pointwise']['kendall_tau']:.3f}, pair accuracy {r['pointwise']['pair_accuracy']:.3f}.")
-    budgets_path = os.path.join(results, "budgets.json")
-    if os.path.isfile(budgets_path):
-        budgets = json.load(open(budgets_path, encoding="utf-8"))
-        lines.append("* Latency budgets (relative to the softmax layout's latency, measured beside it inside the supernet): " + ", ".join(
-            f"{name} {value}" for name, value in budgets["budgets"].items()) + ".")
-    lines += evolution_lines(results)
-    supernet_path = os.path.join(supernet_results, "supernet.json")
-    if os.path.isfile(supernet_path):
-        supernet = json.load(open(supernet_path, encoding="utf-8"))
-        # (train_seconds: every run of a resumed supernet; process_seconds is the last run's only)
-        stages = {"supernet": {"seconds": supernet["train_seconds"], "runs": [supernet]}, **stages}
-    if stages:
-        lines.append("* Time of each stage on the machines its runs name, wall (and CPU: user + system of the stage's "
-                     "processes, recorded since 2026-11-27; the supernet: `supernet.json` of "
-                     "`benchmarks/supernet_ranking.py`): " + ", ".join(stage_time(name, entry) for name, entry in stages.items())
-                     + ".")
-    lines.append("")
-    rows = summary(runs)
-    if rows:
-        references = scored_references(ctx, SUITE) if ctx else None
-        lines += ["| architecture | kinds (enc / dec / cross) | params | GFLOPs | latency (ms) | BLEU per seed | mean ± std | "
-                  "paired bootstrap vs softmax (p per seed) |", "| --- | --- | ---: | ---: | ---: | --- | ---: | --- |"]
-        for name, row in sorted(rows.items(), key=lambda item: (item[1]["latency_ms"] or 0)):
-            a = runs[name][0]["architecture"]
-            kinds = " / ".join("".join(l[k][0] for l in a[side]) for side, k in (("encoder_layers", "attention_kind"),
-                                                                              ("decoder_layers", "attention_kind"),
-                                                                              ("decoder_layers", "cross_attention_kind")))
-            tests = "-"
-            if references and name != BASELINE and BASELINE in runs:
-                by_seed = {r["seed"]: r for r in runs[BASELINE]}
-                ps = [paired_bleu(r["hypotheses"], by_seed[r["seed"]]["hypotheses"], references).p_value
-                      for r in runs[name] if r["seed"] in by_seed]
-                tests = ", ".join(f"{p:.3f}" for p in ps)
-            latency = f"{row['latency_ms']:.1f} ± {row['latency_std']:.1f}" if row["latency_ms"] is not None else "-"
-            gflops = format(row["gflops"], ".3f") if row["gflops"] is not None else "-"
-            bleus = ", ".join(format(b, ".2f") for b in row["bleus"])
-            lines.append(f"| {name} | {kinds} | {row['params']:,} | {gflops} | {latency} | {bleus} | "
-                         f"{row['bleu_mean']:.2f} ± {row['bleu_std']:.2f} | {tests} |")
-        lines += ["", f"**Target** (a found architecture within softmax's seed spread at <= 0.7x its latency, or better than "
-                  f"every hand-written layout of equal or lower latency by more than the spread): {target_verdict(rows)}.", ""]
-        if plot_path:
-            plot(rows, plot_path)
-            lines += [f"![BLEU against latency and FLOPs]({os.path.basename(plot_path)})", ""]
-        example = runs[BASELINE][0]["command"] if BASELINE in runs else next(iter(runs.values()))[0]["command"]
-        lines += ["One training (the others differ in the architecture file and `SEED`):", "", "```bash", example, "```", ""]
-    else:
-        lines += ["No architecture trained from scratch yet.", ""]
-    return "\n".join(lines + [REPORT_END, ""])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -505,48 +808,66 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated stages (default: %(default)s)")
     parser.add_argument("--data-root", default=os.path.join(os.path.dirname(REPO), "shared", "data"), help="the shared data")
-    parser.add_argument("--work-dir", default=os.path.join(REPO, "work_dirs", "search_multi30k"), help="(default: %(default)s)")
-    parser.add_argument("--results", default=os.path.join(REPO, "docs", "records", "data", "search_multi30k"),
+    parser.add_argument("--work-dir", default=os.path.join(REPO, "work_dirs", "search_multi30k_converged"),
+                        help="the supernet and the search's data (default: %(default)s)")
+    parser.add_argument("--quality-work-dir", default=os.path.join(REPO, "work_dirs", "bench_quality"),
+                        help="bench-quality's work folder, where every from-scratch row trains (shared with its "
+                             "multi30k_converged suite; default: %(default)s)")
+    parser.add_argument("--results", default=os.path.join(REPO, "docs", "records", "data", "search_multi30k_converged"),
                         help="the stages' small results, committed (default: %(default)s)")
-    parser.add_argument("--supernet-work-dir", default=os.path.join(REPO, "work_dirs", "supernet_ranking"),
-                        help="supernet_ranking.py's work dir, whose supernet is searched (default: %(default)s)")
+    parser.add_argument("--supernet-updates", type=int, help=f"(default: {SUPERNET_FACTOR} B)")
     parser.add_argument("--loss-samples", type=int, default=300, help="(default: %(default)s)")
     parser.add_argument("--latency-samples", type=int, default=300, help="(default: %(default)s)")
-    parser.add_argument("--seeds", default="1,2,3", help="seeds of every from-scratch training (default: %(default)s)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the supernet and the rows train (cuda: one GPU, float32); latency is always "
+                             "measured on the CPU by the protocol (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=1, help="trainings at once (default: %(default)s; a GPU holds a dozen+)")
     parser.add_argument("--output", default=os.path.join(REPO, "docs", "records", "search.md"), help="the report (default: %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="only re-render the report")
     parser.add_argument("--allow-dirty", action="store_true", help="measure with uncommitted changes (recorded)")
     args = parser.parse_args(argv)
     stages = supernet_ranking.parse_stages(parser, args.stages, STAGES)
-    seeds = [int(s) for s in args.seeds.split(",") if s]
+    if args.jobs < 1:
+        parser.error(f"--jobs: expected at least 1, got {args.jobs}")
+    if args.supernet_updates is not None and args.supernet_updates < 1:
+        parser.error(f"--supernet-updates: expected at least 1, got {args.supernet_updates}")
+    if not args.report_only and {"supernet", "train"} & set(stages):
+        budget = convergence_budget()  # (before any long work: a one-line error until B is measured)
+        log(f"the convergence budget B: {budget} updates")
     os.makedirs(args.results, exist_ok=True)
     command = "python benchmarks/search_multi30k.py" + "".join(" " + shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=os.path.abspath(args.work_dir), quick=False)
+    ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=os.path.abspath(args.work_dir), quick=False,
+                  device=args.device)
     if not args.report_only:
         require_committed(args.allow_dirty, "benchmarks/search_multi30k.py")
         signal.signal(signal.SIGTERM, quality.stop_on_sigterm)  # a stopped stage still records its time
-        prepare(ctx, SUITE)
+        prepare(ctx, DATA_SUITE)
         times = Stages(args.results)
-        supernet_ctx = Context(data_root=ctx.data_root, work_dir=os.path.abspath(args.supernet_work_dir), quick=False)
-        checkpoint = os.path.join(supernet_ranking.supernet_dir(supernet_ctx), "checkpoint_last.pt")
-        if "supernet" in stages:  # (its time: supernet.json, where supernet_ranking.py records it)
-            prepare(supernet_ctx, SUITE)
-            os.makedirs(SUPERNET_RESULTS, exist_ok=True)
-            supernet_ranking.train_supernet(supernet_ctx, SUPERNET_RESULTS, supernet_ranking.SUPERNET_UPDATES)
-        if set(stages) - {"supernet", "train"} and not os.path.isfile(checkpoint):
-            raise SystemExit(f"error: {relative(checkpoint)}: no supernet (run the supernet stage)")
+        checkpoint = supernet_checkpoint(ctx)
+        if "supernet" in stages:  # (its time: supernet.json)
+            train_supernet(ctx, args.results, args.supernet_updates or SUPERNET_FACTOR * budget)
         if "collect" in stages:
             timed(times, "collect", collect, ctx, args.results, checkpoint, args.loss_samples, args.latency_samples)
         if "rank" in stages:
             timed(times, "rank", rank, ctx, args.results)
-        budgets = None
         if "budgets" in stages or "evolve" in stages:
-            budgets = timed(times, "budgets", measure_layouts, args.results, checkpoint)["budgets"]
-        if "evolve" in stages:
-            timed(times, "evolve", evolve, ctx, args.results, checkpoint, budgets)
+            budgets = timed(times, "budgets", measure_budgets, args.results, checkpoint)
+            if "evolve" in stages:
+                timed(times, "evolve", evolve, ctx, args.results, checkpoint, budgets)
+        choose_spread(args.results)
+        rows = plan(args.results)
+        log(f"plan: {count(len(distinct(rows)), 'distinct architecture')}, {count(training_count(rows), 'training')}")
+        if "inherited" in stages:
+            timed(times, "inherited", inherited, ctx, args.results, rows)
         if "train" in stages:
-            timed(times, "train", train, ctx, args.results, seeds, checkpoint)
-    prepare(ctx, SUITE)  # (the references of the paired test)
+            quality_ctx = Context(data_root=ctx.data_root, work_dir=os.path.abspath(args.quality_work_dir), quick=False,
+                                  device=args.device)
+            prepare(quality_ctx, CONVERGED)
+            timed(times, "train", train, quality_ctx, args.results, rows, args.jobs)
+        if "latency" in stages:
+            timed(times, "latency", measured_latency, args.results, checkpoint,
+                  {row.name: row.architecture for row in distinct(rows)})
+    prepare(ctx, DATA_SUITE)  # (the references of the paired test)
     report = render(ctx, args.results, command, os.path.join(os.path.dirname(os.path.abspath(args.output)), "search_pareto.png"))
     write_report(args.output, report, REPORT_BEGIN, REPORT_END)
     log(f"report: {relative(args.output)}")

@@ -98,7 +98,10 @@ def architecture_key(architecture: dict) -> str:
 
 
 # ------------------------------------------------------------------- stages ---
-def train_supernet(ctx: Context, results: str, updates: int) -> dict:
+def train_supernet(ctx: Context, results: str, updates: int, space: str = SPACE,
+                   train_env: Optional[Dict[str, str]] = None) -> dict:
+    """``recipes/multi30k/supernet.sh`` over ``space`` with ``train_env`` (default: ``TRAIN_ENV``, bench-quality's
+    Multi30k settings) for ``updates`` updates; ``supernet.json`` in ``results`` (read back when it exists)."""
     path = os.path.join(results, "supernet.json")
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
@@ -109,7 +112,8 @@ def train_supernet(ctx: Context, results: str, updates: int) -> dict:
         raise SystemExit(f"error: {relative(path)} holds a supernet of {done['updates']} updates, not --supernet-updates "
                          f"{updates}: remove it (and {relative(supernet_dir(ctx))}) to train again")
     save_dir = supernet_dir(ctx)
-    env = recipe_env(ctx, SUITE, {**TRAIN_ENV, "MAX_UPDATE": str(updates), "SAVE_DIR": save_dir})
+    env = recipe_env(ctx, SUITE, {**(TRAIN_ENV if train_env is None else train_env), "MAX_UPDATE": str(updates),
+                                  "SAVE_DIR": save_dir, **({} if space == SPACE else {"SEARCH_SPACE": space})})
     command = ["recipes/multi30k/supernet.sh"]
     log(f"supernet: training ({updates} updates; a rerun resumes from {relative(save_dir)}/checkpoint_last.pt)")
     started = time.time()
@@ -123,7 +127,7 @@ def train_supernet(ctx: Context, results: str, updates: int) -> dict:
     result = {"command": shell_line(env, command), "updates": training["updates"], "params": training["params"],
               "checkpoint_sha256": file_sha256(os.path.join(save_dir, "checkpoint_last.pt")),
               **training_time(text), "process_seconds": round(elapsed, 1), "validations": supernet_validations(text),
-              "space": relative(SPACE), **provenance()}
+              "space": relative(space), **provenance()}
     if result["updates"] != updates:
         raise SystemExit(f"error: the supernet stopped at {result['updates']} updates, not {updates} (see its train.log)")
     write_json(path, result, sort_keys=True)

@@ -1,66 +1,66 @@
-"""One rank of ``fairseq-plugins-cpu-train``: fairseq-train, optionally saving
-the final model state of this rank.
+"""One rank of ``fairseq-plugins-cpu-train``: torchrun's training script, fairseq-train told its rank.
 
-    python -c "import runpy; runpy.run_path('.../_rank_main.py', run_name='__main__')" \\
-        [--dump-final-params DIR] -- <fairseq-train arguments>
+    torchrun --standalone --nproc-per-node N .../_rank_main.py <fairseq-train arguments>
 
-The launcher runs this file by path, so it imports nothing from
-fairseq_plugins: the rank loads the package only through ``--user-dir``, as
-stock fairseq-train does.
+Stock fairseq 0.12 cannot be torchrun's script on a machine without CUDA: with its default
+``--distributed-world-size`` (the CUDA device count, at least 1) every process trains alone and all of them
+write the same checkpoints; with ``--distributed-world-size N`` it stops at ``rank %
+torch.cuda.device_count()`` (``_infer_torch_distributed_launch_init`` in fairseq/distributed/utils.py). Given
+an init method, fairseq skips that inference, so this script appends, from torchrun's ``RANK`` and
+``WORLD_SIZE``::
 
-Without ``--dump-final-params`` this is exactly ``fairseq_cli.train.cli_main()``.
+    --distributed-init-method env:// --distributed-world-size WORLD_SIZE --distributed-rank RANK
+    --distributed-no-spawn --device-id 0 --cpu --distributed-backend gloo [--ddp-backend legacy_ddp]
 
-With it, every rank writes ``DIR/rank{R}.pt`` = {"rank", "world_size",
-"num_updates", "model": the model's state_dict on CPU} after training. fairseq
-saves checkpoints only on rank 0 and keeps its Trainer local to
-``fairseq_cli.train.main``, so there is no public hook to reach the other
-ranks' models. The least invasive way found: replace two names in the
-``fairseq_cli.train`` module, nothing inside fairseq's training code,
+(``--ddp-backend`` only when absent: fairseq's own gradient all-reduce). ``--ddp-backend c10d`` (or
+``pytorch_ddp``) runs fairseq's GPU wrapper, PyTorch's DistributedDataParallel, with every option fairseq gives
+it but ``device_ids=[--device-id]``, which DistributedDataParallel refuses for a CPU module: this script
+replaces the name ``DistributedDataParallel`` in ``fairseq.models.distributed_fairseq_model`` by a subclass
+that drops the device ids (and nothing else).
 
-* ``Trainer`` by a subclass that only records the instance ``main`` builds;
-* ``main`` by a function that calls the original ``main`` and then saves the
-  recorded trainer's model. ``cli_main`` looks ``main`` up when it runs and
-  hands it to ``distributed_utils.call_main``, so the dump runs inside the
-  rank's process, after training and before fairseq's final barrier, with the
-  process group still up (its rank and world size are recorded as seen by
-  torch.distributed, so a caller can tell a real data-parallel run from N
-  independent ones).
-
-If fairseq ever renames these, this fails loudly instead of dumping nothing.
-
-With ``--ddp-backend c10d`` (or ``pytorch_ddp``) fairseq wraps the model in PyTorch's
-DistributedDataParallel with ``device_ids=[--device-id]``, which DistributedDataParallel refuses for a
-module on the CPU. The rank replaces the name ``DistributedDataParallel`` in
-``fairseq.models.distributed_fairseq_model`` by a subclass that drops the device ids (and nothing else),
-so that the CPU run uses the wrapper, the options and the reducer of a GPU run.
+torchrun runs this file by path, and it imports nothing from fairseq_plugins: the rank loads the package only
+through ``--user-dir``, as stock fairseq-train does (a --user-dir naming another copy of fairseq_plugins would
+otherwise fail as "not globally unique").
 """
 import os
 import sys
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional
 
-LAUNCHER_PID_ENV = "FAIRSEQ_PLUGINS_LAUNCHER_PID"
 PR_SET_PDEATHSIG = 1
+# Options the rank sets to one value unless given (the launcher refuses other values).
+DEFAULTS = {"--distributed-backend": "gloo", "--ddp-backend": "legacy_ddp"}
+SWITCHES = ("--cpu", "--distributed-no-spawn")
 
 
-def parse_argv(argv: List[str]) -> Tuple[Optional[str], List[str]]:
-    if "--" not in argv:
-        raise SystemExit("_rank_main: usage: [--dump-final-params DIR] -- <fairseq-train arguments>")
-    i = argv.index("--")
-    own, fairseq_args = argv[:i], argv[i + 1:]
-    dump_dir = None
-    if own:
-        if len(own) != 2 or own[0] != "--dump-final-params":
-            raise SystemExit(f"_rank_main: unknown arguments {own}")
-        dump_dir = own[1]
-    return dump_dir, fairseq_args
+def option_value(fairseq_args: List[str], name: str) -> Optional[str]:
+    """The value of an option in fairseq-train arguments (``--name value`` or ``--name=value``; None when absent)."""
+    for i, token in enumerate(fairseq_args):
+        option, has_value, value = token.partition("=")
+        if option == name:
+            return value if has_value else (fairseq_args[i + 1] if i + 1 < len(fairseq_args) else None)
+    return None
+
+
+def rank_flags(fairseq_args: List[str], environ: Dict[str, str]) -> List[str]:
+    """The options appended to the user's fairseq-train arguments in the rank torchrun started."""
+    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in environ]
+    if missing:
+        raise SystemExit(f"_rank_main: {', '.join(missing)} not set: run by torchrun (fairseq-plugins-cpu-train)")
+    present = {token.partition("=")[0] for token in fairseq_args if token.startswith("--")}
+    flags = [switch for switch in SWITCHES if switch not in present]
+    for name, value in DEFAULTS.items():
+        if name not in present:
+            flags += [name, value]
+    return flags + ["--distributed-init-method", "env://", "--distributed-world-size", environ["WORLD_SIZE"],
+                    "--distributed-rank", environ["RANK"], "--device-id", "0"]
 
 
 def exit_with_launcher() -> None:
-    """Linux: get SIGTERM when the launcher dies, even by SIGKILL (ranks run in
-    their own sessions, so nothing else would stop them)."""
-    launcher = os.environ.get(LAUNCHER_PID_ENV)
-    if not launcher or not sys.platform.startswith("linux"):
-        return
+    """Linux: SIGTERM when torchrun dies, even by SIGKILL: torchrun starts every rank in a session of its own,
+    so nothing else would stop it."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return  # not started by torchrun
+    launcher = os.getppid()
     try:
         import ctypes
         import signal
@@ -70,66 +70,8 @@ def exit_with_launcher() -> None:
             return
     except (OSError, AttributeError):
         return
-    if os.getppid() != int(launcher):  # the launcher died before prctl
-        sys.exit("_rank_main: the launcher has exited")
-
-
-def dump_final_params(trainer, dump_dir: str) -> str:
-    import torch
-    import torch.distributed as dist
-
-    distributed = dist.is_available() and dist.is_initialized()
-    rank = dist.get_rank() if distributed else 0
-    payload = {
-        "rank": rank,
-        "world_size": dist.get_world_size() if distributed else 1,
-        "num_updates": trainer.get_num_updates(),
-        # get_model(): the model without the data-parallel wrapper.
-        "model": {name: t.detach().cpu().clone() for name, t in trainer.get_model().state_dict().items()},
-    }
-    os.makedirs(dump_dir, exist_ok=True)
-    path = os.path.join(dump_dir, f"rank{rank}.pt")
-    torch.save(payload, path + ".tmp")
-    os.replace(path + ".tmp", path)
-    return path
-
-
-def install_dump(fairseq_train, dump_dir: str) -> None:
-    """Make ``fairseq_train.cli_main()`` save the final model state of this rank (see the module docstring)."""
-    for name in ("Trainer", "main", "cli_main"):
-        if not hasattr(fairseq_train, name):
-            raise RuntimeError(f"--dump-final-params: fairseq_cli.train has no {name!r} (unsupported fairseq version)")
-    trainers = []
-    base_trainer, train_main = fairseq_train.Trainer, fairseq_train.main
-
-    class RecordingTrainer(base_trainer):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            trainers.append(self)
-
-    RecordingTrainer.__name__ = RecordingTrainer.__qualname__ = base_trainer.__name__
-
-    def main_then_dump(cfg, **kwargs):
-        train_main(cfg, **kwargs)
-        if len(trainers) != 1:
-            raise RuntimeError(
-                f"--dump-final-params: expected fairseq-train to build one Trainer, saw {len(trainers)} "
-                "(model parallelism is not supported)"
-            )
-        path = dump_final_params(trainers[0], dump_dir)
-        print(f"_rank_main: saved the final model state to {path}", flush=True)
-
-    fairseq_train.Trainer = RecordingTrainer
-    fairseq_train.main = main_then_dump
-
-
-def ddp_backend(fairseq_args: List[str]) -> Optional[str]:
-    """The value of --ddp-backend in the fairseq-train arguments (None when absent)."""
-    for i, token in enumerate(fairseq_args):
-        name, has_value, value = token.partition("=")
-        if name == "--ddp-backend":
-            return value if has_value else (fairseq_args[i + 1] if i + 1 < len(fairseq_args) else None)
-    return None
+    if launcher == 1 or os.getppid() != launcher:  # torchrun died before prctl
+        sys.exit("_rank_main: torchrun has exited")
 
 
 def allow_c10d_on_cpu() -> None:
@@ -151,16 +93,17 @@ def allow_c10d_on_cpu() -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    dump_dir, fairseq_args = parse_argv(sys.argv[1:] if argv is None else list(argv))
     exit_with_launcher()
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]  # run by path: this folder's modules must not shadow top-level names
+    fairseq_args = sys.argv[1:] if argv is None else list(argv)
+    fairseq_args += rank_flags(fairseq_args, dict(os.environ))
     sys.argv = ["fairseq-train", *fairseq_args]  # cli_main parses sys.argv
-    import fairseq_cli.train as fairseq_train
+    import fairseq_cli.train
 
-    if dump_dir is not None:
-        install_dump(fairseq_train, dump_dir)
-    if ddp_backend(fairseq_args) in ("c10d", "pytorch_ddp"):
+    if option_value(fairseq_args, "--ddp-backend") in ("c10d", "pytorch_ddp"):
         allow_c10d_on_cpu()
-    fairseq_train.cli_main()
+    fairseq_cli.train.cli_main()
 
 
 if __name__ == "__main__":

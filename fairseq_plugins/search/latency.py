@@ -5,7 +5,9 @@ encoder, then incremental beam search (fairseq's ``SequenceGenerator``, what fai
 fixed number of decoder steps (no end of sentence before it, one forced at it), so every model is timed on
 the same work whatever it would translate. A language model has two: scoring (one forward pass over a
 context of ``decoder_steps`` tokens) and sampling (``decoder_steps`` tokens drawn one at a time by
-fairseq's sampling search, the context growing to ``decoder_steps``), reported in tokens per second.
+fairseq's sampling search, the context growing to ``decoder_steps``), reported in tokens per second; on
+request (``measure(..., work=("next_token",))``) also the next sampled token after a prefix of
+``decoder_steps`` tokens, the marginal cost of decoding at that length.
 
 The protocol (``measure``), because the speed of a shared machine changes by factors within minutes:
 
@@ -214,14 +216,60 @@ class Scoring:
         pass
 
 
+class NextToken:
+    """One call: a language model's next sampled token after a prefix of ``decoder_steps`` tokens, the marginal
+    cost of one more token of ``Generation``'s sampling at that prefix: one decoder step on the prefix's
+    incremental state (built once, untimed, token by token), the log-probabilities and fairseq's sampling draw.
+    Each call steps from a shallow copy of the prefix's state (the kinds store new tensors in their buffers,
+    never write into the stored ones), so every call is the (prefix + 1)-th token."""
+
+    def __init__(self, model, dictionary, settings: LatencySettings, device: str, seed: int = 1):
+        from fairseq import search
+        from fairseq.sequence_generator import EnsembleModel
+
+        if not language_model(model):
+            raise LatencyError("the next-token cost is a language model's (a translation model's is its beam search)")
+        check_positions(model, settings)  # the prefix and the timed token within the model's positions
+        self.model = model.eval().to(device)
+        self.ensemble = EnsembleModel([self.model])
+        self.search = search.Sampling(dictionary)
+        self.prefix = settings.decoder_steps
+        rng = torch.Generator().manual_seed(seed)
+        tokens = torch.randint(dictionary.nspecial, len(dictionary), (1, self.prefix + 1), generator=rng)
+        tokens[0, 0] = dictionary.eos()  # the start of a document, as sampling begins
+        self.tokens = tokens.to(device)
+        self.scores = torch.zeros(1, 1, self.prefix + 1, device=device)
+        self.state: Dict[str, Dict[str, Optional[torch.Tensor]]] = {}
+        with torch.no_grad():
+            for end in range(1, self.prefix + 1):
+                self.ensemble.forward_decoder(self.tokens[:, :end], [], [self.state])
+
+    def step(self) -> torch.Tensor:
+        """The log-probabilities of the token after the prefix, from a copy of the prefix's state."""
+        state = {key: dict(value) if isinstance(value, dict) else value for key, value in self.state.items()}
+        with torch.no_grad():
+            log_probs, _ = self.ensemble.forward_decoder(self.tokens, [], [state])
+        return log_probs
+
+    def __call__(self):
+        log_probs = self.step()
+        self.search.step(self.prefix, log_probs.view(1, 1, -1), self.scores)
+
+    def close(self):
+        pass
+
+
 def workloads(model) -> Tuple[str, ...]:
     """The work timed for ``model``: ``generation`` (translation: beam search; language model: sampling),
     and for a language model also ``scoring``."""
     return ("sampling", "scoring") if language_model(model) else ("generation",)
 
 
+WORKLOADS = {"generation": Generation, "sampling": Generation, "scoring": Scoring, "next_token": NextToken}
+
+
 def workload(name: str, model, dictionary, settings: LatencySettings, device: str):
-    return (Scoring if name == "scoring" else Generation)(model, dictionary, settings, device)
+    return WORKLOADS[name](model, dictionary, settings, device)
 
 
 # ----------------------------------------------------------------- the protocol ---
@@ -229,8 +277,9 @@ ModelBuilder = Callable[[], torch.nn.Module]
 
 
 def measure_here(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictionary, settings: LatencySettings,
-                 device: str = "cpu") -> Dict:
-    """The protocol in this process (``measure`` runs it in a pinned child on the CPU)."""
+                 device: str = "cpu", work: Sequence[str] = ()) -> Dict:
+    """The protocol in this process (``measure`` runs it in a pinned child on the CPU) on the workloads
+    ``work`` (names of ``WORKLOADS``; default: ``workloads`` of the candidate)."""
     on_cuda = torch.device(device).type == "cuda"
     if on_cuda and not torch.cuda.is_available():
         raise LatencyError(f"--device {device}: no CUDA device is available")
@@ -241,7 +290,7 @@ def measure_here(build_candidate: ModelBuilder, build_reference: ModelBuilder, d
         raise LatencyError("--reference: a translation model and a language model cannot be compared")
     record = {**asdict(settings), "device": device, "pid": os.getpid(), "cores": sorted(os.sched_getaffinity(0)),
               "threads": torch.get_num_threads()}
-    for name in workloads(candidate):
+    for name in work or workloads(candidate):
         timed_candidate = workload(name, candidate, dictionary, settings, device)
         timed_reference = workload(name, reference, dictionary, settings, device)
         measured = interleave(timed_candidate, timed_reference, settings, synchronize=synchronize)
@@ -249,6 +298,9 @@ def measure_here(build_candidate: ModelBuilder, build_reference: ModelBuilder, d
         timed_reference.close()  # (a model measured again in this process, on CUDA, counts its own calls only)
         if name == "generation":
             record.update(measured, decoder_calls=timed_candidate.decoder_calls)
+            continue
+        if name == "next_token":  # one token: milliseconds per token at the prefix
+            record[name] = {**measured, "prefix": settings.decoder_steps}
             continue
         tokens = settings.decoder_steps
         measured.update(context=tokens, tokens_per_second=1000 * tokens / measured["latency_ms"],
@@ -262,11 +314,12 @@ def measure_here(build_candidate: ModelBuilder, build_reference: ModelBuilder, d
     return record
 
 
-def _child(connection, build_candidate, build_reference, dictionary, settings: LatencySettings, device: str):
+def _child(connection, build_candidate, build_reference, dictionary, settings: LatencySettings, device: str,
+           work: Sequence[str]):
     try:
         os.sched_setaffinity(0, settings.cores())
         torch.set_num_threads(settings.threads)
-        connection.send({"record": measure_here(build_candidate, build_reference, dictionary, settings, device)})
+        connection.send({"record": measure_here(build_candidate, build_reference, dictionary, settings, device, work)})
     except AttentionConfigError as error:
         connection.send({"error": str(error)})
     except BaseException:  # (the parent raises it: nothing is lost silently)
@@ -276,16 +329,21 @@ def _child(connection, build_candidate, build_reference, dictionary, settings: L
 
 
 def measure(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictionary, settings: LatencySettings,
-            device: str = "cpu") -> Dict:
+            device: str = "cpu", work: Sequence[str] = ()) -> Dict:
     """The latency of the model ``build_candidate`` returns, relative to ``build_reference``'s (module
-    docstring); on the CPU in a forked child process pinned to ``settings.cores()`` with ``settings.threads``
-    threads (the builders run there: the sub-networks are built in the child, not in this process)."""
+    docstring), on the workloads ``work`` (default: ``workloads`` of the candidate); on the CPU in a forked
+    child process pinned to ``settings.cores()`` with ``settings.threads`` threads (the builders run there:
+    the sub-networks are built in the child, not in this process)."""
     settings.check()
+    unknown = [name for name in work if name not in WORKLOADS]
+    if unknown:
+        raise LatencyError(f"unknown workload {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
     if torch.device(device).type != "cpu":
-        return measure_here(build_candidate, build_reference, dictionary, settings, device)
+        return measure_here(build_candidate, build_reference, dictionary, settings, device, work)
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_child, args=(sender, build_candidate, build_reference, dictionary, settings, device))
+    child = context.Process(target=_child, args=(sender, build_candidate, build_reference, dictionary, settings, device,
+                                                               tuple(work)))
     child.start()
     sender.close()
     try:

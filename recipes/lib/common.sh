@@ -14,7 +14,7 @@
 #                       training tokens (default 20), at most the data set's MAX_UPDATE; WARMUP at
 #                       most a tenth of it
 #   NUM_GPUS            GPUs to train on          (default: all visible; 0 = CPU)
-#   CPU_PROCS           CPU data-parallel ranks   (default 1; >1 uses fairseq-plugins-cpu-train)
+#   CPU_PROCS           CPU data-parallel ranks   (default 1; >1 uses fairseq-plugins-cpu-train: torchrun)
 #   CPU_MALLOC          CPU runs: keep (default: freed memory stays in the process, glibc's
 #                       MALLOC_MMAP_MAX_=0 and MALLOC_TRIM_THRESHOLD_ unless set) or glibc (its defaults)
 #   FP16                1 = --fp16 on GPU         (default 1 on GPU)

@@ -48,11 +48,33 @@ def test_gpu_checks_sh_names_what_is_missing(tmp_path):
     ({}, "WORK_DIR: the bench-quality work folder"),
     ({"WORK_DIR": "missing", "JOBS": "0"}, "JOBS=0: expected a positive number"),
     ({"WORK_DIR": "missing", "TIME_LIMIT": "9m"}, "TIME_LIMIT=9m: expected a positive number of seconds"),
+    ({"WORK_DIR": "missing", "BENCH": "supernet"}, "BENCH=supernet: expected quality or search"),
     ({"WORK_DIR": "missing"}, "WORK_DIR=missing has no data-bin/"),
 ])
 def test_gpu_rows_sh_refuses_bad_settings_before_anything_runs(tmp_path, env, message):
-    clean = {k: v for k, v in os.environ.items() if k not in ("WORK_DIR", "JOBS", "TIME_LIMIT")}
+    clean = {k: v for k, v in os.environ.items() if k not in ("WORK_DIR", "JOBS", "TIME_LIMIT", "BENCH")}
     result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_rows.sh"), str(tmp_path / "out")],
                             cwd=tmp_path, env={**clean, **env}, capture_output=True, text=True)
     assert result.returncode != 0 and message in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_gpu_rows_sh_runs_the_search_driver_and_brings_its_results_back(tmp_path):
+    """BENCH=search: the search's train stage on the GPU, its trainings in WORK_DIR (bench-quality's folder),
+    its stage results copied to OUT_DIR (PYTHON=echo shows the command it runs)."""
+    work = tmp_path / "work"
+    (work / "data-bin").mkdir(parents=True)
+    (work / "results" / "multi30k_converged").mkdir(parents=True)
+    results = tmp_path / "search_results"
+    (results / "train").mkdir(parents=True)
+    (results / "train" / "softmax_seed1.json").write_text("{}")
+    clean = {k: v for k, v in os.environ.items() if k not in ("JOBS", "TIME_LIMIT")}
+    env = {**clean, "WORK_DIR": str(work), "BENCH": "search", "PYTHON": "echo", "SEARCH_RESULTS": str(results)}
+    result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_rows.sh"), str(tmp_path / "out"), "--stages", "train"],
+                            env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    log = (tmp_path / "out" / "search.log").read_text()
+    assert (f"benchmarks/search_multi30k.py --work-dir {work} --quality-work-dir {work} --results {results} --output "
+            f"{tmp_path / 'out' / 'search.md'} --device cuda --jobs 12 --allow-dirty --stages train") in log
+    assert (tmp_path / "out" / "search_results" / "train" / "softmax_seed1.json").is_file()
+    assert (tmp_path / "out" / "results" / "multi30k_converged").is_dir()

@@ -581,3 +581,142 @@ def test_rows_run_every_seed_once_and_a_chosen_row_after_its_candidates(monkeypa
     assert dict(quality.resolve_row(ctx, suite, rows[-1])[0].env) == {"POINTER_LOSS_WEIGHT": "0.5"}
     if jobs == 1:  # seed by seed
         assert ran.index(("softmax", 2)) > max(ran.index((f"bet_sg_w{w}", 1)) for w in quality.POINTER_LOSS_WEIGHTS)
+
+
+# ------------------------------------------------- the LM ratio suite: validation curves, decoding cost, report ---
+
+LM_TRAIN_LOG = """\
+2026-11-27 22:30:00 | INFO | fairseq_cli.train | {'_name': None}
+2026-11-27 22:30:00 | INFO | fairseq_cli.train | num. shared model params: 412,928 (num. trained: 412,928)
+2026-11-27 22:35:00 | INFO | train_inner | epoch 001:     50 / 246 loss=4.1, ppl=17.1, wps=8000, ups=2, wpb=4096, bsz=8, num_updates=50, lr=0.0005, gnorm=1.2, train_wall=25, wall=30
+2026-11-27 22:40:13 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 3.594 | ppl 12.08 | wps 8110.9 | wpb 3983.6 | bsz 7.8 | num_updates 246
+2026-11-27 22:49:02 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 3.551 | ppl 11.72 | wps 7092.1 | wpb 3983.6 | bsz 7.8 | num_updates 492 | best_loss 3.551
+2026-11-27 22:49:26 | INFO | valid | epoch 003 | valid on 'valid' subset | loss 3.537 | ppl 11.61 | wps 7362 | wpb 3983.6 | bsz 7.8 | num_updates 500 | best_loss 3.537
+2026-11-27 22:49:30 | INFO | fairseq_cli.train | done training in 1170.2 seconds
+"""
+
+
+def test_a_language_models_validations_are_its_curve_and_seeds_average_where_they_meet():
+    parsed = quality.parse_train_log(LM_TRAIN_LOG)
+    assert parsed["valid_curve"] == [[246, 3.594], [492, 3.551], [500, 3.537]]
+    assert parsed["valid"] == {"loss": 3.537, "ppl": 11.61, "num_updates": 500} and parsed["updates"] == 500
+    # the mean over seeds at the validations every seed has (a seed stopped early shortens the mean)
+    assert quality.mean_curve([[[246, 3.5], [492, 3.3], [500, 3.2]], [[246, 3.7], [492, 3.1]]]) == [
+        (246, pytest.approx(3.6)), (492, pytest.approx(3.2))]
+    assert quality.mean_curve([]) == []
+
+
+def _lm8_result(ctx, suite, name, seed, bits, curve, **fields):
+    row = next(r for r in suite.rows if r.name == name)
+    scored = _lm_row(bits, "bits_per_character", seed=seed)
+    return _write_result(ctx, suite, row, seed, git="abc123def456", params=412_928, updates=curve[-1][0],
+                         train_seconds=900.0 + seed, gflops=0.43, valid_curve=curve, train_curve=curve, cores=2, cpu="test cpu",
+                         settings={"env": quality.suite_env(ctx, suite)}, train_command="train.sh x",
+                         evaluate_command="evaluate.sh x", **scored, **fields)
+
+
+def test_the_validation_plot_draws_each_rows_seed_mean_and_its_seeds(monkeypatch, tmp_path):
+    suite = quality.SUITES["shakespeare8"]
+    rows = {"softmax": [{"valid_curve": [[246, 3.6], [492, 3.0], [738, 2.6], [984, 2.5]]},
+                        {"valid_curve": [[246, 3.4], [492, 3.2], [738, 2.8], [984, 2.3]]}],
+            "cosformer": [{"valid_curve": [[246, 3.7], [492, 3.3], [738, 2.9], [984, 2.7]]}]}
+    drawn = {}
+    real_save = quality.save_png
+    monkeypatch.setattr(quality, "save_png", lambda figure, path: (drawn.update(figure=figure), real_save(figure, path)))
+    path = tmp_path / "valid.png"
+    quality.plot_valid_curves(suite, rows, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    axis = drawn["figure"].axes[0]
+    lines = {line.get_label(): line for line in axis.get_lines()}
+    assert set(lines) >= {"softmax (mean of 2 seeds)", "cosformer (1 seed)"}
+    assert list(lines["softmax (mean of 2 seeds)"].get_ydata()) == pytest.approx([3.5, 3.1, 2.7, 2.4])
+    assert len(axis.get_lines()) == 2 + 2  # the two means, softmax's two seeds faint (cosFormer's one is its mean)
+    assert "bits per character" in axis.get_ylabel() and axis.get_xlabel() == "updates"
+
+
+def test_the_decoding_cost_of_a_layout_is_timed_beside_the_reference_with_its_counted_flops(tmp_path):
+    from benchmarks import lm_decoding
+    from fairseq_plugins.cli.synthetic import binarize_lm, write_lm_corpus
+    from fairseq_plugins.search.latency import LatencySettings
+
+    write_lm_corpus(str(tmp_path / "raw"), splits={"train": 20, "valid": 5, "test": 5})
+    data = binarize_lm(str(tmp_path / "raw"), str(tmp_path / "bin"))
+    suite = quality.SUITES["shakespeare8"]
+    layouts = {row.name: quality.decode_layout(suite, row) for row in suite.rows}
+    tiny = LatencySettings(warmup=1, repeats=2, rounds=2, trim=0.0)
+    costs = {name: lm_decoding.next_token_cost(data, layouts[name], layouts["softmax"], positions=16, settings=tiny)
+             for name in ("softmax", "cos3_softmax1")}
+    for name, cost in costs.items():
+        assert cost["prefix"] == 15 and cost["positions"] == 16 and cost["settings"]["threads"] == 1
+        assert cost["ms_per_token"] > 0 and cost["relative"] > 0 and len(cost["ratios"]) == 2
+        assert cost["reference"] == ["softmax_1head_lm", *layouts["softmax"][1]]
+        _, model = lm_decoding.build_lm(data, *layouts[name], positions=16)
+        assert cost["params"] == sum(p.numel() for p in model.parameters())
+    # the known answer, 6 layers of d = 64 that differ: softmax's 16th token attends to 16 keys (q.k and a.v:
+    # 2 x 16 x 64 multiply-adds), cosFormer's updates and reads its running sums (2 x 2 x 64 x 17)
+    assert costs["softmax"]["flops_per_token"] - costs["cos3_softmax1"]["flops_per_token"] == 6 * 2 * (2 * 16 * 64 - 2 * 2 * 64 * 17)
+    # a longer prefix than the positions builds the models with more (fresh weights either way)
+    longer = lm_decoding.next_token_cost(data, layouts["cosformer"], layouts["softmax"], positions=16, prefix=20, settings=tiny)
+    assert longer["prefix"] == 20 and longer["positions"] == 21
+
+
+def test_the_ratio_suites_report_has_every_verdict_with_its_p_value_the_decoding_cost_and_the_curves(tmp_path):
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=True)
+    suite = quality.SUITES["shakespeare8"]
+    curve = [[246, 3.6], [492, 3.0], [500, 2.9]]
+    for seed in (1, 2):
+        _lm8_result(ctx, suite, "softmax", seed, 2.0, curve)
+        _lm8_result(ctx, suite, "cos3_softmax1", seed, 2.3, [[u, v + 0.1] for u, v in curve])
+    costs = {}
+    for name, ms, relative in (("softmax", 1.0, 1.01), ("cos3_softmax1", 0.5, 0.52), ("cos7_softmax1", 0.4, 0.41)):
+        arch, flags = quality.decode_layout(suite, next(r for r in suite.rows if r.name == name))
+        costs[name] = {"arch": arch, "flags": flags, "prefix": 511, "positions": 512, "ms_per_token": ms,
+                       "relative": relative, "ratios": [relative - 0.02, relative, relative + 0.03], "flops_per_token": 1_119_232, "reference_row": "softmax", "command": "cmd",
+                       "settings": {"threads": 1, "repeats": 20, "rounds": 8}, "git": "abc123def456", "cores": 2,
+                       "cpu": "test cpu", "load_average": 1.5, "params": 412_928}
+    costs["cosformer"] = {**costs["softmax"], "flags": ["--architecture-file", "other.json"]}  # stale: other flags
+    os.makedirs(os.path.dirname(quality.decode_cost_path(ctx, suite)), exist_ok=True)
+    with open(quality.decode_cost_path(ctx, suite), "w", encoding="utf-8") as f:
+        json.dump(costs, f)
+    assert set(quality.load_decode_cost(ctx, suite)) == {"softmax", "cos3_softmax1", "cos7_softmax1"}
+    report = quality.render(ctx, [suite], str(tmp_path), "python benchmarks/quality.py --report-only")
+    header = next(line for line in report.splitlines() if line.startswith("| row |"))
+    assert "decode ms/token after 511 tokens" in header and "decode x softmax" in header and "params" in header
+    row = next(line for line in report.splitlines() if line.startswith("| cos3_softmax1 |"))
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert re.match(r"\*\*loses\*\* \(2\.\d{3} vs 2\.\d{3} over 2 seeds, p < 0\.001\)", cells[4])
+    assert re.fullmatch(r"p (<|=) 0\.\d{3}, p (<|=) 0\.\d{3}", cells[5])  # each seed alone
+    assert cells[6] == "0.41M" and cells[8] == "15.0 min" and cells[-3:] == ["0.500", "0.52 (0.50-0.55)", "1.119"]
+    assert "fresh weights" in report and "pinned to one core" in report
+    # measured before it trained: its decoding cost is shown, no verdict; the stale measurement is not
+    untrained = next(line for line in report.splitlines() if line.startswith("| cos7_softmax1 |"))
+    assert "| not trained yet | - | - | - | 0.41M |" in untrained and untrained.endswith("| 0.400 | 0.41 (0.39-0.44) | 1.119 |")
+    assert "| cosformer |" not in report
+    assert "![validation loss, " in report and (tmp_path / "quality_shakespeare8_valid.png").is_file()
+
+
+def test_decoding_cost_is_for_language_model_suites(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        quality.main(["--suites", "multi30k_converged,shakespeare8", "--decode-cost"])
+    assert stopped.value.code == 2 and "--decode-cost: measures language models" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        quality.main(["--suites", "shakespeare8", "--decode-cost", "--report-only"])
+    assert "--report-only and --decode-cost: each is a run of its own" in capsys.readouterr().err
+
+
+def test_the_decoding_cost_is_reported_before_the_convergence_budget_is_measured(monkeypatch, tmp_path):
+    from benchmarks import convergence
+
+    monkeypatch.setattr(convergence, "DEFAULT_RESULTS", str(tmp_path / "none"))
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False)
+    suite = quality.SUITES["shakespeare8"]
+    arch, flags = quality.decode_layout(suite, suite.rows[0])
+    os.makedirs(os.path.dirname(quality.decode_cost_path(ctx, suite)))
+    with open(quality.decode_cost_path(ctx, suite), "w", encoding="utf-8") as f:
+        json.dump({"softmax": {"arch": arch, "flags": flags, "prefix": 511, "positions": 512, "ms_per_token": 1.0,
+                               "relative": 1.0, "ratios": [1.0, 1.0], "flops_per_token": 2e6, "params": 4e5,
+                               "reference_row": "softmax", "command": "cmd", "settings": {"threads": 1, "repeats": 20,
+                                                                                         "rounds": 8},
+                               "git": "abc123def456", "cores": 2, "cpu": "cpu", "load_average": 1.0}}, f)
+    lines = "\n".join(quality.render_seeds_suite(ctx, suite, None))
+    assert "convergence budget is not measured yet" in lines and "| softmax |" in lines and "| not trained yet |" in lines

@@ -1,32 +1,30 @@
-"""fairseq-plugins-cpu-train: data-parallel fairseq-train on CPU, one process per rank.
+"""fairseq-plugins-cpu-train: data-parallel fairseq-train on CPU, its ranks started by torchrun.
 
-The end-to-end tests start the launcher as a subprocess on a small synthetic
-translation task with a shrunk mFormer. Parameters are compared across ranks
-through ``--dump-final-params``: every rank saves its final model state_dict
-(with the rank, world size and update count torch.distributed and fairseq
-report), since fairseq itself writes checkpoints only from rank 0. A second
-run of the same command with a higher ``--max-update`` resumes from the first
-run's checkpoint on both ranks (fairseq loads it on rank 0 and broadcasts it).
+On a small synthetic translation task with a shrunk mFormer: a 2-rank run through the launcher trains and saves;
+the same command with a higher ``--max-update`` resumes from its checkpoint_last.pt on both ranks (fairseq loads
+it on rank 0 and broadcasts it), which tests/torchrun_rank_probe.py checks by saving every rank's final
+parameters (fairseq writes checkpoints only from rank 0); a rank that fails stops the other, and torchrun exits
+non-zero with the failing rank's error shown.
 """
 import io
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 import torch
 
 import fairseq_plugins
+from fairseq_plugins.cli import _rank_main
 from fairseq_plugins.cli import cpu_distributed_train as launcher
 from fairseq_plugins.cli.synthetic import binarize_translation, write_translation_task
 
 PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_plugins.__file__))
 REPO_ROOT = os.path.dirname(PLUGIN_DIR)
+PROBE = os.path.join(REPO_ROOT, "tests", "torchrun_rank_probe.py")
 # Only a guard against a hung run, never a check of speed.
 HANG_GUARD_S = 600
 MAX_UPDATE = 10
@@ -54,151 +52,115 @@ def fairseq_args(data_bin, save_dir, max_update=MAX_UPDATE):
     ]
 
 
-def launcher_env():
+def subprocess_env(**extra):
     # The launcher and its ranks import the same fairseq_plugins as this test.
-    env = dict(os.environ)
+    env = dict(os.environ, **extra)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
     return env
 
 
+def run(command, cwd, env=None):
+    return subprocess.run(command, cwd=cwd, env=env or subprocess_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=HANG_GUARD_S)
+
+
 def run_launcher(args, cwd):
-    return subprocess.run(
-        [sys.executable, "-m", "fairseq_plugins.cli.cpu_distributed_train", *args],
-        cwd=cwd, env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=HANG_GUARD_S,
-    )
+    return run([sys.executable, "-m", "fairseq_plugins.cli.cpu_distributed_train", "-n", "2", "--threads-per-rank", "1",
+                "--", *args], cwd)
+
+
+def run_probe(probe_args, args, cwd):
+    """torchrun as the launcher starts it, with the test's probe as the ranks' script (it runs _rank_main.py)."""
+    command = launcher.torchrun_command(2, [*probe_args, "--", *args], rank_script=PROBE)
+    return run(command, cwd, env=launcher.rank_env(1, subprocess_env()))
 
 
 def output_tail(result, chars=6000):
     return f"--- stdout ---\n{result.stdout[-chars:]}\n--- stderr ---\n{result.stderr[-chars:]}"
 
 
-def rank_pids(stderr):
-    return {int(r): int(p) for r, p in re.findall(r"started rank (\d+) \(pid (\d+)\)", stderr)}
-
-
-def _group_members(pgid):
-    """Live (non-zombie) processes of a process group, from /proc."""
-    if not os.path.isdir("/proc"):  # not Linux: zombies count as alive
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return []
-        return [pgid]
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        state, pgrp = fields[0], int(fields[2])
-        if pgrp == pgid and state not in ("Z", "X"):
-            members.append(int(entry))
-    return members
-
-
-def group_gone(pgid, wait_s=30):
-    """Whether a rank's process group (the rank and its data-loader workers) is
-    empty; waits a little for killed processes to disappear (not a speed check)."""
+def gone(pid, wait_s=30):
+    """Whether a process has ended (a zombie counts as ended); waits a little, never a check of speed."""
     deadline = time.monotonic() + wait_s
-    while _group_members(pgid):
-        if time.monotonic() > deadline:
-            return False
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return True
+        except FileNotFoundError:
+            return True
         time.sleep(0.1)
-    return True
-
-
-def load_dumps(dump_dir):
-    return [torch.load(dump_dir / f"rank{rank}.pt") for rank in range(2)]
+    return False
 
 
 @pytest.fixture(scope="module")
-def two_rank_run(data_bin, tmp_path_factory):
-    """A 2-rank run to MAX_UPDATE: (result, dump dir, save dir). Tests share
-    it, so they must not write into its save dir (copy it first)."""
+def first_run(data_bin, tmp_path_factory):
+    """A 2-rank run through the launcher to MAX_UPDATE: (result, save dir). Tests share it, so they must not
+    write into its save dir (copy it first)."""
     root = tmp_path_factory.mktemp("two-ranks")
-    dump_dir, save_dir = root / "final-params", root / "checkpoints"
-    result = run_launcher(
-        ["--nprocs", "2", "--dump-final-params", str(dump_dir), "--", *fairseq_args(data_bin, save_dir)], cwd=root
-    )
-    return result, dump_dir, save_dir
+    save_dir = root / "checkpoints"
+    return run_launcher(fairseq_args(data_bin, save_dir), cwd=root), save_dir
 
 
 # ------------------------------------------------------------ end to end ---
-def test_two_ranks_end_with_identical_parameters(two_rank_run):
-    result, dump_dir, save_dir = two_rank_run
+def test_two_ranks_train_through_torchrun(first_run):
+    result, save_dir = first_run
     assert result.returncode == 0, output_tail(result)
-    assert "all 2 ranks finished" in result.stderr
-
-    dumps = load_dumps(dump_dir)
-    for rank, dump in enumerate(dumps):
-        # A real 2-rank process group, not two independent runs, each at max_update.
-        assert (dump["rank"], dump["world_size"], dump["num_updates"]) == (rank, 2, MAX_UPDATE)
-    params0, params1 = dumps[0]["model"], dumps[1]["model"]
-    assert params0.keys() == params1.keys()
-    assert any(name.endswith("self_attn.q_proj.weight") for name in params0)
-    differing = [name for name in params0 if not torch.equal(params0[name], params1[name])]
-    assert not differing, f"parameters differ between rank 0 and rank 1: {differing}"
-
-    # Rank 0's dump is the model fairseq saved, and it was trained.
+    out = result.stdout + result.stderr
+    # one process group of two ranks that met through torchrun, not two runs of one
+    assert re.search(r"distributed init \(rank 1\): env://", out), output_tail(result)
+    assert re.search(r"\| train_inner \| epoch 001: +4 / 4 .*num_updates=4\b", out), output_tail(result)
+    # the loss was logged (by rank 0: fairseq logs only warnings on other ranks) up to the last update, once
+    logged = re.findall(r"\| train_inner \|.*loss=[0-9.]+.*\bnum_updates=(\d+)", out)
+    assert [int(n) for n in logged] == list(range(1, MAX_UPDATE + 1))
     from fairseq import checkpoint_utils
 
     saved = checkpoint_utils.load_checkpoint_to_cpu(str(save_dir / "checkpoint_last.pt"))
     assert saved["optimizer_history"][-1]["num_updates"] == MAX_UPDATE
-    assert saved["model"].keys() == params0.keys()
-    assert all(torch.equal(saved["model"][name], params0[name]) for name in params0)
-
-    # The loss was logged (by rank 0: fairseq logs only warnings on other ranks) up to the last update.
-    assert re.search(rf"^\[rank 0\] .*\| train_inner \|.*loss=[0-9.]+.*num_updates={MAX_UPDATE}\b", result.stdout, re.M)
-    assert re.search(r"^\[rank 1\] ", result.stdout + result.stderr, re.M)
+    assert saved["cfg"].distributed_training.distributed_world_size == 2
+    assert saved["cfg"].distributed_training.ddp_backend == "legacy_ddp"
 
 
-def test_two_ranks_resume_from_their_checkpoint(data_bin, two_rank_run, tmp_path):
-    # The same command with a higher --max-update. Rank 0 loads checkpoint_last.pt
-    # and fairseq broadcasts the loaded state (config as an omegaconf DictConfig)
-    # to rank 1, which unpickles it with weights-only torch.load.
-    first, first_dump_dir, first_save_dir = two_rank_run
+def test_two_ranks_resume_from_their_checkpoint_to_identical_parameters(data_bin, first_run, tmp_path):
+    # The same command with a higher --max-update. Rank 0 loads checkpoint_last.pt and fairseq broadcasts the
+    # loaded state (config as an omegaconf DictConfig) to rank 1, which unpickles it with weights-only torch.load.
+    first, first_save_dir = first_run
     assert first.returncode == 0, output_tail(first)
     save_dir, dump_dir = tmp_path / "checkpoints", tmp_path / "final-params"
     shutil.copytree(first_save_dir, save_dir)
-    result = run_launcher(
-        ["--nprocs", "2", "--dump-final-params", str(dump_dir), "--",
-         *fairseq_args(data_bin, save_dir, max_update=RESUMED_MAX_UPDATE)],
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, output_tail(result)
-    assert "all 2 ranks finished" in result.stderr
-
-    # Rank 0 loaded the first run's last checkpoint (fairseq logs only warnings on other ranks) ...
-    loaded = rf"^\[rank 0\] .*Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ {MAX_UPDATE} updates\)"
-    assert re.search(loaded, result.stdout, re.M), output_tail(result)
-    # ... and training went on from there, not from scratch.
-    logged = re.findall(r"^\[rank 0\] .*\| train_inner \|.*\bnum_updates=(\d+)", result.stdout, re.M)
-    assert [int(n) for n in logged] == list(range(MAX_UPDATE + 1, RESUMED_MAX_UPDATE + 1))
-
-    dumps = load_dumps(dump_dir)
-    for rank, dump in enumerate(dumps):
-        # Rank 1 made only RESUMED_MAX_UPDATE - MAX_UPDATE updates in this run:
-        # its count (like its weights and optimizer state) came from the broadcast checkpoint.
-        assert (dump["rank"], dump["world_size"], dump["num_updates"]) == (rank, 2, RESUMED_MAX_UPDATE)
-    params0, params1 = dumps[0]["model"], dumps[1]["model"]
-    assert params0.keys() == params1.keys()
-    differing = [name for name in params0 if not torch.equal(params0[name], params1[name])]
-    assert not differing, f"parameters differ between rank 0 and rank 1 after resuming: {differing}"
-
-    # The resumed run trained (beyond the first run's weights), and fairseq saved rank 0's model.
-    first_params = load_dumps(first_dump_dir)[0]["model"]
-    assert any(not torch.equal(first_params[name], params0[name]) for name in params0)
     from fairseq import checkpoint_utils
 
+    first_params = checkpoint_utils.load_checkpoint_to_cpu(str(save_dir / "checkpoint_last.pt"))["model"]
+    result = run_probe(["--dump-final-params", str(dump_dir)],
+                       fairseq_args(data_bin, save_dir, max_update=RESUMED_MAX_UPDATE), cwd=tmp_path)
+    assert result.returncode == 0, output_tail(result)
+    out = result.stdout + result.stderr
+
+    # Rank 0 loaded the first run's last checkpoint (fairseq logs only warnings on other ranks) ...
+    assert re.search(rf"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ {MAX_UPDATE} updates\)", out), \
+        output_tail(result)
+    # ... and training went on from there, not from scratch.
+    logged = re.findall(r"\| train_inner \|.*\bnum_updates=(\d+)", out)
+    assert [int(n) for n in logged] == list(range(MAX_UPDATE + 1, RESUMED_MAX_UPDATE + 1))
+
+    dumps = [torch.load(dump_dir / f"rank{rank}.pt") for rank in range(2)]
+    for rank, dump in enumerate(dumps):
+        # A real 2-rank process group, each rank at RESUMED_MAX_UPDATE: rank 1 made only the last 4 updates in
+        # this run, its count (like its weights and optimizer state) came from the broadcast checkpoint.
+        assert (dump["rank"], dump["world_size"], dump["num_updates"]) == (rank, 2, RESUMED_MAX_UPDATE)
+    params0, params1 = dumps[0]["model"], dumps[1]["model"]
+    assert params0.keys() == params1.keys() == first_params.keys()
+    assert any(name.endswith("self_attn.q_proj.weight") for name in params0)
+    differing = [name for name in params0 if not torch.equal(params0[name], params1[name])]
+    assert not differing, f"parameters differ between rank 0 and rank 1: {differing}"
+    # The resumed run trained beyond the first run's weights, and fairseq saved rank 0's model.
+    assert any(not torch.equal(first_params[name], params0[name]) for name in params0)
     saved = checkpoint_utils.load_checkpoint_to_cpu(str(save_dir / "checkpoint_last.pt"))
     assert saved["optimizer_history"][-1]["num_updates"] == RESUMED_MAX_UPDATE
     assert all(torch.equal(saved["model"][name], params0[name]) for name in params0)
 
 
-def test_broadcast_checkpoint_needs_exactly_the_allowed_globals(two_rank_run):
+def test_broadcast_checkpoint_needs_exactly_the_allowed_globals(first_run):
     """What a resuming rank 0 broadcasts names exactly fairseq_plugins' safe
     globals: every one is needed, and nothing else is (weights-only loading refuses the rest)."""
     from fairseq import checkpoint_utils
@@ -206,7 +168,7 @@ def test_broadcast_checkpoint_needs_exactly_the_allowed_globals(two_rank_run):
 
     from fairseq_plugins.checkpoint_compat import BROADCAST_GLOBALS, CHECKPOINT_GLOBALS
 
-    first, _, first_save_dir = two_rank_run
+    first, first_save_dir = first_run
     assert first.returncode == 0, output_tail(first)
     # As fairseq's Trainer.load_checkpoint and broadcast_object do on rank 0:
     # load, swap the tensors for placeholders, torch.save the rest.
@@ -230,66 +192,28 @@ def test_broadcast_checkpoint_needs_exactly_the_allowed_globals(two_rank_run):
     assert received["cfg"].common.seed == state["cfg"].common.seed
 
 
-def test_failed_rank_stops_the_others(data_bin, tmp_path):
-    # Only rank 0 creates --save-dir: under a regular file it fails, after the
-    # ranks have met. Rank 1 then goes on (or fails on the lost connection);
-    # either way the launcher must end it and name rank 0.
+def test_a_failing_rank_stops_the_other(data_bin, tmp_path):
+    # Rank 1 fails after 2 updates of a run that would go on for a million: rank 0 waits for it in the next
+    # all-reduce (or fails on the lost connection), and torchrun must end it.
+    result = run_probe(["--fail-rank", "1", "--fail-after-updates", "2"],
+                       fairseq_args(data_bin, tmp_path / "checkpoints", max_update=10**6), cwd=tmp_path)
+    assert result.returncode != 0, output_tail(result)
+    # the failing rank's own error, then torchrun's report naming it
+    assert "RuntimeError: injected failure on rank 1 after 2 updates" in result.stderr, output_tail(result)
+    assert re.search(r"rank\s*: 1 \(local_rank: 1\)\s+exitcode\s*: 1\b", result.stderr), output_tail(result)
+    pids = {int(r): int(p) for r, p in re.findall(r"^probe: rank (\d) pid (\d+)$", result.stderr, re.M)}
+    assert sorted(pids) == [0, 1]
+    assert all(gone(pid) for pid in pids.values())
+
+
+def test_the_launcher_exits_with_the_failing_rank_error(data_bin, tmp_path):
+    # Only rank 0 creates --save-dir: under a regular file it fails, after the ranks have met.
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    result = run_launcher(["--nprocs", "2", "--", *fairseq_args(data_bin, blocker / "checkpoints")], cwd=tmp_path)
-    assert result.returncode == 1, output_tail(result)
-    assert re.search(r"error: rank 0 failed with exit code 1\b", result.stderr), output_tail(result)
-    pids = rank_pids(result.stderr)
-    assert sorted(pids) == [0, 1]
-    assert all(group_gone(pid) for pid in pids.values())
-
-
-def test_ctrl_c_stops_every_rank(data_bin, tmp_path):
-    # Run the launcher as a terminal would: with Python's Ctrl-C handler even
-    # if this test runs where SIGINT is ignored (e.g. a background job).
-    bootstrap = (
-        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "from fairseq_plugins.cli.cpu_distributed_train import main; sys.exit(main())"
-    )
-    args = ["--nprocs", "2", "--", *fairseq_args(data_bin, tmp_path / "checkpoints", max_update=10**6)]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", bootstrap, *args],
-        cwd=tmp_path, env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    stdout, stderr = [], []
-    training = threading.Event()
-
-    def read(stream, lines, marker=None):
-        for line in stream:
-            lines.append(line)
-            if marker and marker in line:
-                training.set()
-
-    readers = [
-        threading.Thread(target=read, args=(proc.stdout, stdout, "| train_inner |"), daemon=True),
-        threading.Thread(target=read, args=(proc.stderr, stderr), daemon=True),
-    ]
-    for reader in readers:
-        reader.start()
-    try:
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not training.is_set() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert training.is_set(), "training never started:\n" + "".join(stdout[-50:] + stderr[-50:])
-        proc.send_signal(signal.SIGINT)
-        returncode = proc.wait(timeout=HANG_GUARD_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for reader in readers:
-            reader.join(timeout=10)
-    err = "".join(stderr)
-    assert returncode == 130, err[-4000:]
-    assert "interrupted (Ctrl-C): stopping all ranks" in err
-    pids = rank_pids(err)
-    assert sorted(pids) == [0, 1]
-    assert all(group_gone(pid) for pid in pids.values())
+    result = run_launcher(fairseq_args(data_bin, blocker / "checkpoints"), cwd=tmp_path)
+    assert result.returncode != 0, output_tail(result)
+    assert re.search(r"(NotADirectoryError|FileExistsError).*a-file", result.stderr), output_tail(result)
+    assert re.search(r"rank\s*: 0 \(local_rank: 0\)\s+exitcode\s*: 1\b", result.stderr), output_tail(result)
 
 
 # ---------------------------------------------------------- command line ---
@@ -308,36 +232,40 @@ def test_ctrl_c_stops_every_rank(data_bin, tmp_path):
 )
 def test_refuses_options_the_launcher_sets(given, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        launcher.main(["--nprocs", "2", "--", "data-bin", "--arch", "mformer_iwslt_de_en", *given])
+        launcher.main(["-n", "2", "--", "data-bin", "--arch", "mformer_iwslt_de_en", *given])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert named in err and "fairseq-plugins-cpu-train: error:" in err
+    assert named in err and f"{launcher.PROG}: error:" in err
 
 
 def test_needs_the_separator_and_valid_counts(capsys):
-    for argv in (["--nprocs", "2", "data-bin"], ["--nprocs", "0", "--", "data-bin"], ["--nprocs", "2", "--"]):
+    for argv, message in ((["-n", "2", "data-bin"], "put the fairseq-train arguments after '--'"),
+                          (["-n", "0", "--", "data-bin"], "-n/--nprocs must be >= 1, got 0"),
+                          (["--nprocs", "2", "--threads-per-rank", "0", "--", "data-bin"], "--threads-per-rank must be >= 1"),
+                          (["-n", "2", "--"], "no fairseq-train arguments after '--'")):
         with pytest.raises(SystemExit) as exit_info:
             launcher.main(argv)
         assert exit_info.value.code == 2
-    assert capsys.readouterr().err.count("error:") == 3
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith(f"{launcher.PROG}: error: {message}"), err
 
 
-def test_rank_command_appends_the_launcher_flags_once():
+def test_the_launcher_runs_torchrun_with_the_rank_script():
+    assert launcher.torchrun_command(3, ["data-bin", "--arch", "x"]) == [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+        os.path.join(PLUGIN_DIR, "cli", "_rank_main.py"), "data-bin", "--arch", "x"]
+    env = launcher.rank_env(5, {"PATH": "/bin"})
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "5"
+
+
+def test_the_rank_appends_its_options_once():
+    torchrun_env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     user = ["data-bin", "--arch", "mformer_iwslt_de_en", "--cpu", "--ddp-backend", "no_c10d"]
-    command = launcher.rank_command(1, 2, 12345, user, dump_dir="/tmp/dump")
-    assert command[:2] == [sys.executable, "-c"]
-    separator = command.index("--")
-    assert command[3:separator] == ["--dump-final-params", "/tmp/dump"]
-    fairseq = command[separator + 1:]
-    assert fairseq[: len(user)] == user
-    added = fairseq[len(user):]
-    pairs = dict(zip(added[1::2], added[2::2]))  # after the --distributed-no-spawn switch
+    added = _rank_main.rank_flags(user, torchrun_env)
     assert added[:1] == ["--distributed-no-spawn"]
-    assert pairs == {
-        "--distributed-backend": "gloo",
-        "--distributed-world-size": "2",
-        "--distributed-init-method": "tcp://127.0.0.1:12345",
-        "--distributed-rank": "1",
-        "--device-id": "0",
-    }
-    assert fairseq.count("--cpu") == 1 and fairseq.count("--ddp-backend") == 1
+    assert dict(zip(added[1::2], added[2::2])) == {
+        "--distributed-backend": "gloo", "--distributed-init-method": "env://", "--distributed-world-size": "2",
+        "--distributed-rank": "1", "--device-id": "0"}
+    assert "--ddp-backend" in _rank_main.rank_flags(["data-bin"], torchrun_env)
+    with pytest.raises(SystemExit, match="RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set: run by torchrun"):
+        _rank_main.rank_flags(user, {})

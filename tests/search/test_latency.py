@@ -10,8 +10,8 @@ from fairseq import options, tasks
 
 import fairseq_plugins  # noqa: F401
 from fairseq_plugins.cli.synthetic import binarize_lm, binarize_translation, write_lm_corpus, write_translation_task
-from fairseq_plugins.search.latency import (CANDIDATE, REFERENCE, LatencyError, LatencySettings, block_order, interleave,
-                                            measure_subnetwork, summarize, trimmed)
+from fairseq_plugins.search.latency import (CANDIDATE, REFERENCE, LatencyError, LatencySettings, NextToken, block_order,
+                                            interleave, measure, measure_subnetwork, summarize, trimmed)
 
 
 class FakeMachine:
@@ -171,3 +171,30 @@ def test_cuda_latency_runs_in_this_process_with_a_synchronisation_or_is_refused_
     record = measure_subnetwork(model, task.target_dictionary, smallest, largest, TINY, device="cuda")
     assert record["device"] == "cuda" and record["pid"] == os.getpid() and record["decoder_calls"] == 5
     assert record["relative_latency"] > 0 and len(record["ratios"]) == 2
+
+
+def test_the_next_token_is_one_step_after_the_prefix_whatever_the_calls_before_it(tmp_path):
+    task, model = supernet(tmp_path, language_model=True)
+    largest = model.space.extreme(largest=True)
+    assert {layer.attention_kind for layer in largest.decoder_layers} <= {"softmax", "cosformer"}
+    for architecture in (largest, largest.__class__.from_dict({**largest.to_dict(), "decoder_layers": [
+            {**layer, "attention_kind": "cosformer"} for layer in largest.to_dict()["decoder_layers"]]})):
+        sub = model.subnetwork(architecture).eval()
+        step = NextToken(sub, task.target_dictionary, LatencySettings(decoder_steps=9), "cpu")
+        assert step.tokens.shape == (1, 10) and step.tokens[0, 0] == task.target_dictionary.eos()
+        with torch.no_grad():  # the known answer: the last position of one full pass over prefix + 1 tokens
+            full = sub.get_normalized_probs(sub(step.tokens), log_probs=True)[0, -1]
+        first = step.step()
+        step()
+        step()  # the timed calls leave the prefix's state as it was
+        torch.testing.assert_close(first[0], full, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(step.step(), first)
+    with pytest.raises(LatencyError, match="--target-length: 16 is more than the model's 15 target positions"):
+        NextToken(sub, task.target_dictionary, LatencySettings(decoder_steps=16), "cpu")
+    # through the protocol (a pinned child), the named workload only
+    build = lambda: model.subnetwork(largest)  # noqa: E731
+    record = measure(build, build, task.target_dictionary, TINY, work=("next_token",))
+    assert record["next_token"]["prefix"] == 4 and record["next_token"]["latency_ms"] > 0
+    assert len(record["next_token"]["ratios"]) == 2 and "sampling" not in record and "scoring" not in record
+    with pytest.raises(LatencyError, match="unknown workload next_word"):
+        measure(build, build, task.target_dictionary, TINY, work=("next_word",))

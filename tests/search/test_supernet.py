@@ -462,18 +462,21 @@ def test_export_errors_name_the_input(trained, tmp_path):
 
 
 def test_two_data_parallel_ranks_train_the_same_sub_networks(trained, space_file, tmp_path):
-    """fairseq-plugins-cpu-train with 2 ranks (gloo, fairseq's legacy DDP, which all-reduces every
-    parameter's gradient, zeros where a sub-network leaves one unused): both ranks end with the same
-    parameters."""
+    """2 ranks started as fairseq-plugins-cpu-train starts them (torchrun; gloo, fairseq's legacy DDP, which
+    all-reduces every parameter's gradient, zeros where a sub-network leaves one unused): both ranks end with
+    the same parameters (tests/torchrun_rank_probe.py saves every rank's)."""
+    from fairseq_plugins.cli import cpu_distributed_train as launcher
+
     _, data, _, _ = trained
     dumps = tmp_path / "dumps"
     args = [data, "--user-dir", PLUGIN_DIR, "--arch", "mixed_supertransformer", "--search-space", space_file,
             "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "500", "--max-update", "4",
             "--save-dir", str(tmp_path / "ck"), "--no-epoch-checkpoints", "--criterion", "label_smoothed_cross_entropy",
             "--max-source-positions", "32", "--max-target-positions", "32", "--seed", "5", "--cpu"]
-    result = subprocess.run([sys.executable, "-m", "fairseq_plugins.cli.cpu_distributed_train", "--nprocs", "2",
-                             "--dump-final-params", str(dumps), "--", *args], cwd=tmp_path, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+    command = launcher.torchrun_command(2, ["--dump-final-params", str(dumps), "--", *args],
+                                        rank_script=str(ROOT / "tests" / "torchrun_rank_probe.py"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=launcher.rank_env(1, env),
                             timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     first, second = (torch.load(dumps / f"rank{rank}.pt") for rank in range(2))

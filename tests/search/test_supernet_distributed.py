@@ -1,8 +1,10 @@
 """Data-parallel supernet training as the WMT14 recipe runs it on GPUs (issue 33): the fairseq-train command
 ``recipes/wmt14_en_de/supernet.sh`` prints for 2 GPUs (DRY_RUN=1) runs on 2 CPU ranks over gloo with fairseq's
-GPU wrapper, PyTorch's DistributedDataParallel (``--ddp-backend pytorch_ddp``, fairseq's default; the CPU launcher
-drops only its device ids), trains a few updates and ends with identical parameters on both ranks; without the
-recipe's ``--find-unused-parameters`` the first update stops with the one-line error naming it."""
+GPU wrapper, PyTorch's DistributedDataParallel (``--ddp-backend pytorch_ddp``, fairseq's default; the CPU rank
+script drops only its device ids), trains a few updates and ends with identical parameters on both ranks; without
+the recipe's ``--find-unused-parameters`` the first update stops with the one-line error naming it. The ranks are
+started as fairseq-plugins-cpu-train starts them (torchrun), with tests/torchrun_rank_probe.py saving every
+rank's final parameters."""
 import os
 import shlex
 import subprocess
@@ -13,10 +15,12 @@ import pytest
 import torch
 
 import fairseq_plugins
+from fairseq_plugins.cli import cpu_distributed_train as launcher
 from fairseq_plugins.cli.pipeline import fairseq_command, run
 from fairseq_plugins.cli.synthetic import write_translation_task
 
 ROOT = Path(__file__).resolve().parents[2]
+PROBE = str(ROOT / "tests" / "torchrun_rank_probe.py")
 HANG_GUARD_S = 600  # only a guard against a hung run, never a check of speed
 MAX_UPDATE = 4
 SPACE = """
@@ -74,10 +78,10 @@ def recipe_command(root, data_bin, sampling):
 
 
 def run_two_ranks(arguments, dump, backend="pytorch_ddp"):
-    return subprocess.run(
-        [sys.executable, "-m", "fairseq_plugins.cli.cpu_distributed_train", "--nprocs", "2", "--threads-per-rank", "1",
-         "--dump-final-params", str(dump), "--", *arguments, "--ddp-backend", backend],
-        env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=HANG_GUARD_S)
+    command = launcher.torchrun_command(2, ["--dump-final-params", str(dump), "--", *arguments, "--ddp-backend", backend],
+                                        rank_script=PROBE)
+    return subprocess.run(command, env=launcher.rank_env(1, env()), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=HANG_GUARD_S)
 
 
 @pytest.mark.parametrize("sampling", ["random", "sandwich"])
