@@ -96,11 +96,12 @@ fairseq_cli() {
 }
 
 recipe_help() {  # the calling script's header, the data set's settings, then the overrides above
-    sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+    # (shellcheck directives are comments for the linter, not help)
+    sed -n '2,/^[^#]/{/^# shellcheck /d;/^#/s/^# \{0,1\}//p}' "$0"
     echo
-    sed -n '1,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$(dirname "$0")/config.sh"
+    sed -n '1,/^[^#]/{/^# shellcheck /d;/^#/s/^# \{0,1\}//p}' "$(dirname "$0")/config.sh"
     echo
-    sed -n '3,/^set /{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
+    sed -n '3,/^set /{/^# shellcheck /d;/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
 }
 
 wants_help() {

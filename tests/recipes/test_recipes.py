@@ -584,6 +584,14 @@ def test_help_lists_the_overrides():
         assert name in out
 
 
+@pytest.mark.parametrize("script", ["multi30k/train.sh", "wmt14_en_de/generate.sh", "wikitext103/evaluate.sh"])
+def test_help_shows_no_linter_directives(script):
+    """The help is the scripts' comments; the shellcheck directives among them are for the linter."""
+    out = subprocess.run(["bash", os.path.join(RECIPES, script), "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "Overrides, as environment variables" in out and "shellcheck" not in out
+
+
 def test_readme_recipe_commands_name_scripts_and_presets_that_exist():
     """Every recipe command in the "Datasets and recipes" tables of docs/datasets.md names a script that exists and a
     registered preset; the train.sh commands build their fairseq-train command (DRY_RUN=1), except BET(SG) on
