@@ -174,7 +174,12 @@ def test_eval_bleu_and_tensorboard_options_build_the_documented_commands(tmp_pat
     result = train("multi30k", EVAL_BLEU="yes")
     assert result.returncode == 2 and not result.stdout and "EVAL_BLEU=yes: expected 1" in result.stderr
     result = train("multi30k", EVAL_BLEU="1", DATA_BIN=str(tmp_path / "missing"))
-    assert result.returncode == 2 and "prepare.json, which does not exist" in result.stderr
+    assert result.returncode == 2 and f"DATA_BIN={tmp_path / 'missing'} does not exist" in result.stderr
+    # binaries of your own (docs/own-data.md: subword-nmt, no prepare.json): subword-nmt's "@@ " and Moses
+    (data_bin / "prepare.json").unlink()
+    words = shlex.split(train("multi30k", EVAL_BLEU="1").stdout)
+    assert words[words.index("--eval-bleu-remove-bpe") + 1] == "@@ "
+    assert words[words.index("--eval-bleu-detok") + 1] == "moses"
     (data_bin / "prepare.json").write_text(json.dumps({"bpe": "bytes"}))
     result = train("iwslt14_de_en", EVAL_BLEU="1")
     assert result.returncode == 2 and "bpe 'bytes'" in result.stderr
@@ -652,6 +657,26 @@ def test_generate_and_valid_bleu_share_the_output_length_cap(tmp_path):
                                            check=True).stdout)
         decoding = json.loads(words[words.index("--eval-bleu-args") + 1])
         assert (decoding["max_len_a"], decoding["max_len_b"]) == (float(a), int(b))
+
+
+def test_generate_scores_the_test_split_of_binaries_of_your_own(tmp_path):
+    """docs/own-data.md's binaries (fairseq-preprocess of subword-nmt text) have no prepare.json and no
+    testsets.tsv: generate.sh decodes their test split with subword-nmt's "@@ " removed, and scores it."""
+    fake = tmp_path / "python"  # the interpreter the recipe launches: records its arguments
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$CALLS"\n')
+    fake.chmod(0o755)
+    data_bin = tmp_path / "mine"
+    data_bin.mkdir()
+    env = dict(os.environ, NUM_GPUS="0", PYTHON=str(fake), DATA_BIN=str(data_bin), SAVE_DIR=str(tmp_path / "ck"),
+               CALLS=str(tmp_path / "calls"))
+    env.pop("SUBSETS", None)
+    result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "generate.sh")], capture_output=True, text=True,
+                            env=env)
+    assert result.returncode == 0 and "No such file" not in result.stderr, result.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    generate = [c for c in calls if "fairseq_cli.generate" in c]
+    assert len(generate) == 1 and " --gen-subset test " in generate[0] and " --remove-bpe @@  " in generate[0]
+    assert any("score_translation.py" in c and "--subset test --lang en" in c for c in calls)
 
 
 def test_cpu_runs_keep_freed_memory_unless_told_otherwise(tmp_path):
