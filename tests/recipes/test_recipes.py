@@ -554,8 +554,12 @@ def test_own_data_gets_its_own_folder_and_a_budget_for_its_size(tmp_path):
     assert "your data" in result.stderr and "56320 training tokens" in result.stderr
     words = shlex.split(run("enwik8", OWN_DATA_EPOCHS="3").stdout)
     assert words[words.index("--max-update") + 1] == "15" and words[words.index("--warmup-updates") + 1] == "1"
-    words = shlex.split(run("enwik8", MAX_UPDATE="1000").stdout)  # set: kept, and so is the recipe's warm-up
+    result = run("enwik8", MAX_UPDATE="1000")  # set: kept, and so is the recipe's warm-up, with a warning
+    words = shlex.split(result.stdout)
     assert words[words.index("--max-update") + 1] == "1000" and words[words.index("--warmup-updates") + 1] == "4000"
+    assert ("[recipe] warning: WARMUP=4000 is not below MAX_UPDATE=1000: the learning rate never reaches LR=2.5e-4 "
+            "(set WARMUP, e.g. WARMUP=100)") in result.stderr
+    assert "warning" not in run("enwik8", MAX_UPDATE="1000", WARMUP="100").stderr
     # a parallel corpus: its target side's tokens
     write_index(own / "train.de-en.en.idx", [50] * 4096)  # 204,800 tokens: 50 updates of 4,096 per pass
     words = shlex.split(run("iwslt14_de_en").stdout)
