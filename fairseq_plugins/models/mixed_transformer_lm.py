@@ -2,6 +2,7 @@
 attention kind, head count and FFN width of every layer chosen per layer."""
 import argparse
 import dataclasses
+import logging
 import sys
 from dataclasses import dataclass
 
@@ -18,6 +19,8 @@ from .architecture import Architecture, default_per_layer, model_architecture, r
 from ..modules.options import Positions
 from .layout import DecoderLayoutConfig, KindOptionsConfig, add_kind_options, resolve_kind_options, set_layout_defaults
 from .mixed_transformer import MixedTransformerDecoder, load_state_dict_describing_pruned
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -90,6 +93,9 @@ def check_task_fits(args, task) -> None:
         raise AttentionConfigError(f"--tokens-per-sample: {tokens} tokens per block are left to score; expected at least 1 "
                                    "(with fairseq-eval-lm: give a --context-window smaller than --tokens-per-sample)")
     bos = int(adds_bos_token(args, task))
+    if getattr(args, "add_bos_token", False) and not bos:  # args: the checkpoint's training options
+        logger.warning("the checkpoint was trained with --add-bos-token and this task has none: every block is "
+                       "scored without the <s> that started each block in training; add --add-bos-token")
     # fairseq-eval-lm scores blocks of --tokens-per-sample minus --context-window tokens, each after up to
     # --context-window tokens of context: the model sees --tokens-per-sample positions (+ BOS) all the same
     tokens += eval_lm_context_window()
