@@ -862,18 +862,24 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     """Defaults in the option help, the module docstring as it is written."""
 
 
-def argument_parser(name: str, description: str, default_dest: str, steps: Sequence[str]) -> argparse.ArgumentParser:
-    """The options every preparation script shares; ``steps``: the names of its steps (``--stop-after``)."""
+def argument_parser(name: str, description: str, default_dest: str, steps: Sequence[str],
+                    downloads: bool = True) -> argparse.ArgumentParser:
+    """The options every preparation script shares; ``steps``: the names of its steps (``--stop-after``);
+    ``downloads``: whether it fetches a release (the download options), or reads only files it is given."""
     parser = argparse.ArgumentParser(prog=f"python -m data_prep.{name}", description=description, formatter_class=_Formatter)
-    parser.add_argument("--raw-dir", help="folder with the release files already on disk (archives, or the files "
-                        "inside them, anywhere below it); what is missing is downloaded unless --no-download")
+    if downloads:
+        parser.add_argument("--raw-dir", help="folder with the release files already on disk (archives, or the files "
+                            "inside them, anywhere below it); what is missing is downloaded unless --no-download")
+    else:
+        parser.set_defaults(raw_dir=None, no_download=True, mirror=[], retries=1)
     parser.add_argument("--work-dir", default=f"work_dirs/data/{name}",
-                        help="downloads, intermediate text files and step stamps")
+                        help=("downloads, " if downloads else "") + "intermediate text files and step stamps")
     parser.add_argument("--dest", default=default_dest, help="fairseq binaries (fairseq-preprocess --destdir)")
-    parser.add_argument("--no-download", action="store_true", help="fail instead of downloading a missing file")
-    parser.add_argument("--mirror", action="append", default=[],
-                        help="extra base URL tried before the built-in locations (repeatable)")
-    parser.add_argument("--retries", type=int, default=3, help="download attempts per location")
+    if downloads:
+        parser.add_argument("--no-download", action="store_true", help="fail instead of downloading a missing file")
+        parser.add_argument("--mirror", action="append", default=[],
+                            help="extra base URL tried before the built-in locations (repeatable)")
+        parser.add_argument("--retries", type=int, default=3, help="download attempts per location")
     parser.add_argument("--workers", type=int, default=max(1, min(8, os.cpu_count() or 1)),
                         help="processes for tokenisation, BPE and binarisation")
     parser.add_argument("--stop-after", metavar="STEP", choices=steps,

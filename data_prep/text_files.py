@@ -3,9 +3,10 @@
 or line per line, tokens separated by spaces), binarised as WikiText is
 (``fairseq-preprocess --only-source``, dictionary from train, every line
 ending with fairseq's end-of-sentence symbol; perplexity per token, end-of-line
-symbols included). For example the Grimm tales used by the benchmarks:
+symbols included). For example a folder ``mytext`` of your own (docs/own-data.md: one raw
+file split and tokenised first):
 
-    python -m data_prep.text_files --input-dir ../shared/data/grimm --dest work_dirs/data-bin/grimm
+    python -m data_prep.text_files --input-dir mytext --dest work_dirs/data-bin/mytext
 """
 import os
 from typing import Optional, Sequence
@@ -34,7 +35,7 @@ def prepare(args) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    parser = argument_parser("text_files", __doc__, "work_dirs/data-bin/text_files", LM_STEPS)
+    parser = argument_parser("text_files", __doc__, "work_dirs/data-bin/text_files", LM_STEPS, downloads=False)
     parser.add_argument("--input-dir", required=True, help="folder with train.txt, valid.txt and test.txt")
     return main_guard(prepare, parser, argv)
 

@@ -1,6 +1,8 @@
 """``mixed_transformer_lm``: fairseq's Transformer language model with the
 attention kind, head count and FFN width of every layer chosen per layer."""
+import argparse
 import dataclasses
+import logging
 import sys
 from dataclasses import dataclass
 
@@ -17,6 +19,8 @@ from .architecture import Architecture, default_per_layer, model_architecture, r
 from ..modules.options import Positions
 from .layout import DecoderLayoutConfig, KindOptionsConfig, add_kind_options, resolve_kind_options, set_layout_defaults
 from .mixed_transformer import MixedTransformerDecoder, load_state_dict_describing_pruned
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -60,6 +64,17 @@ def resolve_lm_sizes(args, task=None):
 GENERATION_COMMANDS = frozenset({"fairseq_cli.generate", "fairseq_cli.interactive"})
 
 
+def eval_lm_context_window() -> int:
+    """fairseq-eval-lm's --context-window, which it has already taken from the task's --tokens-per-sample
+    (fairseq_cli/eval_lm.py) and keeps in its own configuration, which the model never sees: read from the
+    command line, as fairseq parses it (no abbreviations). 0 in every other command."""
+    if "fairseq_cli.eval_lm" not in sys.modules:
+        return 0
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--context-window", type=int, default=0)
+    return max(parser.parse_known_args(sys.argv[1:])[0].context_window, 0)
+
+
 def check_task_fits(args, task) -> None:
     """The task's samples must fit the model's positions: fairseq-eval-lm rebuilds a checkpoint's model with
     the task of its command line, and a longer block (--tokens-per-sample above the positions the model was
@@ -78,6 +93,12 @@ def check_task_fits(args, task) -> None:
         raise AttentionConfigError(f"--tokens-per-sample: {tokens} tokens per block are left to score; expected at least 1 "
                                    "(with fairseq-eval-lm: give a --context-window smaller than --tokens-per-sample)")
     bos = int(adds_bos_token(args, task))
+    if getattr(args, "add_bos_token", False) and not bos:  # args: the checkpoint's training options
+        logger.warning("the checkpoint was trained with --add-bos-token and this task has none: every block is "
+                       "scored without the <s> that started each block in training; add --add-bos-token")
+    # fairseq-eval-lm scores blocks of --tokens-per-sample minus --context-window tokens, each after up to
+    # --context-window tokens of context: the model sees --tokens-per-sample positions (+ BOS) all the same
+    tokens += eval_lm_context_window()
     limit = getattr(args, "max_target_positions", None)
     if limit is not None and tokens + bos > limit:
         needs = f"--tokens-per-sample {tokens} + 1 (the BOS token of --add-bos-token)" if bos else f"--tokens-per-sample {tokens}"

@@ -96,11 +96,12 @@ fairseq_cli() {
 }
 
 recipe_help() {  # the calling script's header, the data set's settings, then the overrides above
-    sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+    # (shellcheck directives are comments for the linter, not help)
+    sed -n '2,/^[^#]/{/^# shellcheck /d;/^#/s/^# \{0,1\}//p}' "$0"
     echo
-    sed -n '1,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$(dirname "$0")/config.sh"
+    sed -n '1,/^[^#]/{/^# shellcheck /d;/^#/s/^# \{0,1\}//p}' "$(dirname "$0")/config.sh"
     echo
-    sed -n '3,/^set /{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
+    sed -n '3,/^set /{/^# shellcheck /d;/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
 }
 
 wants_help() {
@@ -300,6 +301,10 @@ common_train_args() {
     echo "[recipe] $WORKERS $( [ "$NUM_GPUS" -gt 0 ] && echo GPU || echo CPU) worker(s), --max-tokens $MAX_TOKENS --update-freq $UPDATE_FREQ" \
         "(up to $EFFECTIVE_TOKENS tokens per update; TOKENS_PER_UPDATE=$TOKENS_PER_UPDATE)" >&2
     warn_tokens_per_update
+    if [ "$WARMUP" -ge "$MAX_UPDATE" ]; then  # e.g. MAX_UPDATE set small, the recipe's warm-up kept
+        echo "[recipe] warning: WARMUP=$WARMUP is not below MAX_UPDATE=$MAX_UPDATE: the learning rate never" \
+            "reaches LR=$LR (set WARMUP, e.g. WARMUP=$((MAX_UPDATE / 10)))" >&2
+    fi
     TRAIN_ARGS=(
         "$DATA_BIN" --user-dir "$USER_DIR" --arch "$PRESET" --save-dir "$SAVE_DIR" --seed "${SEED:-1}"
         --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm "$CLIP_NORM" --weight-decay "$WEIGHT_DECAY"

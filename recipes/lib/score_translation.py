@@ -113,7 +113,8 @@ def main(argv=None) -> dict:
         with open(ref_path, encoding="utf-8") as f:
             raw_references = [line.rstrip("\n") for line in f]
     else:
-        print(f"warning: {ref_path} is missing: no sacreBLEU", file=sys.stderr)
+        print(f"warning: {ref_path} is missing: no sacreBLEU (it scores the detokenised output against the "
+              "untokenised references in that file, one line per test sentence)", file=sys.stderr)
     result = score(hypotheses, references, raw_references, args.lang, lowercase=bool(settings.get("lowercase")),
                    sentencepiece=settings.get("bpe") == "sentencepiece", compound=args.compound_split)
     result.update(subset=args.subset, generate_output=os.path.abspath(args.generate_output))

@@ -67,6 +67,18 @@ train_supernet() {  # [fairseq-train flags...]
         --criterion label_smoothed_cross_entropy --label-smoothing "$LABEL_SMOOTHING" "${SUPERNET_ARGS[@]}"
 }
 
+# The subword style of $DATA_BIN: the bpe of its prepare.json (data_prep's preparations; no field is
+# subword-nmt), or subword-nmt for binaries of your own, which have none (docs/own-data.md makes them
+# with subword-nmt).
+subword_style() {
+    local settings="$DATA_BIN/prepare.json"
+    if [ -f "$settings" ]; then
+        "$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1])).get('bpe', 'subword-nmt'))" "$settings"
+    else
+        echo subword-nmt
+    fi
+}
+
 # EVAL_BLEU=1 (fairseq's IWSLT14 example): fairseq-train beam-decodes the valid set at every
 # validation and keeps checkpoint_best.pt by that BLEU. Decoded as generate.sh decodes (BEAM,
 # LENPEN; output length at most MAX_LEN_A x source + MAX_LEN_B, as generate.sh's) and detokenised as score_translation.py
@@ -74,13 +86,12 @@ train_supernet() {  # [fairseq-train flags...]
 # sentencepiece output decoded and left as it is.
 eval_bleu_args() {  # sets EVAL_BLEU_ARGS
     local settings="$DATA_BIN/prepare.json" bpe
-    if [ ! -f "$settings" ]; then
-        echo "[recipe] error: EVAL_BLEU=1 needs the subword style (bpe) of $settings, which does not exist:" \
-            "run recipes/$DATASET/prepare.sh first (or set DATA_BIN to its output)" >&2
+    if [ ! -d "$DATA_BIN" ]; then
+        echo "[recipe] error: EVAL_BLEU=1 needs the binaries' subword style, and DATA_BIN=$DATA_BIN does not exist:" \
+            "run recipes/$DATASET/prepare.sh first (or set DATA_BIN to your own binaries)" >&2
         return 2
     fi
-    # as generate_translation reads it: no bpe field is subword-nmt
-    bpe=$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1])).get('bpe', 'subword-nmt'))" "$settings")
+    bpe=$(subword_style)
     EVAL_BLEU_ARGS=(--eval-bleu
         --eval-bleu-args "{\"beam\": $BEAM, \"lenpen\": $LENPEN, \"max_len_a\": $MAX_LEN_A, \"max_len_b\": $MAX_LEN_B}"
         --best-checkpoint-metric bleu --maximize-best-checkpoint-metric)
@@ -116,18 +127,25 @@ syntax_hints_translation() {  # [data_prep/syntax_hints.py flags...]
     write_syntax_hints "$pairs" "$@"
 }
 
-# Beam search on every test subset of $DATA_BIN/testsets.tsv (or $SUBSETS),
-# then tokenized BLEU and sacreBLEU on detokenised output (recipes/lib/score_translation.py).
+# Beam search on every test subset of $DATA_BIN/testsets.tsv (or $SUBSETS; binaries of your own, which
+# have no testsets.tsv: test), then tokenized BLEU and sacreBLEU on detokenised output
+# (recipes/lib/score_translation.py; sacreBLEU needs the untokenised references in $DATA_BIN/refs/).
 generate_translation() {  # [PRESET] [fairseq-generate flags...]
     start_recipe "$@"
-    local checkpoint out subset remove_bpe
+    local checkpoint out subset source_name remove_bpe testsets="$DATA_BIN/testsets.tsv"
     checkpoint=$(select_checkpoint)
     out=${OUT_DIR:-$SAVE_DIR/generate}
     mkdir -p "$out"
-    remove_bpe=$("$PYTHON" -c "import json, sys; print('sentencepiece' if json.load(open(sys.argv[1])).get('bpe') == 'sentencepiece' else '@@ ')" "$DATA_BIN/prepare.json")
-    : "${SUBSETS:=$(cut -f1 "$DATA_BIN/testsets.tsv" | tr '\n' ' ')}"
+    if [ "$(subword_style)" = sentencepiece ]; then remove_bpe=sentencepiece; else remove_bpe='@@ '; fi
+    if [ -f "$testsets" ]; then
+        : "${SUBSETS:=$(cut -f1 "$testsets" | tr '\n' ' ')}"
+    else
+        : "${SUBSETS:=test}"
+    fi
     for subset in $SUBSETS; do
-        echo "[recipe] $DATASET $SRC-$TGT $subset ($(grep -P "^$subset\t" "$DATA_BIN/testsets.tsv" | cut -f2)): $checkpoint, beam $BEAM, lenpen $LENPEN" >&2
+        source_name=$DATA_BIN
+        [ ! -f "$testsets" ] || source_name=$(grep -P "^$subset\t" "$testsets" | cut -f2)
+        echo "[recipe] $DATASET $SRC-$TGT $subset ($source_name): $checkpoint, beam $BEAM, lenpen $LENPEN" >&2
         # shellcheck disable=SC2086
         fairseq_cli generate "$DATA_BIN" --user-dir "$USER_DIR" --task translation --source-lang "$SRC" --target-lang "$TGT" \
             --path "$checkpoint" --gen-subset "$subset" --beam "$BEAM" --lenpen "$LENPEN" --remove-bpe "$remove_bpe" \

@@ -117,7 +117,11 @@ def eval_lm(data, checkpoint, *extra):
     (["--tokens-per-sample", "32", "--context-window", "32"],
      "--tokens-per-sample: 0 tokens per block are left to score; expected at least 1 (with fairseq-eval-lm: give a "
      "--context-window smaller than --tokens-per-sample)"),
-], ids=["longer-blocks", "bos-token", "context-window"])
+    # 24 tokens scored per block, after 24 of context: the model sees 48 positions
+    (["--tokens-per-sample", "48", "--context-window", "24"],
+     "--tokens-per-sample 48: more than the model's 32 positions (--max-target-positions; a checkpoint's: what it was "
+     "trained for); give --tokens-per-sample 32 or less"),
+], ids=["longer-blocks", "bos-token", "context-window", "context-and-block"])
 def test_eval_lm_blocks_that_do_not_fit_the_model_are_refused(trained, extra, message):
     root, _, _, _, lm = trained
     assert one_line_error(eval_lm(str(root / "bin_lm"), lm, *extra)) == f"error: {message}"

@@ -50,3 +50,19 @@ def test_a_missing_split_is_a_clear_error(tmp_path, capsys):
         _prepare(tmp_path, tmp_path / "raw")
     assert exit_info.value.code == 2
     assert "valid.txt" in capsys.readouterr().err
+
+
+def test_offers_no_download_options(tmp_path, capsys):
+    """It reads only the files it is given: --raw-dir, --no-download, --mirror and --retries (the downloading
+    preparations' options) are neither in its help nor accepted."""
+    with pytest.raises(SystemExit) as exit_:
+        text_files.main(["--help"])
+    assert exit_.value.code == 0
+    help_text = capsys.readouterr().out
+    assert "--input-dir" in help_text and "--work-dir" in help_text
+    for option in ("--raw-dir", "--no-download", "--mirror", "--retries", "downloads"):
+        assert option not in help_text
+    _corpus(tmp_path / "raw")
+    with pytest.raises(SystemExit) as exit_:
+        text_files.main(["--input-dir", str(tmp_path / "raw"), "--raw-dir", str(tmp_path)])
+    assert exit_.value.code == 2 and "unrecognized arguments: --raw-dir" in capsys.readouterr().err

@@ -111,6 +111,15 @@ def test_train_eval_lm_and_sample_with_add_bos_token(lm_data, tmp_path, arch, si
     for window in ([], ["--context-window", "8"]):
         perplexity = eval_lm(lm_data, result.checkpoint, extra=[*LM_TASK[2:], *window])
         assert perplexity > 1.0
+    # evaluated without the BOS token it was trained with: scored, but not silently
+    warning = "the checkpoint was trained with --add-bos-token and this task has none"
+    without = [*LM_TASK[:2], *LM_TASK[3:]]
+    log = run(fairseq_command("eval_lm") + [lm_data, "--user-dir", PLUGIN_DIR, "--path", result.checkpoint, "--cpu",
+                                            "--max-tokens", "256", "--num-workers", "0", *EVALUATE_ALL, *without])
+    assert warning in log and "Perplexity" in log
+    log = run(fairseq_command("eval_lm") + [lm_data, "--user-dir", PLUGIN_DIR, "--path", result.checkpoint, "--cpu",
+                                            "--max-tokens", "256", "--num-workers", "0", *EVALUATE_ALL, *LM_TASK])
+    assert warning not in log and "Perplexity" in log
     log = run(fairseq_command("generate") + [
         lm_data, "--user-dir", PLUGIN_DIR, "--path", result.checkpoint, "--cpu", *LM_TASK, "--sampling", "--beam", "1",
         "--prefix-size", "1", "--max-len-b", CLI_TOKENS, "--batch-size", "4", "--num-workers", "0", "--seed", "1", *EVALUATE_ALL,

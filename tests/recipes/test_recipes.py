@@ -174,7 +174,12 @@ def test_eval_bleu_and_tensorboard_options_build_the_documented_commands(tmp_pat
     result = train("multi30k", EVAL_BLEU="yes")
     assert result.returncode == 2 and not result.stdout and "EVAL_BLEU=yes: expected 1" in result.stderr
     result = train("multi30k", EVAL_BLEU="1", DATA_BIN=str(tmp_path / "missing"))
-    assert result.returncode == 2 and "prepare.json, which does not exist" in result.stderr
+    assert result.returncode == 2 and f"DATA_BIN={tmp_path / 'missing'} does not exist" in result.stderr
+    # binaries of your own (docs/own-data.md: subword-nmt, no prepare.json): subword-nmt's "@@ " and Moses
+    (data_bin / "prepare.json").unlink()
+    words = shlex.split(train("multi30k", EVAL_BLEU="1").stdout)
+    assert words[words.index("--eval-bleu-remove-bpe") + 1] == "@@ "
+    assert words[words.index("--eval-bleu-detok") + 1] == "moses"
     (data_bin / "prepare.json").write_text(json.dumps({"bpe": "bytes"}))
     result = train("iwslt14_de_en", EVAL_BLEU="1")
     assert result.returncode == 2 and "bpe 'bytes'" in result.stderr
@@ -549,8 +554,12 @@ def test_own_data_gets_its_own_folder_and_a_budget_for_its_size(tmp_path):
     assert "your data" in result.stderr and "56320 training tokens" in result.stderr
     words = shlex.split(run("enwik8", OWN_DATA_EPOCHS="3").stdout)
     assert words[words.index("--max-update") + 1] == "15" and words[words.index("--warmup-updates") + 1] == "1"
-    words = shlex.split(run("enwik8", MAX_UPDATE="1000").stdout)  # set: kept, and so is the recipe's warm-up
+    result = run("enwik8", MAX_UPDATE="1000")  # set: kept, and so is the recipe's warm-up, with a warning
+    words = shlex.split(result.stdout)
     assert words[words.index("--max-update") + 1] == "1000" and words[words.index("--warmup-updates") + 1] == "4000"
+    assert ("[recipe] warning: WARMUP=4000 is not below MAX_UPDATE=1000: the learning rate never reaches LR=2.5e-4 "
+            "(set WARMUP, e.g. WARMUP=100)") in result.stderr
+    assert "warning" not in run("enwik8", MAX_UPDATE="1000", WARMUP="100").stderr
     # a parallel corpus: its target side's tokens
     write_index(own / "train.de-en.en.idx", [50] * 4096)  # 204,800 tokens: 50 updates of 4,096 per pass
     words = shlex.split(run("iwslt14_de_en").stdout)
@@ -582,6 +591,14 @@ def test_help_lists_the_overrides():
                          check=True).stdout
     for name in ("NUM_GPUS", "UPDATE_FREQ", "MAX_TOKENS", "EXTRA_ARGS", "CONTEXT_WINDOW", "bits per character"):
         assert name in out
+
+
+@pytest.mark.parametrize("script", ["multi30k/train.sh", "wmt14_en_de/generate.sh", "wikitext103/evaluate.sh"])
+def test_help_shows_no_linter_directives(script):
+    """The help is the scripts' comments; the shellcheck directives among them are for the linter."""
+    out = subprocess.run(["bash", os.path.join(RECIPES, script), "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "Overrides, as environment variables" in out and "shellcheck" not in out
 
 
 def test_readme_recipe_commands_name_scripts_and_presets_that_exist():
@@ -644,6 +661,26 @@ def test_generate_and_valid_bleu_share_the_output_length_cap(tmp_path):
                                            check=True).stdout)
         decoding = json.loads(words[words.index("--eval-bleu-args") + 1])
         assert (decoding["max_len_a"], decoding["max_len_b"]) == (float(a), int(b))
+
+
+def test_generate_scores_the_test_split_of_binaries_of_your_own(tmp_path):
+    """docs/own-data.md's binaries (fairseq-preprocess of subword-nmt text) have no prepare.json and no
+    testsets.tsv: generate.sh decodes their test split with subword-nmt's "@@ " removed, and scores it."""
+    fake = tmp_path / "python"  # the interpreter the recipe launches: records its arguments
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$CALLS"\n')
+    fake.chmod(0o755)
+    data_bin = tmp_path / "mine"
+    data_bin.mkdir()
+    env = dict(os.environ, NUM_GPUS="0", PYTHON=str(fake), DATA_BIN=str(data_bin), SAVE_DIR=str(tmp_path / "ck"),
+               CALLS=str(tmp_path / "calls"))
+    env.pop("SUBSETS", None)
+    result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "generate.sh")], capture_output=True, text=True,
+                            env=env)
+    assert result.returncode == 0 and "No such file" not in result.stderr, result.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    generate = [c for c in calls if "fairseq_cli.generate" in c]
+    assert len(generate) == 1 and " --gen-subset test " in generate[0] and " --remove-bpe @@  " in generate[0]
+    assert any("score_translation.py" in c and "--subset test --lang en" in c for c in calls)
 
 
 def test_cpu_runs_keep_freed_memory_unless_told_otherwise(tmp_path):
