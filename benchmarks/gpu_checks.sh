@@ -17,9 +17,10 @@
 #    (chunked, fused Triton kernels, recurrent, fused step kernel; fla-core's chunk_linear_attn where it
 #    imports) on the device in float32 and bfloat16 against the naive reference in float64 on the CPU.
 # 2b. Alone, so that the timings are not disturbed: benchmarks/cosformer_gpu.py --parts train,decode
-#    (one process per kind): cosFormer fused vs chunked vs PyTorch's flash SDPA vs fla-core's
+#    (one process per kind, 7 in all, each at most COSFORMER_TIMEOUT / 7 s; the cells a process finished
+#    are kept when it is cut short): cosFormer fused vs chunked vs PyTorch's flash SDPA vs fla-core's
 #    chunk_linear_attn(normalize=True) (where it imports), forward+backward at T = COSFORMER_LENGTHS in
-#    bf16 and fp32; decoding per token at prefixes 128 .. 4096 at batch 1 and beam 5 x batch 32.
+#    bf16 and fp32; decoding per token at prefixes 128, 1024, 4096 at batch 1 and beam 5 x batch 32.
 # 3. Alone: benchmarks/attention_speed.py --device cuda
 #    (every kind against fairseq's softmax attention, PyTorch's fused kernel) at LENGTHS.
 # Time limits (defaults) keep the whole run under 10 minutes: phase 1 at most TRAIN_TIMEOUT +
@@ -35,8 +36,8 @@ set -uo pipefail
 OUT_DIR=${1:?usage: DATA_BIN=DIR bash benchmarks/gpu_checks.sh OUT_DIR}
 : "${DATA_BIN:?DATA_BIN: the prepared Multi30k binaries (recipes/multi30k/prepare.sh)}"
 : "${PYTHON:=python3}" "${PRESET:=cosformer_iwslt_de_en}" "${MAX_UPDATE:=1000}" "${LENGTHS:=1024,4096,16384}"
-: "${CHECK_TIMEOUT:=220}" "${TRAIN_TIMEOUT:=200}" "${GENERATE_TIMEOUT:=80}" "${SPEED_TIMEOUT:=120}"
-: "${COSFORMER_TIMEOUT:=150}" "${COSFORMER_LENGTHS:=256,512,1024,2048,4096,8192,16384}"
+: "${CHECK_TIMEOUT:=220}" "${TRAIN_TIMEOUT:=200}" "${GENERATE_TIMEOUT:=80}" "${SPEED_TIMEOUT:=90}"
+: "${COSFORMER_TIMEOUT:=175}" "${COSFORMER_LENGTHS:=1024,2048,4096,16384}"
 : "${LM_DATA_BIN:=}" "${LM_PRESET:=mixed_transformer_lm_tiny}" "${LM_UPDATES:=200}" "${LM_TOKENS_PER_SAMPLE:=2048}"
 OUT_DIR=$(realpath -m "$OUT_DIR") DATA_BIN=$(realpath -m "$DATA_BIN")
 export PYTHON DATA_BIN PYTHONUNBUFFERED=1
@@ -130,7 +131,7 @@ echo "phase 1 (check + training): $(( $(date +%s) - started )) s" >> "$OUT_DIR/e
 
 started=$(date +%s)
 timeout "$COSFORMER_TIMEOUT" "$PYTHON" benchmarks/cosformer_gpu.py --device cuda --parts train,decode \
-    --lengths "$COSFORMER_LENGTHS" --prefixes 128,512,1024,2048,4096 --beams 1,5x32 --timeout 60 \
+    --lengths "$COSFORMER_LENGTHS" --prefixes 128,1024,4096 --beams 1,5x32 --timeout $(( COSFORMER_TIMEOUT / 7 - 1 )) \
     --output "$OUT_DIR/cosformer_speed_cuda.md" > "$OUT_DIR/cosformer_speed.log" 2>&1
 echo "cosformer speed: exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/cosformer_speed.log"
 

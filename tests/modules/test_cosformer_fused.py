@@ -155,6 +155,75 @@ def test_fused_decoding_kernel_equals_the_naive_reference(with_state):
         assert torch.equal(state, kept)
 
 
+@pytest.mark.parametrize("with_state", [False, True], ids=["no-state", "carried-state"])
+@pytest.mark.parametrize("max_block_e", [1, 2, 4], ids=["blocks-of-1", "blocks-of-2", "blocks-of-4"])
+def test_fused_kernels_split_the_value_columns_exactly(max_block_e, with_state, monkeypatch):
+    """Every program of a head takes MAX_BLOCK_E value columns (E = 5: 5, 3 or 2 blocks, the last partial):
+    d v and the state's gradient per block, d q and d k as partial sums over the blocks, the normaliser's
+    terms counted once; the result is the naive reference's."""
+    monkeypatch.setattr(FUSED_CHUNK, "MAX_BLOCK_E", max_block_e)
+    monkeypatch.setattr(FUSED_CHUNK, "_FITTING_BLOCK_E", {})
+    q, k, v, pad, angle, state = _case(seed=3)
+    state = state if with_state else None
+    upstream = _upstream(seed=7)
+    got = _run("fused", q, k, v, state, angle, pad, upstream, chunk_size=CHUNK)
+    want = _run("naive", q, k, v, state, angle, pad, upstream)
+    real = (~pad)[:, None, :, None]
+    for label, a, b in zip(["o", "final_state", "dq", "dk", "dv", "d_initial_state"], got, want):
+        if label == "o":
+            a, b = a * real, b * real
+        assert torch.allclose(a, b, atol=1e-10, rtol=0), f"{label}: {(a - b).abs().max():.2e}"
+
+
+class _NeedsLessSharedMemory:
+    """A kernel as a GPU with little shared memory sees it: compiling with more than ``fits`` value columns
+    per program is refused as Triton refuses it (OutOfResources, before anything runs)."""
+
+    def __init__(self, kernel, fits):
+        self.kernel, self.fits, self.tried = kernel, fits, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **meta):
+            self.tried.append(meta["BLOCK_E"])
+            if meta["BLOCK_E"] > self.fits:
+                raise FUSED_CHUNK.OutOfResources(316416, 232448, "shared memory")
+            return self.kernel[grid](*args, **meta)
+        return launch
+
+
+def test_kernels_too_large_for_the_device_run_with_fewer_columns(monkeypatch):
+    """A head too wide for the device's shared memory (found on an H200: head dimension 128, the backward
+    asked for 316 KB of 227 KB) trains: each kernel is launched again with half the value columns per
+    program until it fits, with the reference's result, and the fitting size is remembered."""
+    monkeypatch.setattr(FUSED_CHUNK, "_FITTING_BLOCK_E", {})
+    kernels = {name: _NeedsLessSharedMemory(getattr(FUSED_CHUNK, name), fits)
+               for name, fits in (("_fused_forward_kernel", 4), ("_fused_backward_q_kernel", 2), ("_fused_backward_kv_kernel", 1))}
+    for name, kernel in kernels.items():
+        monkeypatch.setattr(FUSED_CHUNK, name, kernel)
+    q, k, v, pad, angle, state = _case(seed=4)
+    upstream = _upstream(seed=8)
+    for attempt in range(2):
+        got = _run("fused", q, k, v, state, angle, pad, upstream, chunk_size=CHUNK)
+        want = _run("naive", q, k, v, state, angle, pad, upstream)
+        real = (~pad)[:, None, :, None]
+        for label, a, b in zip(["o", "final_state", "dq", "dk", "dv", "d_initial_state"], got, want):
+            if label == "o":
+                a, b = a * real, b * real
+            assert torch.allclose(a, b, atol=1e-10, rtol=0), f"{label}: {(a - b).abs().max():.2e}"
+    # E = 5: first 8 columns (the next power of two), halved until it fits; the second pass starts there
+    assert kernels["_fused_forward_kernel"].tried == [8, 4, 4]
+    assert kernels["_fused_backward_q_kernel"].tried == [8, 4, 2, 2]
+    assert kernels["_fused_backward_kv_kernel"].tried == [8, 4, 2, 1, 1]
+
+
+def test_a_kernel_that_fits_no_block_size_says_so(monkeypatch):
+    monkeypatch.setattr(FUSED_CHUNK, "_FITTING_BLOCK_E", {})
+    monkeypatch.setattr(FUSED_CHUNK, "_fused_forward_kernel", _NeedsLessSharedMemory(FUSED_CHUNK._fused_forward_kernel, 0))
+    q, k, v, pad, angle, _ = _case()
+    with pytest.raises(RuntimeError, match="do not fit .* shared memory at head dimension 8 even with 1 value columns .*--cosformer-algorithm chunked"):
+        ALGORITHMS["fused"](q, k, v, None, angle=angle, horizon=M, eps=EPS, key_padding_mask=pad, chunk_size=CHUNK)
+
+
 def test_fused_decoding_kernel_refuses_gradients():
     q, k, v, pad, angle, _ = _case()
     with pytest.raises(RuntimeError, match="no backward"):

@@ -23,6 +23,7 @@ from typing import Optional, Tuple
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
@@ -167,44 +168,45 @@ def _fused_forward_kernel(
 
 
 @triton.jit
-def _output_gradients(do_ptr, o_ptr, den_ptr, so_t, rows, offs_e, row_ok, e_ok, eps, ACC: tl.constexpr):
-    """Through o = num / max(den, eps): d num = do / max(den, eps), d den = -sum(d num * o) (zero where
-    the denominator was clamped)."""
+def _output_gradients(do_ptr, den_ptr, g_den_ptr, so_t, rows, offs_e, row_ok, e_ok, eps, first, ACC: tl.constexpr):
+    """Through o = num / max(den, eps): d num = do / max(den, eps) for this program's value columns; d den
+    (``denominator_gradient``: a sum over every column) only in the first column block, so that the
+    blocks' partial d q and d k add up to it once."""
     do = _load_rows(do_ptr, so_t, 1, rows, offs_e, row_ok, e_ok, ACC)
-    out = _load_rows(o_ptr, so_t, 1, rows, offs_e, row_ok, e_ok, ACC)
     den = tl.load(den_ptr + rows, mask=row_ok, other=1.0).to(ACC)
-    g_num = do / tl.maximum(den, eps)[:, None]
-    g_den = tl.where(den < eps, 0.0, -tl.sum(g_num * out, axis=1))
-    return g_num, g_den
+    g_den = tl.where(first, tl.load(g_den_ptr + rows, mask=row_ok, other=0.0).to(ACC), 0.0)
+    return do / tl.maximum(den, eps)[:, None], g_den
 
 
 @triton.jit
 def _fused_backward_q_kernel(
-    q_ptr, k_ptr, v_ptr, angle_ptr, pad_ptr, state_ptr, o_ptr, den_ptr, do_ptr, dq_ptr,
+    q_ptr, k_ptr, v_ptr, angle_ptr, pad_ptr, state_ptr, den_ptr, g_den_ptr, do_ptr, dq_ptr,
     sq_b, sq_h, sq_t, sq_d, sk_b, sk_h, sk_t, sk_d, sv_b, sv_h, sv_t, sv_e, so_b, so_h, so_t,
     heads, length, dim, e_dim, eps,
     HAS_PAD: tl.constexpr, HAS_STATE: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
     """d q, chunks in forward order: d q = (d A * decay) phi(k) + cos a (d num S_cos^T + d den z_cos^T) + sin a (...),
-    d A = d num v^T + d den 1^T, through ReLU. d o and o are time-major (T, B, H, E) like the output; d q
-    is written B,H,T,D contiguous."""
-    bh = tl.program_id(0)
-    q_ptr, k_ptr, v_ptr, o_ptr, angle_ptr, pad_ptr = _head_pointers(
-        q_ptr, k_ptr, v_ptr, o_ptr, angle_ptr, pad_ptr, sq_b, sq_h, sk_b, sk_h, sv_b, sv_h, so_b, so_h, bh, heads, length)
-    do_ptr += (bh // heads) * so_b + (bh % heads) * so_h
+    d A = d num v^T + d den 1^T, through ReLU. d o is time-major (T, B, H, E) like the output. Each program
+    takes one block of value columns and writes its partial d q (block e_block of a n_blocks,B,H,T,D buffer:
+    the caller sums them)."""
+    e_block, bh = tl.program_id(0), tl.program_id(1)
+    first = e_block == 0
+    q_ptr, k_ptr, v_ptr, do_ptr, angle_ptr, pad_ptr = _head_pointers(
+        q_ptr, k_ptr, v_ptr, do_ptr, angle_ptr, pad_ptr, sq_b, sq_h, sk_b, sk_h, sv_b, sv_h, so_b, so_h, bh, heads, length)
     offs_c = tl.arange(0, BLOCK_C)
     offs_d = tl.arange(0, BLOCK_D)
-    offs_e = tl.arange(0, BLOCK_E)
+    offs_e = e_block * BLOCK_E + tl.arange(0, BLOCK_E)
     d_ok, e_ok = offs_d < dim, offs_e < e_dim
-    dq_ptr += bh * length * dim
+    dq_ptr += (e_block * tl.num_programs(1) + bh) * length * dim
     den_ptr += bh * length
+    g_den_ptr += bh * length
     s_cos, s_sin, z_cos, z_sin = load_state(state_ptr, bh, dim, e_dim, offs_d, offs_e, HAS_STATE, ACC, BLOCK_D, BLOCK_E)
     for start in range(0, length, BLOCK_C):
         rows, row_ok, q, k, v, q_live, k_live, a, cos_a, sin_a = _chunk_inputs(
             q_ptr, k_ptr, v_ptr, angle_ptr, pad_ptr, sq_t, sq_d, sk_t, sk_d, sv_t, sv_e, start, length, offs_c, offs_d,
             offs_e, dim, e_dim, HAS_PAD, ACC)
-        g_num, g_den = _output_gradients(do_ptr, o_ptr, den_ptr, so_t, rows, offs_e, row_ok, e_ok, eps, ACC)
+        g_num, g_den = _output_gradients(do_ptr, den_ptr, g_den_ptr, so_t, rows, offs_e, row_ok, e_ok, eps, first, ACC)
         g_attn = tl.dot(g_num, tl.trans(v), input_precision=PRECISION) + g_den[:, None]
         g_attn = tl.where(rows[:, None] >= rows[None, :], g_attn * tl.cos(a[:, None] - a[None, :]), 0.0)
         dq = tl.dot(g_attn, k, input_precision=PRECISION)
@@ -218,7 +220,7 @@ def _fused_backward_q_kernel(
 
 @triton.jit
 def _fused_backward_kv_kernel(
-    q_ptr, k_ptr, v_ptr, angle_ptr, pad_ptr, g_final_ptr, o_ptr, den_ptr, do_ptr, dk_ptr, dv_ptr, g_state_ptr,
+    q_ptr, k_ptr, v_ptr, angle_ptr, pad_ptr, g_final_ptr, den_ptr, g_den_ptr, do_ptr, dk_ptr, dv_ptr, g_state_ptr,
     sq_b, sq_h, sq_t, sq_d, sk_b, sk_h, sk_t, sk_d, sv_b, sv_h, sv_t, sv_e, so_b, so_h, so_t,
     heads, length, dim, e_dim, eps,
     HAS_PAD: tl.constexpr, HAS_G_FINAL: tl.constexpr, WANT_G_STATE: tl.constexpr, ACC: tl.constexpr,
@@ -227,25 +229,29 @@ def _fused_backward_kv_kernel(
     """d k and d v, chunks in reverse order with dS = the gradient of the state after the chunk (the sum
     of [phi(q) cos a]^T d num over later chunks, plus that of the final state):
     d k = (d A * decay)^T phi(q) + cos a (v dS_cos^T + 1 dz_cos^T) + sin a (...), through ReLU and the pads;
-    d v = A^T d num + (phi(k) cos a) dS_cos + (phi(k) sin a) dS_sin. Last, dS is the initial state's gradient."""
-    bh = tl.program_id(0)
-    q_ptr, k_ptr, v_ptr, o_ptr, angle_ptr, pad_ptr = _head_pointers(
-        q_ptr, k_ptr, v_ptr, o_ptr, angle_ptr, pad_ptr, sq_b, sq_h, sk_b, sk_h, sv_b, sv_h, so_b, so_h, bh, heads, length)
-    do_ptr += (bh // heads) * so_b + (bh % heads) * so_h
+    d v = A^T d num + (phi(k) cos a) dS_cos + (phi(k) sin a) dS_sin. Last, dS is the initial state's gradient.
+    One block of value columns per program: its d v columns and dS columns exactly, a partial d k (summed
+    by the caller); the normaliser's terms (d den, dz) in the first block only."""
+    e_block, bh = tl.program_id(0), tl.program_id(1)
+    first = e_block == 0
+    q_ptr, k_ptr, v_ptr, do_ptr, angle_ptr, pad_ptr = _head_pointers(
+        q_ptr, k_ptr, v_ptr, do_ptr, angle_ptr, pad_ptr, sq_b, sq_h, sk_b, sk_h, sv_b, sv_h, so_b, so_h, bh, heads, length)
     offs_c = tl.arange(0, BLOCK_C)
     offs_d = tl.arange(0, BLOCK_D)
-    offs_e = tl.arange(0, BLOCK_E)
+    offs_e = e_block * BLOCK_E + tl.arange(0, BLOCK_E)
     d_ok, e_ok = offs_d < dim, offs_e < e_dim
-    dk_ptr += bh * length * dim
+    dk_ptr += (e_block * tl.num_programs(1) + bh) * length * dim
     dv_ptr += bh * length * e_dim
     den_ptr += bh * length
+    g_den_ptr += bh * length
     ds_cos, ds_sin, dz_cos, dz_sin = load_state(g_final_ptr, bh, dim, e_dim, offs_d, offs_e, HAS_G_FINAL, ACC, BLOCK_D, BLOCK_E)
+    dz_cos, dz_sin = tl.where(first, dz_cos, 0.0), tl.where(first, dz_sin, 0.0)
     n_chunks = tl.cdiv(length, BLOCK_C)
     for back in range(0, n_chunks):
         rows, row_ok, q, k, v, q_live, k_live, a, cos_a, sin_a = _chunk_inputs(
             q_ptr, k_ptr, v_ptr, angle_ptr, pad_ptr, sq_t, sq_d, sk_t, sk_d, sv_t, sv_e, (n_chunks - 1 - back) * BLOCK_C,
             length, offs_c, offs_d, offs_e, dim, e_dim, HAS_PAD, ACC)
-        g_num, g_den = _output_gradients(do_ptr, o_ptr, den_ptr, so_t, rows, offs_e, row_ok, e_ok, eps, ACC)
+        g_num, g_den = _output_gradients(do_ptr, den_ptr, g_den_ptr, so_t, rows, offs_e, row_ok, e_ok, eps, first, ACC)
         decay = tl.where(rows[:, None] >= rows[None, :], tl.cos(a[:, None] - a[None, :]), 0.0)
         attn = tl.dot(q, tl.trans(k), input_precision=PRECISION) * decay
         g_attn = (tl.dot(g_num, tl.trans(v), input_precision=PRECISION) + g_den[:, None]) * decay
@@ -266,7 +272,7 @@ def _fused_backward_kv_kernel(
         dz_cos += tl.sum(q_cos * g_den[:, None], axis=0)
         dz_sin += tl.sum(q_sin * g_den[:, None], axis=0)
     if WANT_G_STATE:
-        store_state(g_state_ptr, bh, dim, e_dim, offs_d, offs_e, ds_cos, ds_sin, dz_cos, dz_sin, True)
+        store_state(g_state_ptr, bh, dim, e_dim, offs_d, offs_e, ds_cos, ds_sin, dz_cos, dz_sin, first)
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -288,6 +294,42 @@ def _strides(x: Tensor):
     return x.stride(0), x.stride(1), x.stride(2), x.stride(3)
 
 
+# Value columns per program, at most (the programs of a head split the columns: more programs, and state
+# tiles of BLOCK_D x BLOCK_E that fit a GPU's shared memory); ``_fitting`` halves it further where a
+# compiled kernel still asks for more shared memory than the device has (head dimension 128 and more).
+MAX_BLOCK_E = 64
+_FITTING_BLOCK_E = {}  # (kernel, device, other settings) -> the largest BLOCK_E that compiled there
+
+
+def _fitting(kernel, device: torch.device, meta: dict, launch):
+    """``launch(meta)`` with the largest BLOCK_E (at most MAX_BLOCK_E) whose compiled ``kernel`` fits the
+    device: Triton refuses a kernel that needs more shared memory than the device has when it loads it
+    (before it runs: nothing is written), so halve BLOCK_E and launch again. The choice is remembered."""
+    key = (getattr(kernel, "__name__", repr(kernel)), str(device), tuple(sorted((k, str(v)) for k, v in meta.items() if k != "BLOCK_E")))
+    least = 1 if interpreted() else 16  # tl.dot's smallest tile on a GPU
+    block = min(meta["BLOCK_E"], MAX_BLOCK_E, _FITTING_BLOCK_E.get(key, meta["BLOCK_E"]))
+    while True:
+        try:
+            result = launch({**meta, "BLOCK_E": block})
+        except OutOfResources as err:
+            if block <= least:
+                raise RuntimeError(f"cosFormer's fused kernels do not fit {device}'s shared memory at head dimension "
+                                   f"{meta['BLOCK_D']} even with {block} value columns per program ({err}): "
+                                   f"use --cosformer-algorithm chunked") from err
+            block = max(least, block // 2)
+            _FITTING_BLOCK_E[key] = block
+            continue
+        return result
+
+
+def denominator_gradient(g_out: Tensor, out: Tensor, den: Tensor, eps: float) -> Tensor:
+    """d den = -sum_e (d o / max(den, eps)) o (zero where the denominator was clamped): B*H, T. A sum over
+    every value column, so the backward kernels, which split the columns, take it precomputed."""
+    bsz, heads, length, _ = out.shape
+    summed = (g_out * out).sum(-1).reshape(bsz * heads, length)
+    return torch.where(den < eps, torch.zeros_like(summed), -summed / den.clamp_min(eps))
+
+
 class _FusedCausalCosformer(torch.autograd.Function):
     """The fused kernels as an autograd function. Inputs as ``algorithms.fused_causal``; the angle B,T and
     the key padding B,T (int8, or None). Outputs: o (B,H,T,E, a view of a time-major T,B,H,E buffer in the
@@ -300,19 +342,20 @@ class _FusedCausalCosformer(torch.autograd.Function):
         bsz, heads, length, dim = q.shape
         e_dim = v.size(-1)
         meta, acc = _settings(q, dim, e_dim, chunk_size)
-        if not interpreted():  # split the value columns across programs (the denominator is recomputed per block)
-            meta["BLOCK_E"] = min(meta["BLOCK_E"], 64)
         o_buf = torch.empty(length, bsz, heads, e_dim, dtype=acc, device=q.device)
         out = o_buf.permute(1, 2, 0, 3)
         den = torch.empty(bsz * heads, length, dtype=acc, device=q.device)
         final = torch.empty(bsz, heads, 2, dim, e_dim + 1, dtype=acc, device=q.device)
         state_in = state.contiguous() if state is not None else None
-        grid = (triton.cdiv(e_dim, meta["BLOCK_E"]), bsz * heads)
-        _fused_forward_kernel[grid](
-            q, k, v, angle, pad if pad is not None else angle, state_in if state_in is not None else final, out, den, final,
-            *_strides(q), *_strides(k), *_strides(v), *_strides(out)[:3],
-            heads, length, dim, e_dim, eps,
-            HAS_PAD=pad is not None, HAS_STATE=state_in is not None, **meta)
+
+        def launch(meta):  # the programs of a head split the value columns (the denominator is recomputed per block)
+            _fused_forward_kernel[(triton.cdiv(e_dim, meta["BLOCK_E"]), bsz * heads)](
+                q, k, v, angle, pad if pad is not None else angle, state_in if state_in is not None else final, out, den,
+                final, *_strides(q), *_strides(k), *_strides(v), *_strides(out)[:3],
+                heads, length, dim, e_dim, eps,
+                HAS_PAD=pad is not None, HAS_STATE=state_in is not None, **meta)
+
+        _fitting(_fused_forward_kernel, q.device, meta, launch)
         ctx.save_for_backward(q, k, v, angle, pad, state_in, out, den)
         ctx.eps, ctx.chunk_size = eps, chunk_size
         ctx.set_materialize_grads(False)
@@ -328,23 +371,40 @@ class _FusedCausalCosformer(torch.autograd.Function):
         meta, acc = _settings(q, dim, e_dim, ctx.chunk_size)
         if g_out is None:
             g_out = torch.zeros_like(out)
-        # time-major with unit column stride, like the output (the kernels read both with its strides)
+        # time-major with unit column stride, like the output (the kernels read it with the output's strides)
         g_out = g_out.to(acc).permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
-        dq = torch.empty(bsz, heads, length, dim, dtype=q.dtype, device=q.device)
-        dk = torch.empty(bsz, heads, length, dim, dtype=k.dtype, device=k.device)
+        g_den = denominator_gradient(g_out, out, den, ctx.eps)
         dv = torch.empty(bsz, heads, length, e_dim, dtype=v.dtype, device=v.device)
         want_g_state = state is not None and ctx.needs_input_grad[5]
         g_state = torch.empty_like(state) if want_g_state else None
         g_final = g_final.contiguous() if g_final is not None else None
         pad_arg = pad if pad is not None else angle
-        common = (*_strides(q), *_strides(k), *_strides(v), *_strides(out)[:3], heads, length, dim, e_dim, ctx.eps)
-        _fused_backward_q_kernel[(bsz * heads,)](
-            q, k, v, angle, pad_arg, state if state is not None else den, out, den, g_out, dq, *common,
-            HAS_PAD=pad is not None, HAS_STATE=state is not None, **meta)
-        _fused_backward_kv_kernel[(bsz * heads,)](
-            q, k, v, angle, pad_arg, g_final if g_final is not None else den, out, den, g_out, dk, dv,
-            g_state if g_state is not None else den, *common,
-            HAS_PAD=pad is not None, HAS_G_FINAL=g_final is not None, WANT_G_STATE=want_g_state, **meta)
+        common = (*_strides(q), *_strides(k), *_strides(v), *_strides(g_out)[:3], heads, length, dim, e_dim, ctx.eps)
+
+        def partial_sums(n_blocks, like):  # d q, d k: one partial sum per column block, added here
+            if n_blocks == 1:
+                return torch.empty(1, bsz, heads, length, dim, dtype=like.dtype, device=like.device)
+            return torch.empty(n_blocks, bsz, heads, length, dim, dtype=acc, device=like.device)
+
+        def launch_q(meta):
+            n_blocks = triton.cdiv(e_dim, meta["BLOCK_E"])
+            dq = partial_sums(n_blocks, q)
+            _fused_backward_q_kernel[(n_blocks, bsz * heads)](
+                q, k, v, angle, pad_arg, state if state is not None else den, den, g_den, g_out, dq, *common,
+                HAS_PAD=pad is not None, HAS_STATE=state is not None, **meta)
+            return dq.sum(0).to(q.dtype) if n_blocks > 1 else dq[0]
+
+        def launch_kv(meta):
+            n_blocks = triton.cdiv(e_dim, meta["BLOCK_E"])
+            dk = partial_sums(n_blocks, k)
+            _fused_backward_kv_kernel[(n_blocks, bsz * heads)](
+                q, k, v, angle, pad_arg, g_final if g_final is not None else den, den, g_den, g_out, dk, dv,
+                g_state if g_state is not None else den, *common,
+                HAS_PAD=pad is not None, HAS_G_FINAL=g_final is not None, WANT_G_STATE=want_g_state, **meta)
+            return dk.sum(0).to(k.dtype) if n_blocks > 1 else dk[0]
+
+        dq = _fitting(_fused_backward_q_kernel, q.device, meta, launch_q)
+        dk = _fitting(_fused_backward_kv_kernel, q.device, meta, launch_kv)
         return dq, dk, dv, None, None, g_state, None, None
 
 
