@@ -372,3 +372,17 @@ def test_fused_without_triton_is_a_clear_error(monkeypatch):
         algorithms.select("fused", torch.device("cpu"), decoding=False, needs_grad=False)
     # auto never needs it
     assert algorithms.select("auto", torch.device("cuda"), decoding=False, needs_grad=True) == "chunked"
+
+
+def test_auto_trains_in_the_torch_form_and_decodes_in_the_step_kernel_on_cuda(monkeypatch):
+    """``auto`` on CUDA with Triton: the chunked torch form for a full pass (the fused kernels were slower
+    there on an H200: docs/records/gpu.md), the fused step kernel for decoding; ``fused`` forces both."""
+    monkeypatch.setattr(algorithms, "triton_available", lambda: True)
+    monkeypatch.setattr(algorithms, "_logged", set())
+    cuda = torch.device("cuda")
+    assert algorithms.select("auto", cuda, decoding=False, needs_grad=True) == "chunked"
+    assert algorithms.select("auto", cuda, decoding=False, needs_grad=False) == "chunked"
+    assert algorithms.select("auto", cuda, decoding=True, needs_grad=False) == "fused_recurrent"
+    assert algorithms.select("auto", cuda, decoding=True, needs_grad=True) == "recurrent"
+    assert algorithms.select("fused", cuda, decoding=False, needs_grad=True) == "fused"
+    assert algorithms.select("chunked", cuda, decoding=True, needs_grad=False) == "recurrent"

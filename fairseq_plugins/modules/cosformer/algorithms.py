@@ -17,9 +17,10 @@ Every algorithm computes the same function:
 * ``recurrent``: token by token in torch (``recurrent.py``: decoding);
 * ``fused_recurrent``: token by token in one Triton kernel (``fused_recurrent.py``: decoding, no backward).
 
-The module picks one (``select``): ``--cosformer-algorithm auto`` takes the fused kernels on CUDA when
-Triton imports and the torch forms otherwise; ``chunked`` or ``fused`` forces them. The choice is logged
-once per process.
+The module picks one (``select``): ``--cosformer-algorithm auto`` takes the torch chunked form for a full
+pass (training, scoring) on every device, and the fused step kernel for decoding on CUDA when Triton
+imports (``recurrent`` otherwise); ``chunked`` forces the torch forms, ``fused`` the kernels (full pass
+and decoding). The choice is logged once per process.
 """
 import importlib.util
 import logging
@@ -173,7 +174,10 @@ def select(requested: str, device: torch.device, decoding: bool, needs_grad: boo
     if decoding:
         name = "fused_recurrent" if fused and not needs_grad else "recurrent"
     else:
-        name = FUSED if fused else CHUNKED
+        # auto: the torch chunked form for a full pass, also on CUDA. On an H200 (docs/records/gpu.md,
+        # 2026-11-28) the fused kernels' forward+backward of one layer took 18.2 ms at T = 1024, 3.5x the
+        # naive cumsum reference, and their compilation held up the first updates of a training.
+        name = FUSED if requested == FUSED else CHUNKED
     key = (requested, device.type, name)
     if key not in _logged:
         _logged.add(key)

@@ -25,8 +25,9 @@ class CosformerOptions(KindOptions):
     cosformer_algorithm: str = field(
         default="auto",
         metadata={
-            "help": "cosFormer causal attention's algorithm: auto (fused Triton kernels on CUDA when triton imports, "
-            "else the torch chunked form), chunked (torch, any device) or fused (Triton: CUDA); choices: auto, chunked, fused",
+            "help": "cosFormer causal attention's algorithm: auto (the torch chunked form for a full pass; decoding in the "
+            "fused step kernel on CUDA when triton imports), chunked (torch, any device) or fused (Triton kernels, "
+            "full pass and decoding: CUDA); choices: auto, chunked, fused",
             "placements": (DECODER_SELF,),
         },
     )
