@@ -167,19 +167,31 @@ def held_out_comparison(features, targets: Sequence[float], test_fraction: float
     import numpy as np
 
     taus = {"pairwise": [], "pointwise": []}
+    errors = []  # the regressor's relative error on every held-out architecture of every split
+    within_shares = []
     for offset in range(splits):
         train, test = split(len(targets), test_fraction, seed + offset)
         ranker = fit_ranker([features[i] for i in train], [targets[i] for i in train], seed + offset)
         regressor = fit_regressor([features[i] for i in train], [targets[i] for i in train], seed + offset)
         held_out, measured = [features[i] for i in test], [targets[i] for i in test]
         taus["pairwise"].append(kendall_tau([-v for v in ranker.predict(held_out)], measured))
-        taus["pointwise"].append(kendall_tau(list(regressor.predict(held_out)), measured))
+        predicted = list(regressor.predict(held_out))
+        taus["pointwise"].append(kendall_tau(predicted, measured))
+        errors += [abs(p - m) / abs(m) for p, m in zip(predicted, measured)]
+        within_shares.append(relative_errors(predicted, measured)["within_10_percent"])
     # (numpy: a split whose held-out targets are all equal has no order, a nan tau, left out of the mean)
     summary = {name: {"mean": float(np.nanmean(values)) if not np.isnan(values).all() else float("nan"),
                       "std": float(np.nanstd(values, ddof=1)) if np.count_nonzero(~np.isnan(values)) > 1 else 0.0,
                       "kendall_taus": [float(v) for v in values]} for name, values in taus.items()}
     summary["splits"] = splits
     summary["pairwise_better"] = sum(p > q for p, q in zip(taus["pairwise"], taus["pointwise"]))
+    # the regressor as a predictor of the target (a latency budget's constraint), judged over every split:
+    # the share within 10 % pooled over all held-out predictions, and its mean and spread per split
+    summary["pointwise"].update(
+        within_10_percent=sum(e <= 0.1 for e in errors) / len(errors), mean_relative_error=sum(errors) / len(errors),
+        within_10_percent_per_split={"mean": float(np.mean(within_shares)),
+                                     "std": float(np.std(within_shares, ddof=1)) if len(within_shares) > 1 else 0.0},
+        held_out_predictions=len(errors))
     return summary
 
 
@@ -293,5 +305,7 @@ def rank_command(data: str, target: str, output_dir: Optional[str], test_fractio
         if splits else {}
     if splits:
         over_splits.update(splits=splits["splits"], pairwise_better=splits["pairwise_better"])
+        over_splits["pointwise"].update({k: splits["pointwise"][k] for k in ("within_10_percent", "mean_relative_error",
+                                                                             "within_10_percent_per_split", "held_out_predictions")})
     return {"target": target, "architectures": fitted.report["architectures"], "held_out": fitted.report["held_out"],
             **summary, "over_splits": over_splits, "top_features": top, "files": paths}

@@ -117,6 +117,12 @@ def test_the_pairwise_ranker_recovers_a_known_order(space_path, tmp_path):
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     taus = report["held_out_splits"]["pairwise"]["kendall_taus"]
     assert len(taus) == 10 and len(set(taus)) > 1 and report["held_out_splits"]["pairwise"]["mean"] == pytest.approx(sum(taus) / 10)
+    # the regressor as a predictor, judged on every held-out prediction of every split (equal test sets:
+    # the pooled share is the mean of the splits' shares)
+    pointwise = splits["pointwise"]
+    assert pointwise["held_out_predictions"] == 10 * 32
+    assert pointwise["within_10_percent"] == pytest.approx(pointwise["within_10_percent_per_split"]["mean"])
+    assert 0 < pointwise["mean_relative_error"] and pointwise["within_10_percent_per_split"]["std"] >= 0
     importance = json.loads((tmp_path / "r" / "importance.json").read_text())
     # the fields the synthetic loss depends on are the most important
     top = sorted(importance["fields"], key=lambda f: -importance["fields"][f])[:2]
