@@ -4,9 +4,10 @@ The models are built the way fairseq-train builds them (task, ``--arch``, flags)
 of a decoder step does not depend on the weights' values, so no trained checkpoint is needed. The cost per
 token at a prefix of P tokens is ``fairseq_plugins.search.latency``'s ``next_token`` workload (one decoder step
 on the prefix's incremental state, the log-probabilities and fairseq's sampling draw) timed with its protocol:
-one process pinned to one core with one thread, each layout interleaved in ABBA blocks with the reference
-layout, reported as milliseconds per token and relative to the reference (the median of the rounds' ratios,
-which a machine's changing load leaves nearly as it is). Beside it, the counted FLOPs of that token
+processes pinned to one core with one thread, one after another, each interleaving the layout in ABBA
+blocks with the reference layout, reported as milliseconds per token and relative to the reference (the
+median over the processes of each one's median round ratio, which a machine's changing load leaves nearly
+as it is). Beside it, the counted FLOPs of that token
 (``fairseq_plugins.complexity``: the forward FLOPs over P + 1 tokens minus those over P, which is what a
 cached decoder step computes: the new token's projections, FFNs and output layer, and its attention over
 what each kind keeps).
@@ -80,6 +81,7 @@ def next_token_cost(data_bin: str, layout: Tuple[str, Sequence[str]], reference:
     return {"arch": arch, "flags": list(flags), "reference": [reference_arch, *reference_flags], "prefix": prefix,
             "positions": positions, "ms_per_token": step["latency_ms"], "reference_ms_per_token": step["reference_ms"],
             "relative": step["relative_latency"], "ratio_range": step["ratio_range"], "ratios": step["ratios"],
+            "process_range": step["process_range"],
             "flops_per_token": next_token_flops(args, prefix, len(dictionary)),
             "params": model_cost(copy.deepcopy(args), target_length=prefix + 1).total_parameters(len(dictionary)),
-            "settings": {k: record[k] for k in ("threads", "warmup", "repeats", "rounds", "trim", "cores")}}
+            "settings": {k: record[k] for k in ("threads", "warmup", "repeats", "rounds", "processes", "trim", "cores")}}

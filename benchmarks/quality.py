@@ -1335,15 +1335,19 @@ def render_decode_cost_note(suite: Suite, decode: Dict[str, dict]) -> List[str]:
     settings = first["settings"]
     revisions = sorted({revision_cell(cost) for cost in decode.values()})
     loads = [cost["load_average"] for cost in decode.values() if cost.get("load_average")]
+    processes = settings.get("processes", 1)  # (costs measured before --processes: one process each)
+    processes_text = "one process" if processes == 1 else f"{processes} processes, one after another, each"
+    median_text = ("" if processes == 1 else
+                   f" (both: the median over the processes of each one's, the {settings['rounds']} rounds shared among them)")
     lines = [f"Decode columns: the marginal cost of one more sampled token after a prefix of {first['prefix']} tokens "
              f"(the longest the models' {first['positions']} positions allow): one decoder step on the prefix's "
              "incremental state, the log-probabilities and fairseq's sampling draw, for batch 1 on the CPU. The models "
              "have fresh weights (the cost of a step does not depend on their values, so it needs no trained checkpoint). "
              "Each row is timed beside "
-             f"`{first['reference_row']}` in one process pinned to one core with {settings['threads']} thread "
+             f"`{first['reference_row']}` in {processes_text} pinned to one core with {settings['threads']} thread "
              f"(`fairseq_plugins/search/latency.py`'s protocol: {settings['rounds']} rounds of ABBA blocks of "
              f"{settings['repeats']} steps, trimmed means); ms/token is the median block, x {first['reference_row']} "
-             f"the median of the rounds' ratios, in brackets the smallest and the largest (the {first['reference_row']} row, "
+             f"the median of the rounds' ratios{median_text}, in brackets the smallest and the largest (the {first['reference_row']} row, "
              "timed beside itself, shows the protocol's own spread). The ratio is what to compare: between a quiet and "
              "a loaded machine it moved by a median of 3-5 % and at most about 10 % (docs/records/latency_agreement.md), "
              "while the milliseconds doubled; differences smaller than that need a quiet machine. MFLOPs/token: the counted "

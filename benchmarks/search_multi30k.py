@@ -18,8 +18,9 @@ work folders), each recording its revision, machine and time:
    with the converged settings (``--device cuda``: on a GPU).
 2. ``collect``: inherited validation losses of ``--loss-samples`` and relative latencies of
    ``--latency-samples`` sampled architectures (``search collect``; the protocol of
-   ``fairseq_plugins/search/latency.py``: one process pinned to one core with one thread, each architecture
-   interleaved with the softmax layout as the reference; beam 5, 30 source tokens, 30 decoder steps).
+   ``fairseq_plugins/search/latency.py``: processes pinned to one core with one thread, one after another
+   (its default ``--processes``, the medians over them), each interleaving the architecture with the softmax
+   layout as the reference; beam 5, 30 source tokens, 30 decoder steps).
 3. ``rank``: the pairwise rankers and the pointwise baselines over ten held-out splits (``search rank``).
 4. ``budgets``: the hand-written layouts and a family of softmax Transformers scaled in width and depth
    (HAT's baselines, ``scaled_family``) measured by the protocol (ms and relative to the softmax layout) and

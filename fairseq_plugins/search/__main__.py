@@ -78,8 +78,9 @@ def count(args) -> None:
     language model: sampling --target-length tokens), by the protocol of search/latency.py: a process pinned to
     one core (--core) on --threads threads, the sub-network and the --reference architecture interleaved in
     --rounds ABBA pairs of blocks of --repeats runs after --warmup untimed runs, each block's trimmed mean
-    (--trim), medians over the rounds: milliseconds, the latency relative to the reference and its
-    repeatability (the spread of the rounds' ratios)."""
+    (--trim), medians over the rounds; the rounds shared among --processes such processes run one after
+    another, medians over them: milliseconds, the latency relative to the reference, its repeatability (the
+    spread of every round's ratio) and the spread between the processes."""
     from .latency import LatencySettings
     from .subnetworks import cost
 
@@ -170,7 +171,13 @@ def add_latency_options(parser):
     parser.add_argument("--warmup", type=int, default=3, help="latency: untimed runs of each model first (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=5, help="latency: timed runs per block (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=6,
-                        help="latency: candidate/reference block pairs, interleaved ABBA (default: %(default)s)")
+                        help="latency: candidate/reference block pairs per architecture, interleaved ABBA, shared among "
+                        "the --processes (at least 2 in each; default: %(default)s)")
+    parser.add_argument("--processes", type=int, default=3,
+                        help="latency: measuring processes per architecture, one after another, each a fresh fork timing its "
+                        "share of the --rounds (the relative latency varies between processes); the relative latency and "
+                        "the milliseconds are the medians over them (--device cuda: parts in turn in this process) "
+                        "(default: %(default)s)")
     parser.add_argument("--trim", type=float, default=0.2,
                         help="latency: fraction of the fastest and of the slowest runs of a block left out of its mean "
                         "(default: %(default)s)")
@@ -258,8 +265,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     collector.add_argument("--max-tokens", type=int, default=4096, help="loss: tokens per batch (default: %(default)s)")
     add_latency_options(collector)
     collector.add_argument("--max-spread", type=float, default=0.1,
-                           help="latency: largest ratio_range (spread of the rounds' ratios to the reference) "
-                           "accepted (default: %(default)s)")
+                           help="latency: largest ratio_range (spread of every round's ratio to the reference, in every "
+                           "measuring process, over the relative latency) accepted (default: %(default)s)")
     collector.add_argument("--remeasure", type=int, default=2, help="latency: measurements again before dropping (default: %(default)s)")
     collector.add_argument("--verbose", action="store_true", help="print every record as it is written")
     collector.set_defaults(run=collect)

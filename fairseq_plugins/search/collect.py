@@ -1,7 +1,7 @@
 """Data for the rankers (``python -m fairseq_plugins.search collect``): for N architectures sampled from a
 space, the inherited validation loss inside the supernet, or the measured latency of the exported
 sub-network, in milliseconds and relative to a fixed reference architecture (``latency.measure``'s
-protocol: one pinned process per architecture, the two interleaved).
+protocol: pinned processes per architecture, the two interleaved in each).
 
 The output is a JSON-lines file: a header line (what is collected, the space, the sampling seed, the
 checkpoint, the latency settings, the machine) and one record per architecture with its value, the
@@ -12,8 +12,11 @@ measuring. Runs into the same file at the same time take turns to write it (a lo
 ``<output>.lock``), each rereading it first: no record is lost or written twice. A run whose settings differ from the header's is refused, naming the setting.
 
 Latency: a measurement whose repeatability (``ratio_range``: the spread of its rounds' ratios to the
-reference over their median) exceeds ``--max-spread`` is measured again, up to ``--remeasure`` times; one
-that never settles is written as dropped (with its spreads), left out by ``rank`` and counted in the summary.
+reference, over every round of its ``--processes`` measuring processes, over the relative latency; it bounds
+the spread between the processes, ``process_range``, too) exceeds ``--max-spread`` is measured again, up to
+``--remeasure`` times; one that never settles is written as dropped (with its spreads), left out by ``rank``
+and counted in the summary. A file started before ``--processes`` existed was measured in one process: it
+continues with ``--processes 1``.
 """
 import contextlib
 import datetime
@@ -30,7 +33,7 @@ from ..files import TextFileError, atomic_output, read_text
 from ..provenance import available_cores, cpu_model, git_revision, load_average
 from ..models.architecture import Architecture
 from ..modules import AttentionConfigError
-from .latency import LatencySettings, measure_subnetwork
+from .latency import LatencySettings, measure_subnetwork, recorded_settings
 from .space import SearchSpace
 
 WHAT = ("loss", "latency")
@@ -106,8 +109,9 @@ def continued_records(output: str, settings: dict) -> List[dict]:
         return []
     header, records = read_collection(output)
     for key, value in settings.items():
-        if header.get(key) != value:
-            raise CollectError(f"{output}: collected with {key} = {json.dumps(header.get(key))}, not "
+        stored = recorded_settings(header.get(key)) if key == "latency" else header.get(key)  # (older files: fewer settings)
+        if stored != value:
+            raise CollectError(f"{output}: collected with {key} = {json.dumps(stored)}, not "
                                f"{json.dumps(value)}: continue it with its own settings, or write another file")
     return records
 

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..files import TextFileError, atomic_output, read_text, write_json
 from ..models.architecture import Architecture
 from .evolution import Candidate, Constraint, EvolutionSettings, SearchError, evolve, pareto
-from .latency import LatencySettings
+from .latency import LatencySettings, recorded_settings
 from .space import SearchSpace
 
 logger = logging.getLogger(__name__)
@@ -158,7 +158,8 @@ def confirm_latency(candidates: Sequence[Candidate], supernet: Supernet, budget:
         confirmed.append({"architecture": candidate.architecture.to_dict(), "fitness": candidate.fitness,
                           f"predicted_{name}": candidate.costs.get(name), "latency_ms": measured["latency_ms"],
                           "relative_latency": measured["relative_latency"], "reference_ms": measured["reference_ms"],
-                          "ratio_range": measured["ratio_range"], "stdev_ms": measured["stdev_ms"],
+                          "ratio_range": measured["ratio_range"], "process_range": measured["process_range"],
+                          "stdev_ms": measured["stdev_ms"],
                           "within_budget": measured[name] <= limit})
     return confirmed
 
@@ -221,14 +222,27 @@ def file_digest(path: Optional[str]) -> Optional[str]:
 
 
 def search_inputs(args, space: SearchSpace, settings: EvolutionSettings, latency: LatencySettings) -> dict:
-    """Everything a search's result depends on (an output folder holding a result of other inputs is refused)."""
-    return {"space": space.to_dict(), "fitness": args.fitness, "ranker_sha256": file_digest(args.ranker if args.fitness == "ranker" else None),
-            "latency_predictor_sha256": file_digest(args.latency_predictor if latency_budget(args) else None),
-            "checkpoint_sha256": file_digest(args.checkpoint), "latency_ms": args.latency_ms, "flops": args.flops,
-            "flops_fraction": getattr(args, "flops_fraction", None),
-            "relative_latency": args.relative_latency, "reference_sha256": file_digest(args.reference),
-            "params": args.params, "settings": asdict(settings), "latency": asdict(latency), "confirm": args.confirm,
-            "device": args.device, "subset": args.subset if args.fitness == "supernet" else None}
+    """Everything a search's result depends on (an output folder holding a result of other inputs is refused);
+    the latency settings only with a latency budget (the confirming measurement's: nothing else measures)."""
+    inputs = {"space": space.to_dict(), "fitness": args.fitness, "ranker_sha256": file_digest(args.ranker if args.fitness == "ranker" else None),
+              "latency_predictor_sha256": file_digest(args.latency_predictor if latency_budget(args) else None),
+              "checkpoint_sha256": file_digest(args.checkpoint), "latency_ms": args.latency_ms, "flops": args.flops,
+              "flops_fraction": getattr(args, "flops_fraction", None),
+              "relative_latency": args.relative_latency, "reference_sha256": file_digest(args.reference),
+              "params": args.params, "settings": asdict(settings), "confirm": args.confirm,
+              "device": args.device, "subset": args.subset if args.fitness == "supernet" else None}
+    if latency_budget(args):
+        inputs["latency"] = asdict(latency)
+    return inputs
+
+
+def stored_inputs(done: dict) -> dict:
+    """The inputs of a finished search's result.json as this version writes them (older latency settings: the
+    settings added since at the values they were measured with)."""
+    inputs = dict(done.get("inputs", {}))
+    if "latency" in inputs:
+        inputs["latency"] = recorded_settings(inputs["latency"])
+    return inputs
 
 
 def evolution_progress(verbose: bool):
@@ -260,7 +274,8 @@ def evolve_command(args) -> dict:
     if os.path.isfile(result_path):
         with open(result_path, encoding="utf-8") as f:
             done = json.load(f)
-        differing = sorted(k for k in inputs if done.get("inputs", {}).get(k) != inputs[k])
+        stored = stored_inputs(done)
+        differing = sorted(k for k in inputs if stored.get(k) != inputs[k])
         if done.get("best") and not differing:
             return {"best": done["best"], "iterations": len(done["history"]), "done_before": True,
                     "files": {name: os.path.join(args.output, name) for name in ("best.json", "result.json", "train_command.sh")}}

@@ -15,25 +15,37 @@ The protocol (``measure``), because the speed of a shared machine changes by fac
   (``os.sched_setaffinity``; ``--core``, default the last core this process may use) with one thread
   (``--threads``), so that neither other jobs' threads nor the measuring one's move it across cores;
 * the candidate and a fixed reference model (``--reference``) timed in the same process, interleaved in
-  blocks of ``repeats`` runs, ``rounds`` block pairs in ABBA order (R C, C R, R C, ...), after ``warmup``
-  untimed runs of each; a block's value is the trimmed mean of its runs (a run slowed by a preemption is
-  left out), a round's ratio is the candidate's block over the reference's block beside it (a change of
-  the machine's speed between rounds weighs on both);
-* reported: milliseconds (the median over rounds of the block values, candidate and reference), the
-  relative latency (the median of the round ratios: a round disturbed throughout is outvoted) and its
-  repeatability (``ratio_range``: (largest - smallest round ratio) / relative latency; ``ratio_stdev``:
-  the ratios' standard deviation over it). ``collect`` measures again a candidate whose ``ratio_range``
-  exceeds ``--max-spread``.
+  blocks of ``repeats`` runs, block pairs in ABBA order (R C, C R, R C, ...), after ``warmup`` untimed runs
+  of each; a block's value is the trimmed mean of its runs (a run slowed by a preemption is left out), a
+  round's ratio is the candidate's block over the reference's block beside it (a change of the machine's
+  speed between rounds weighs on both);
+* ``processes`` such processes per architecture (``--processes``, default 3), one after another, each a
+  fresh fork: the relative latency of one process varies between processes (their memory placement and
+  allocator state; docs/records/latency_agreement.md: 0.47-0.59 for one architecture over 16 processes,
+  whatever the rounds in each), so more rounds in one process cannot remove that spread, more processes
+  can. The ``rounds`` block pairs of an architecture are shared among its processes (as evenly as they
+  go, at least 2 in each): the timed work per architecture stays what ``rounds`` says, spent where it
+  narrows the spread that limits the protocol (only the forks, model builds and warm-ups are repeated);
+* reported: milliseconds (the median over processes of each process's median block value, candidate and
+  reference), the relative latency (the median over processes of each process's median round ratio: a
+  round, or a process, disturbed throughout is outvoted), its repeatability (``ratio_range``: (largest -
+  smallest round ratio, over every round of every process) / relative latency, which bounds the
+  processes' disagreement too; ``ratio_stdev``: the ratios' standard deviation over it) and the
+  repeatability between processes (``process_range``: (largest - smallest process's relative latency) /
+  relative latency); ``per_process`` keeps each process's own figures. ``collect`` measures again a
+  candidate whose ``ratio_range`` exceeds ``--max-spread``.
 
 On CUDA (``--device cuda``) the measurement runs in this process (a CUDA context does not survive a fork),
-every run ends with ``torch.cuda.synchronize``; the protocol is otherwise the same.
+every run ends with ``torch.cuda.synchronize``; the ``processes`` parts then run one after another in this
+process (the same sharing of rounds and the same medians; ``process_range`` is then the spread between
+those parts), the protocol is otherwise the same.
 """
 import multiprocessing
 import os
 import statistics
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -44,7 +56,7 @@ from ..modules import AttentionConfigError
 # The command-line option of each setting (``python -m fairseq_plugins.search cost --latency``).
 OPTIONS = {"source_length": "--source-length", "decoder_steps": "--target-length", "beam": "--beam",
            "threads": "--threads", "warmup": "--warmup", "repeats": "--repeats", "rounds": "--rounds",
-           "trim": "--trim", "core": "--core"}
+           "trim": "--trim", "core": "--core", "processes": "--processes"}
 CANDIDATE, REFERENCE = "candidate", "reference"
 
 
@@ -60,28 +72,35 @@ class LatencySettings:
     threads: int = 1
     warmup: int = 3
     repeats: int = 5   # timed runs per block
-    rounds: int = 6    # candidate/reference block pairs
+    rounds: int = 6    # candidate/reference block pairs per architecture, shared among its processes
     trim: float = 0.2  # the fraction of the fastest and of the slowest runs of a block left out of its mean
     core: Optional[int] = None  # the (first) core the measuring process is pinned to; None: the last allowed
+    processes: int = 3  # measuring processes per architecture (fresh forks, one after another)
 
     @classmethod
     def from_args(cls, args) -> "LatencySettings":
         """The settings of the command line's latency options (``OPTIONS``; decoder steps: --target-length)."""
         return cls(source_length=args.source_length, decoder_steps=args.target_length, beam=args.beam,
                    threads=args.threads, warmup=args.warmup, repeats=args.repeats, rounds=args.rounds,
-                   trim=args.trim, core=args.core)
+                   trim=args.trim, core=args.core, processes=args.processes)
 
     def check(self):
-        for name in ("source_length", "decoder_steps", "beam", "threads", "repeats"):
+        for name in ("source_length", "decoder_steps", "beam", "threads", "repeats", "processes"):
             if getattr(self, name) < 1:
                 raise LatencyError(f"{OPTIONS[name]}: expected at least 1, got {getattr(self, name)}")
-        if self.rounds < 2:
-            raise LatencyError(f"--rounds: expected at least 2 (the repeatability is the spread over rounds), got {self.rounds}")
+        if self.rounds < 2 * self.processes:
+            raise LatencyError(f"--rounds: expected at least 2 for each of the --processes {self.processes} (at least "
+                               f"{2 * self.processes}: a process's repeatability is the spread over its rounds), got {self.rounds}")
         if self.warmup < 0:
             raise LatencyError(f"--warmup: expected 0 or more, got {self.warmup}")
         if not 0 <= self.trim < 0.5:
             raise LatencyError(f"--trim: expected a fraction in [0, 0.5), got {self.trim}")
         self.cores()
+
+    def process_rounds(self) -> List[int]:
+        """The rounds of each measuring process: ``rounds`` shared among ``processes`` as evenly as they go."""
+        each, more = divmod(self.rounds, self.processes)
+        return [each + (index < more) for index in range(self.processes)]
 
     def cores(self) -> List[int]:
         """The ``threads`` cores the measuring process is pinned to: from ``core`` on, or the last allowed ones."""
@@ -95,6 +114,17 @@ class LatencySettings:
             raise LatencyError(f"--core {self.core}: with --threads {self.threads}, cores {wanted} are not all among "
                                f"the cores this process may use ({', '.join(map(str, allowed))})")
         return wanted
+
+
+# Settings added since measurements were first recorded, with the value those were measured with (a record
+# without ``processes`` was measured in one process)
+ADDED_SETTINGS = {"processes": 1}
+
+
+def recorded_settings(stored: Optional[dict]) -> Optional[dict]:
+    """Stored ``asdict(LatencySettings)`` (a collection's header, a search's inputs) as this version writes
+    them: a setting added since they were written gets the value they were measured with."""
+    return None if stored is None else {**ADDED_SETTINGS, **stored}
 
 
 # ------------------------------------------------------------------ arithmetic ---
@@ -111,13 +141,22 @@ def block_order(rounds: int) -> List[Tuple[str, str]]:
     return [(REFERENCE, CANDIDATE) if r % 2 == 0 else (CANDIDATE, REFERENCE) for r in range(rounds)]
 
 
+def spread(values: Sequence[float], center: float) -> float:
+    """(largest - smallest) / ``center``: a repeatability figure of ``values`` around their median."""
+    return (max(values) - min(values)) / center
+
+
+def relative_stdev(values: Sequence[float], center: float) -> float:
+    return (statistics.stdev(values) if len(values) > 1 else 0.0) / center
+
+
 def summarize(candidate_ms: Sequence[float], reference_ms: Sequence[float]) -> Dict[str, object]:
     """Milliseconds, relative latency and its repeatability from the block values of each round."""
     ratios = [c / r for c, r in zip(candidate_ms, reference_ms)]
     relative = statistics.median(ratios)
     return {"latency_ms": statistics.median(candidate_ms), "reference_ms": statistics.median(reference_ms),
-            "relative_latency": relative, "ratios": ratios, "ratio_range": (max(ratios) - min(ratios)) / relative,
-            "ratio_stdev": (statistics.stdev(ratios) if len(ratios) > 1 else 0.0) / relative}
+            "relative_latency": relative, "ratios": ratios, "ratio_range": spread(ratios, relative),
+            "ratio_stdev": relative_stdev(ratios, relative)}
 
 
 def interleave(run_candidate: Callable[[], object], run_reference: Callable[[], object], settings: LatencySettings,
@@ -145,6 +184,32 @@ def interleave(run_candidate: Callable[[], object], run_reference: Callable[[], 
     return {**summarize(candidate, blocks[REFERENCE]), "candidate_blocks_ms": candidate, "reference_blocks_ms": blocks[REFERENCE],
             "order": [name for pair in block_order(settings.rounds) for name in pair],
             "stdev_ms": statistics.stdev(candidate), "min_ms": min(every[CANDIDATE]), "max_ms": max(every[CANDIDATE])}
+
+
+# what ``per_process`` keeps of each process's figures (its blocks and ratios are the combined lists', in turn)
+PER_PROCESS = ("latency_ms", "reference_ms", "relative_latency", "ratio_range", "ratio_stdev", "stdev_ms")
+
+
+def combine(parts: Sequence[Dict], pids: Sequence[int]) -> Dict:
+    """One workload measured in several processes (``interleave``'s figures of each, in the order the
+    processes ``pids`` ran) as one: the medians over the processes of their milliseconds and of their
+    relative latencies; every round's ratio and block, process after process, with the ratios'
+    repeatability around the combined relative latency; the spread of the processes' relative latencies
+    (``process_range``); each process's own figures (``per_process``). One process: its own figures."""
+    relatives = [part["relative_latency"] for part in parts]
+    relative = statistics.median(relatives)
+    ratios = [ratio for part in parts for ratio in part["ratios"]]
+    candidate = [block for part in parts for block in part["candidate_blocks_ms"]]
+    return {"latency_ms": statistics.median(part["latency_ms"] for part in parts),
+            "reference_ms": statistics.median(part["reference_ms"] for part in parts),
+            "relative_latency": relative, "ratios": ratios, "ratio_range": spread(ratios, relative),
+            "ratio_stdev": relative_stdev(ratios, relative), "process_range": spread(relatives, relative),
+            "candidate_blocks_ms": candidate, "reference_blocks_ms": [block for part in parts for block in part["reference_blocks_ms"]],
+            "order": [name for part in parts for name in part["order"]],
+            "stdev_ms": statistics.stdev(candidate) if len(candidate) > 1 else 0.0,
+            "min_ms": min(part["min_ms"] for part in parts), "max_ms": max(part["max_ms"] for part in parts),
+            "per_process": [{"pid": pid, "rounds": len(part["ratios"]), **{key: part[key] for key in PER_PROCESS}}
+                            for pid, part in zip(pids, parts)]}
 
 
 # ------------------------------------------------------------------- workloads ---
@@ -276,10 +341,11 @@ def workload(name: str, model, dictionary, settings: LatencySettings, device: st
 ModelBuilder = Callable[[], torch.nn.Module]
 
 
-def measure_here(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictionary, settings: LatencySettings,
-                 device: str = "cpu", work: Sequence[str] = ()) -> Dict:
-    """The protocol in this process (``measure`` runs it in a pinned child on the CPU) on the workloads
-    ``work`` (names of ``WORKLOADS``; default: ``workloads`` of the candidate)."""
+def time_workloads(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictionary, settings: LatencySettings,
+                   device: str = "cpu", work: Sequence[str] = ()) -> Dict:
+    """One measuring process's part of the protocol, in this process: ``interleave``'s figures of every
+    workload ``work`` (names of ``WORKLOADS``; default: ``workloads`` of the candidate; generation's and
+    sampling's with the decoder calls of a run), the process, its cores and threads."""
     on_cuda = torch.device(device).type == "cuda"
     if on_cuda and not torch.cuda.is_available():
         raise LatencyError(f"--device {device}: no CUDA device is available")
@@ -288,16 +354,30 @@ def measure_here(build_candidate: ModelBuilder, build_reference: ModelBuilder, d
     candidate, reference = build_candidate(), build_reference()
     if language_model(candidate) != language_model(reference):
         raise LatencyError("--reference: a translation model and a language model cannot be compared")
-    record = {**asdict(settings), "device": device, "pid": os.getpid(), "cores": sorted(os.sched_getaffinity(0)),
-              "threads": torch.get_num_threads()}
+    part = {"pid": os.getpid(), "cores": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads(), "workloads": {}}
     for name in work or workloads(candidate):
         timed_candidate = workload(name, candidate, dictionary, settings, device)
         timed_reference = workload(name, reference, dictionary, settings, device)
         measured = interleave(timed_candidate, timed_reference, settings, synchronize=synchronize)
         timed_candidate.close()
         timed_reference.close()  # (a model measured again in this process, on CUDA, counts its own calls only)
+        if isinstance(timed_candidate, Generation):
+            measured["decoder_calls"] = timed_candidate.decoder_calls
+        part["workloads"][name] = measured
+    return part
+
+
+def assemble(parts: Sequence[Dict], settings: LatencySettings, device: str) -> Dict:
+    """The record of a measurement whose processes gave ``parts`` (``time_workloads``'s, in the order they
+    ran): ``combine``'s figures of every workload; a translation model's generation, and a language model's
+    sampling, also at the top level (the latency of budgets and the predictor); a language model's
+    workloads in tokens per second too."""
+    pids = [part["pid"] for part in parts]
+    record = {**asdict(settings), "device": device, "pids": pids, "cores": parts[0]["cores"], "threads": parts[0]["threads"]}
+    for name, first in parts[0]["workloads"].items():
+        measured = combine([part["workloads"][name] for part in parts], pids)
         if name == "generation":
-            record.update(measured, decoder_calls=timed_candidate.decoder_calls)
+            record.update(measured, decoder_calls=first["decoder_calls"])
             continue
         if name == "next_token":  # one token: milliseconds per token at the prefix
             record[name] = {**measured, "prefix": settings.decoder_steps}
@@ -306,7 +386,7 @@ def measure_here(build_candidate: ModelBuilder, build_reference: ModelBuilder, d
         measured.update(context=tokens, tokens_per_second=1000 * tokens / measured["latency_ms"],
                         reference_tokens_per_second=1000 * tokens / measured["reference_ms"])
         if name == "sampling":
-            measured["decoder_calls"] = timed_candidate.decoder_calls
+            measured["decoder_calls"] = first["decoder_calls"]
             # a language model's latency (budgets, the predictor): sampling's
             record.update({key: value for key, value in measured.items() if key not in ("context", "tokens_per_second",
                                                                                           "reference_tokens_per_second")})
@@ -314,12 +394,26 @@ def measure_here(build_candidate: ModelBuilder, build_reference: ModelBuilder, d
     return record
 
 
+def process_settings(settings: LatencySettings) -> List[LatencySettings]:
+    """The settings of each measuring process: its share of the rounds, in one process."""
+    return [replace(settings, rounds=rounds, processes=1) for rounds in settings.process_rounds()]
+
+
+def measure_here(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictionary, settings: LatencySettings,
+                 device: str = "cpu", work: Sequence[str] = ()) -> Dict:
+    """The protocol in this process, its ``processes`` parts one after another (``measure`` runs each part
+    in a pinned child of its own on the CPU), on the workloads ``work`` (names of ``WORKLOADS``; default:
+    ``workloads`` of the candidate)."""
+    return assemble([time_workloads(build_candidate, build_reference, dictionary, part, device, work)
+                     for part in process_settings(settings)], settings, device)
+
+
 def _child(connection, build_candidate, build_reference, dictionary, settings: LatencySettings, device: str,
            work: Sequence[str]):
     try:
         os.sched_setaffinity(0, settings.cores())
         torch.set_num_threads(settings.threads)
-        connection.send({"record": measure_here(build_candidate, build_reference, dictionary, settings, device, work)})
+        connection.send({"part": time_workloads(build_candidate, build_reference, dictionary, settings, device, work)})
     except AttentionConfigError as error:
         connection.send({"error": str(error)})
     except BaseException:  # (the parent raises it: nothing is lost silently)
@@ -328,18 +422,10 @@ def _child(connection, build_candidate, build_reference, dictionary, settings: L
         connection.close()
 
 
-def measure(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictionary, settings: LatencySettings,
-            device: str = "cpu", work: Sequence[str] = ()) -> Dict:
-    """The latency of the model ``build_candidate`` returns, relative to ``build_reference``'s (module
-    docstring), on the workloads ``work`` (default: ``workloads`` of the candidate); on the CPU in a forked
-    child process pinned to ``settings.cores()`` with ``settings.threads`` threads (the builders run there:
-    the sub-networks are built in the child, not in this process)."""
-    settings.check()
-    unknown = [name for name in work if name not in WORKLOADS]
-    if unknown:
-        raise LatencyError(f"unknown workload {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
-    if torch.device(device).type != "cpu":
-        return measure_here(build_candidate, build_reference, dictionary, settings, device, work)
+def time_in_child(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictionary, settings: LatencySettings,
+                  device: str, work: Sequence[str]) -> Dict:
+    """``time_workloads`` in a forked child pinned to ``settings.cores()`` with ``settings.threads`` threads
+    (the builders run there); its errors raised here."""
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
     child = context.Process(target=_child, args=(sender, build_candidate, build_reference, dictionary, settings, device,
@@ -356,7 +442,24 @@ def measure(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictio
         raise LatencyError(answer["error"])
     if "failure" in answer:
         raise RuntimeError(f"latency measurement failed (exit status {child.exitcode}):\n{answer['failure']}")
-    return answer["record"]
+    return answer["part"]
+
+
+def measure(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictionary, settings: LatencySettings,
+            device: str = "cpu", work: Sequence[str] = ()) -> Dict:
+    """The latency of the model ``build_candidate`` returns, relative to ``build_reference``'s (module
+    docstring), on the workloads ``work`` (default: ``workloads`` of the candidate); on the CPU in
+    ``settings.processes`` forked child processes, one after another, each pinned to ``settings.cores()``
+    with ``settings.threads`` threads and timing its share of the rounds (the builders run there: the
+    sub-networks are built in each child, not in this process); ``assemble``'s record of them."""
+    settings.check()
+    unknown = [name for name in work if name not in WORKLOADS]
+    if unknown:
+        raise LatencyError(f"unknown workload {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
+    if torch.device(device).type != "cpu":
+        return measure_here(build_candidate, build_reference, dictionary, settings, device, work)
+    return assemble([time_in_child(build_candidate, build_reference, dictionary, part, device, work)
+                     for part in process_settings(settings)], settings, device)
 
 
 def measure_subnetwork(model, dictionary, architecture, reference, settings: LatencySettings, device: str = "cpu") -> Dict:

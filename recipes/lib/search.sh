@@ -8,11 +8,13 @@
 #   supernet  supernet.sh (the data set's space and settings) into SEARCH_DIR/supernet
 #   collect   inherited valid losses of LOSS_SAMPLES sampled architectures (loss.jsonl) and measured
 #             latencies of LATENCY_SAMPLES (latency.jsonl; LATENCY_BEAM, LATENCY_SOURCE_LENGTH,
-#             LATENCY_TARGET_LENGTH, LATENCY_DEVICE; the protocol of fairseq_plugins/search/latency.py: one
-#             process pinned to one core with LATENCY_THREADS threads, each architecture interleaved with the
-#             reference LATENCY_REFERENCE (an architecture JSON; default the space's largest) in LATENCY_ROUNDS
-#             block pairs of LATENCY_REPEATS runs after LATENCY_WARMUP; milliseconds and relative latency;
-#             measured again when the spread of its rounds' ratios exceeds LATENCY_MAX_SPREAD), sampled with
+#             LATENCY_TARGET_LENGTH, LATENCY_DEVICE; the protocol of fairseq_plugins/search/latency.py:
+#             LATENCY_PROCESSES processes (default 3) one after another, each pinned to one core with
+#             LATENCY_THREADS threads, each architecture interleaved with the reference LATENCY_REFERENCE (an
+#             architecture JSON; default the space's largest) in LATENCY_ROUNDS block pairs (shared among
+#             the processes) of LATENCY_REPEATS runs after LATENCY_WARMUP; milliseconds and relative latency,
+#             the medians over the processes; measured again when the spread of its rounds' ratios exceeds
+#             LATENCY_MAX_SPREAD), sampled with
 #             SEARCH_SEED
 #   rank      the pairwise rankers and pointwise baselines (ranker_loss/, ranker_latency/,
 #             ranker_relative_latency/)
@@ -87,7 +89,8 @@ run_search() {  # [supernet fairseq-train flags...]
         0) ;;
         1)
             : "${TINY_MAX_UPDATE:=20}" "${SEARCH_DIR:=$REPO_ROOT/checkpoints/${SAVE_NAME:-$DATASET}/search_tiny}"
-            : "${LOSS_SAMPLES:=12}" "${LATENCY_SAMPLES:=12}" "${LATENCY_WARMUP:=1}" "${LATENCY_REPEATS:=3}" "${LATENCY_ROUNDS:=1}"
+            : "${LOSS_SAMPLES:=12}" "${LATENCY_SAMPLES:=12}" "${LATENCY_WARMUP:=1}" "${LATENCY_REPEATS:=3}" "${LATENCY_ROUNDS:=2}"
+            : "${LATENCY_PROCESSES:=1}"
             : "${LATENCY_MAX_SPREAD:=10}"
             local tiny_warmup=5  # unless WARMUP was set (it holds the data set's default by now: lib/profile.sh)
             [ -z "$PROFILE_USER_WARMUP" ] || tiny_warmup=$PROFILE_USER_WARMUP
@@ -109,7 +112,7 @@ run_search() {  # [supernet fairseq-train flags...]
     : "${TRAIN_PRESET:=$DEFAULT_PRESET}" "${FITNESS:=ranker}" "${SEARCH_SEED:=1}"
     : "${LOSS_SAMPLES:=300}" "${LATENCY_SAMPLES:=300}" "${LATENCY_BEAM:=5}" "${LATENCY_SOURCE_LENGTH:=30}"
     : "${LATENCY_TARGET_LENGTH:=30}" "${LATENCY_THREADS:=1}" "${LATENCY_DEVICE:=cpu}" "${PRUNE_KEEP:=0}"
-    : "${LATENCY_WARMUP:=3}" "${LATENCY_REPEATS:=5}" "${LATENCY_ROUNDS:=6}" "${LATENCY_MAX_SPREAD:=0.1}"
+    : "${LATENCY_WARMUP:=3}" "${LATENCY_REPEATS:=5}" "${LATENCY_ROUNDS:=6}" "${LATENCY_PROCESSES:=3}" "${LATENCY_MAX_SPREAD:=0.1}"
     : "${SEARCH_EVALUATE:=generate.sh}"
     if ! [[ "$PRUNE_KEEP" =~ ^[0-9]+$ ]]; then
         echo "[recipe] error: PRUNE_KEEP=$PRUNE_KEEP: expected a number of fields (0: no pruning)" >&2
@@ -135,7 +138,8 @@ run_search() {  # [supernet fairseq-train flags...]
     # the latency measurement's settings (collect, and evolve's confirmation)
     latency_options=(--beam "$LATENCY_BEAM" --source-length "$LATENCY_SOURCE_LENGTH"
                      --target-length "$LATENCY_TARGET_LENGTH" --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE"
-                     --warmup "$LATENCY_WARMUP" --repeats "$LATENCY_REPEATS" --rounds "$LATENCY_ROUNDS")
+                     --warmup "$LATENCY_WARMUP" --repeats "$LATENCY_REPEATS" --rounds "$LATENCY_ROUNDS"
+                     --processes "$LATENCY_PROCESSES")
     if [ -n "${LATENCY_REFERENCE:-}" ]; then
         latency_options+=(--reference "$LATENCY_REFERENCE")
     fi

@@ -36,7 +36,8 @@ def test_two_runs_one_under_load_are_reported_and_resumed(tmp_path, capsys):
         "--num-workers", "0", "--max-source-positions", "32", "--max-target-positions", "32", "--disable-validation"])
     report = str(tmp_path / "agreement.json")
     argv = ["--checkpoint", str(tmp_path / "ck" / "checkpoint_last.pt"), "-n", "3", "--load", "1", "--tolerance", "100",
-            "--source-length", "5", "--target-length", "4", "--beam", "2", "--warmup", "0", "--repeats", "1", "--rounds", "2",
+            "--source-length", "5", "--target-length", "4", "--beam", "2", "--warmup", "0", "--repeats", "1", "--rounds", "4",
+            "--processes", "2",
             "--output", report]
     assert latency_agreement.main(argv) == 0
     stored = json.loads(open(report).read())
@@ -44,11 +45,17 @@ def test_two_runs_one_under_load_are_reported_and_resumed(tmp_path, capsys):
     assert [r["architecture"] for r in first] == [r["architecture"] for r in second] and len(first) == 3
     assert [r["load_processes"] for r in first + second] == [0] * 3 + [1] * 3
     assert all(r["reference"] == stored["inputs"]["reference"] and r["relative_latency"] > 0 for r in first + second)
+    # every architecture in two measuring processes of two rounds each, the median of theirs
+    assert all(len(set(r["pids"])) == 2 and [p["rounds"] for p in r["per_process"]] == [2, 2] for r in first + second)
+    assert stored["inputs"]["latency"]["processes"] == 2
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["architectures"] == 3 and summary["relative_latency"]["within"]
+    assert summary["process_range"]["run1_max"] == max(r["process_range"] for r in first)
     assert summary["relative_latency"]["differences"] == pytest.approx(
         [(b["relative_latency"] - a["relative_latency"]) / a["relative_latency"] for a, b in zip(first, second)])
     # a finished report is not measured again; other settings are refused
     assert latency_agreement.main(argv) == 0 and json.loads(open(report).read())["runs"] == stored["runs"]
     assert latency_agreement.main([a if a != "3" else "4" for a in argv]) == 2
     assert "measured with other settings (n)" in capsys.readouterr().err
+    assert latency_agreement.main(argv[:-2] + ["--processes", "0", "--output", report]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "error: --processes: expected at least 1, got 0"

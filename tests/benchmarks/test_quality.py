@@ -643,7 +643,7 @@ def test_the_decoding_cost_of_a_layout_is_timed_beside_the_reference_with_its_co
     data = binarize_lm(str(tmp_path / "raw"), str(tmp_path / "bin"))
     suite = quality.SUITES["shakespeare8"]
     layouts = {row.name: quality.decode_layout(suite, row) for row in suite.rows}
-    tiny = LatencySettings(warmup=1, repeats=2, rounds=2, trim=0.0)
+    tiny = LatencySettings(warmup=1, repeats=2, rounds=2, processes=1, trim=0.0)
     costs = {name: lm_decoding.next_token_cost(data, layouts[name], layouts["softmax"], positions=16, settings=tiny)
              for name in ("softmax", "cos3_softmax1")}
     for name, cost in costs.items():
@@ -687,7 +687,11 @@ def test_the_ratio_suites_report_has_every_verdict_with_its_p_value_the_decoding
     assert re.match(r"\*\*loses\*\* \(2\.\d{3} vs 2\.\d{3} over 2 seeds, p < 0\.001\)", cells[4])
     assert re.fullmatch(r"p (<|=) 0\.\d{3}, p (<|=) 0\.\d{3}", cells[5])  # each seed alone
     assert cells[6] == "0.41M" and cells[8] == "15.0 min" and cells[-3:] == ["0.500", "0.52 (0.50-0.55)", "1.119"]
-    assert "fresh weights" in report and "pinned to one core" in report
+    assert "fresh weights" in report and "in one process pinned to one core" in report  # (measured before --processes)
+    several = quality.render_decode_cost_note(suite, {name: {**cost, "settings": {**cost["settings"], "processes": 3}}
+                                                      for name, cost in costs.items()})
+    assert "in 3 processes, one after another, each pinned to one core" in " ".join(several)
+    assert "the median over the processes of each one's, the 8 rounds shared among them" in " ".join(several)
     # measured before it trained: its decoding cost is shown, no verdict; the stale measurement is not
     untrained = next(line for line in report.splitlines() if line.startswith("| cos7_softmax1 |"))
     assert "| not trained yet | - | - | - | 0.41M |" in untrained and untrained.endswith("| 0.400 | 0.41 (0.39-0.44) | 1.119 |")

@@ -375,7 +375,7 @@ def test_language_model_search_recipe_runs_every_stage_on_wikitext2(prepare_samp
     env = environment(prepared, tmp_path, SEARCH_SPACE=str(tmp_path / "space.yaml"), SEARCH_DIR=str(search_dir),
                       MAX_UPDATE="3", TOKENS_PER_SAMPLE="64", CONTEXT_WINDOW="32", MAX_TOKENS="512", TOKENS_PER_UPDATE="512",
                       SUPERNET_SAMPLING="sandwich", SANDWICH_RANDOM="1", LOSS_SAMPLES="12", LATENCY_SAMPLES="12",
-                      LATENCY_TARGET_LENGTH="6", LATENCY_WARMUP="0", LATENCY_REPEATS="1", LATENCY_ROUNDS="2",
+                      LATENCY_TARGET_LENGTH="6", LATENCY_WARMUP="0", LATENCY_REPEATS="1", LATENCY_ROUNDS="2", LATENCY_PROCESSES="1",
                       LATENCY_MAX_SPREAD="10", RELATIVE_LATENCY_BUDGETS="100",
                       EVOLVE_ARGS="--population 6 --parents 2 --mutations 2 --crossovers 2 --iterations 2 --confirm 1")
     recipe("wikitext2", "search.sh", "--dropout", "0.0", env=env)
@@ -402,7 +402,7 @@ def test_search_recipe_settings_and_errors(tmp_path):
     out = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True, env=env,
                          check=True).stdout
     assert "/search_spaces/multi30k_cpu.yaml" in out and "-n 300" in out and "--threads 1 --device cpu" in out
-    assert "--warmup 3 --repeats 5 --rounds 6" in out and "--reference" not in out  # (the space's largest)
+    assert "--warmup 3 --repeats 5 --rounds 6 --processes 3" in out and "--reference" not in out  # (the space's largest)
     assert "--beam 5 --source-length 30 --target-length 30" in out and " prune " not in out  # no pruning at CPU size
     assert "--train-max-update 15000 " in out  # train_command.sh: the training budget, not the supernet's
     assert f"train.sh mixed_transformer_iwslt_de_en --architecture-file {tmp_path / 's'}/evolve_latency_40ms/best.json" in out
@@ -422,7 +422,7 @@ def test_search_recipe_settings_and_errors(tmp_path):
     assert f"env MAX_UPDATE=20 WARMUP=5 SAVE_INTERVAL_UPDATES=0 SAVE_DIR={tiny}/supernet " in result.stdout
     assert f"env MAX_UPDATE=20 WARMUP=5 SAVE_INTERVAL_UPDATES=0 SAVE_DIR={tiny}/train_latency_40ms " in result.stdout
     assert result.stdout.count(" -n 12 ") == 2 and "--population 6 " in result.stdout
-    assert "--train-max-update 20 " in result.stdout and "--warmup 1 --repeats 3 " in result.stdout
+    assert "--train-max-update 20 " in result.stdout and "--warmup 1 --repeats 3 --rounds 2 --processes 1 " in result.stdout
     bad = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
                          env=dict(env, SEARCH_TINY="yes"))
     assert bad.returncode == 2 and "error: SEARCH_TINY=yes: expected 1" in bad.stderr

@@ -40,6 +40,13 @@ def files(tmp_path):
      "--target-length: expected at least 1, got 0"),
     (["cost", "--checkpoint", "{d}/checkpoint.pt", "--architecture", "a.json", "--source-length", "-3"],
      "--source-length: expected at least 1, got -3"),
+    (["cost", "--checkpoint", "{d}/checkpoint.pt", "--architecture", "a.json", "--latency", "--processes", "0"],
+     "--processes: expected at least 1, got 0"),
+    (["cost", "--checkpoint", "{d}/checkpoint.pt", "--architecture", "a.json", "--latency", "--rounds", "4"],
+     "--rounds: expected at least 2 for each of the --processes 3 (at least 6: a process's repeatability is the spread "
+     "over its rounds), got 4"),
+    (["collect", "--what", "latency", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "-n", "2",
+      "--output", "{d}/out.jsonl", "--processes", "-1"], "--processes: expected at least 1, got -1"),
     (["evaluate", "--checkpoint", "{d}/checkpoint.pt", "--max-tokens", "0"], "--max-tokens: expected at least 1, got 0"),
     (["collect", "--what", "loss", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "-n", "0",
       "--output", "{d}/out.jsonl"], "-n: expected at least 1"),
@@ -48,7 +55,8 @@ def files(tmp_path):
     (["space", "--space", "{d}/missing.yaml"], "{d}/missing.yaml: the search space: cannot read it (No such file or directory)"),
     (["collect", "--what", "loss", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "-n", "2",
       "--output", "{d}/out.jsonl"], "{d}/checkpoint.pt: an empty file, not a checkpoint (an interrupted copy or save?)"),
-], ids=["cost-target-length", "cost-source-length", "evaluate-max-tokens", "collect-n", "space-not-utf8", "space-missing",
+], ids=["cost-target-length", "cost-source-length", "cost-processes", "cost-rounds-per-process", "collect-processes",
+        "evaluate-max-tokens", "collect-n", "space-not-utf8", "space-missing",
         "collect-empty-checkpoint"])
 def test_bad_input_is_one_line_naming_it_and_writes_nothing(files, argv, message):
     before = sorted(os.listdir(files))
@@ -121,3 +129,20 @@ def test_two_collections_into_one_file_at_once_lose_and_duplicate_nothing(tmp_pa
     assert len(keys) == len(set(keys)) == 24  # every architecture once
     assert sum(s["added"] for s in summaries) == 24  # each record written by exactly one of the runs
     assert header["what"] == "loss" and not os.path.exists(str(output) + ".partial")
+
+
+def test_a_latency_collection_from_before_processes_continues_only_as_it_was_measured(tmp_path):
+    """A file whose header's latency settings have no ``processes`` was measured in one process: it continues
+    with ``--processes 1``; the default (several) is refused naming the setting, not mixed into it."""
+    from dataclasses import asdict
+
+    from fairseq_plugins.search.collect import CollectError, continued_records, write_collection
+    from fairseq_plugins.search.latency import LatencySettings
+
+    older = {key: value for key, value in asdict(LatencySettings()).items() if key != "processes"}
+    output = tmp_path / "latency.jsonl"
+    records = [{"architecture": {"a": 1}, "latency_ms": 3.0, "relative_latency": 0.5, "ratio_range": 0.01}]
+    write_collection(str(output), {"record": "collection", "what": "latency", "latency": older}, records)
+    assert continued_records(str(output), {"what": "latency", "latency": asdict(LatencySettings(processes=1))}) == records
+    with pytest.raises(CollectError, match=r"collected with latency = \{.*\"processes\": 1.*\}, not \{.*\"processes\": 3"):
+        continued_records(str(output), {"what": "latency", "latency": asdict(LatencySettings())})

@@ -1,8 +1,10 @@
 """The latency protocol (issue 33): its arithmetic on a fake clock (the ABBA order of the blocks, trimmed
-blocks, ratios to the reference, their median and repeatability, a machine whose speed changes), then real
-measurements of tiny sub-networks in a pinned child process: a translation supernet's (beam search) and a
-language-model supernet's (tokens per second of scoring and sampling)."""
+blocks, ratios to the reference, their median and repeatability, a machine whose speed changes), the
+combination of several measuring processes (medians over them, their spread; each a fresh child, one after
+another), then real measurements of tiny sub-networks in pinned child processes: a translation supernet's
+(beam search) and a language-model supernet's (tokens per second of scoring and sampling)."""
 import os
+import statistics
 
 import pytest
 import torch
@@ -10,8 +12,10 @@ from fairseq import options, tasks
 
 import fairseq_plugins  # noqa: F401
 from fairseq_plugins.cli.synthetic import binarize_lm, binarize_translation, write_lm_corpus, write_translation_task
+from fairseq_plugins.search import latency
 from fairseq_plugins.search.latency import (CANDIDATE, REFERENCE, LatencyError, LatencySettings, NextToken, block_order,
-                                            interleave, measure, measure_subnetwork, summarize, trimmed)
+                                            combine, interleave, measure, measure_subnetwork, recorded_settings, summarize,
+                                            trimmed)
 
 
 class FakeMachine:
@@ -89,13 +93,106 @@ def test_the_ratio_median_and_repeatability_on_known_values():
 
 def test_bad_settings_name_the_option():
     allowed = sorted(os.sched_getaffinity(0))
-    for settings, message in ((LatencySettings(rounds=1), "--rounds: expected at least 2"),
+    for settings, message in ((LatencySettings(rounds=1, processes=1), "--rounds: expected at least 2"),
+                              (LatencySettings(processes=0), "--processes: expected at least 1, got 0"),
+                              (LatencySettings(rounds=5, processes=3),
+                               "--rounds: expected at least 2 for each of the --processes 3 (at least 6"),
                               (LatencySettings(trim=0.5), "--trim: expected a fraction in [0, 0.5), got 0.5"),
                               (LatencySettings(core=max(allowed) + 1), f"--core {max(allowed) + 1}: with --threads 1"),
                               (LatencySettings(threads=len(allowed) + 1), f"--threads {len(allowed) + 1}: this process may use")):
         with pytest.raises(LatencyError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
             settings.check()
     assert LatencySettings().cores() == allowed[-1:] and LatencySettings(core=allowed[0]).cores() == allowed[:1]
+
+
+def test_the_rounds_are_shared_among_the_processes():
+    # the timed work per architecture stays what --rounds says, spread over the processes as evenly as it goes
+    assert LatencySettings().process_rounds() == [2, 2, 2]
+    assert LatencySettings(rounds=8, processes=3).process_rounds() == [3, 3, 2]
+    assert LatencySettings(rounds=18, processes=1).process_rounds() == [18]
+    parts = latency.process_settings(LatencySettings(rounds=7, processes=2))
+    assert [(part.rounds, part.processes) for part in parts] == [(4, 1), (3, 1)]
+    # settings stored before --processes existed were measured in one process
+    stored = {"rounds": 6, "repeats": 5}
+    assert recorded_settings(stored) == {"rounds": 6, "repeats": 5, "processes": 1} and recorded_settings(None) is None
+    assert recorded_settings({"processes": 3}) == {"processes": 3}
+
+
+def process_part(candidate_ms, reference_ms):
+    """``interleave``'s figures of one process whose rounds gave these block values."""
+    return {**summarize(candidate_ms, reference_ms), "candidate_blocks_ms": list(candidate_ms),
+            "reference_blocks_ms": list(reference_ms), "order": [REFERENCE, CANDIDATE, CANDIDATE, REFERENCE][:2 * len(candidate_ms)],
+            "stdev_ms": statistics.stdev(candidate_ms), "min_ms": min(candidate_ms) - 0.1, "max_ms": max(candidate_ms) + 0.1}
+
+
+def test_several_processes_combine_into_their_medians_and_their_spread():
+    # three processes, each steady within (ratios 0.5, 0.7, 0.55): the relative latency is the middle process's,
+    # not the mean of all rounds (0.5833); the milliseconds the median of the processes' medians
+    parts = [process_part([5.0, 5.0], [10.0, 10.0]), process_part([14.0, 14.0], [20.0, 20.0]),
+             process_part([5.5, 5.5], [10.0, 10.0])]
+    combined = combine(parts, pids=[11, 12, 13])
+    assert combined["relative_latency"] == pytest.approx(0.55)
+    assert combined["latency_ms"] == pytest.approx(5.5) and combined["reference_ms"] == pytest.approx(10.0)
+    assert combined["process_range"] == pytest.approx((0.7 - 0.5) / 0.55)
+    # every round's ratio and block, process after process; the ratios' spread bounds the processes'
+    assert combined["ratios"] == pytest.approx([0.5, 0.5, 0.7, 0.7, 0.55, 0.55])
+    assert combined["ratio_range"] == pytest.approx((0.7 - 0.5) / 0.55) and combined["ratio_range"] >= combined["process_range"]
+    assert combined["candidate_blocks_ms"] == [5.0, 5.0, 14.0, 14.0, 5.5, 5.5] and len(combined["order"]) == 12
+    assert combined["min_ms"] == pytest.approx(4.9) and combined["max_ms"] == pytest.approx(14.1)
+    assert [(p["pid"], p["rounds"], p["relative_latency"]) for p in combined["per_process"]] == [
+        (11, 2, pytest.approx(0.5)), (12, 2, pytest.approx(0.7)), (13, 2, pytest.approx(0.55))]
+    # an even number of processes: the mean of the middle two; one process: its own figures, no spread between
+    assert combine(parts[:2], pids=[1, 2])["relative_latency"] == pytest.approx(0.6)
+    alone = combine(parts[1:2], pids=[7])
+    assert alone["process_range"] == 0.0
+    assert {key: alone[key] for key in parts[1] if key != "stdev_ms"} == {key: parts[1][key] for key in parts[1] if key != "stdev_ms"}
+    # rounds within one process that disagree: the ratios' spread shows it, the processes' not
+    noisy = combine([process_part([4.0, 6.0], [10.0, 10.0])] * 3, pids=[1, 2, 3])
+    assert noisy["process_range"] == 0.0 and noisy["ratio_range"] == pytest.approx(0.2 / 0.5)
+
+
+class Counted(torch.nn.Module):
+    """A model of no real work (a language model: it has no encoder)."""
+
+
+class CountedWork:
+    """A workload that sums ``size`` numbers: no model, no data; the measuring process logs its id."""
+
+    def __init__(self, model, dictionary, settings, device):
+        self.size = 200 if isinstance(model, Counted) else 100
+
+    def __call__(self):
+        sum(range(self.size))
+
+    def close(self):
+        pass
+
+
+def test_each_process_is_a_fresh_child_and_the_relative_latency_is_their_median(tmp_path, monkeypatch):
+    monkeypatch.setitem(latency.WORKLOADS, "counted", CountedWork)  # (the forked children see it too)
+    log = tmp_path / "builders.log"
+
+    def build(model):
+        def built():
+            with open(log, "a") as f:  # each child appends: the parent never builds a model
+                f.write(f"{os.getpid()}\n")
+            return model
+        return built
+
+    settings = LatencySettings(warmup=0, repeats=2, rounds=7, processes=3, trim=0.0)
+    record = measure(build(Counted()), build(torch.nn.Module()), None, settings, work=("counted",))
+    # three children, one after another (the builders of one ran before the next began), none of them this process
+    built = [int(pid) for pid in log.read_text().split()]
+    assert len(set(record["pids"])) == 3 and os.getpid() not in record["pids"]
+    assert built == [pid for pid in record["pids"] for _ in (CANDIDATE, REFERENCE)]
+    measured = record["counted"]
+    assert [p["pid"] for p in measured["per_process"]] == record["pids"]
+    assert [p["rounds"] for p in measured["per_process"]] == [3, 2, 2] and len(measured["ratios"]) == 7
+    relatives = [p["relative_latency"] for p in measured["per_process"]]
+    assert measured["relative_latency"] == statistics.median(relatives)
+    assert measured["latency_ms"] == statistics.median(p["latency_ms"] for p in measured["per_process"])
+    assert measured["process_range"] == pytest.approx((max(relatives) - min(relatives)) / statistics.median(relatives))
+    assert record["rounds"] == 7 and record["processes"] == 3  # the settings of the whole measurement
 
 
 # the choices of a side, the same in the encoder, the decoder and the language model
@@ -113,7 +210,7 @@ decoder:{SIDE}
   encoder_decoder_connect: [1]
 """
 LM_SPACE = f"decoder:{SIDE}\n"
-TINY = LatencySettings(source_length=5, decoder_steps=4, beam=2, warmup=1, repeats=2, rounds=2, trim=0.0)
+TINY = LatencySettings(source_length=5, decoder_steps=4, beam=2, warmup=1, repeats=2, rounds=4, processes=2, trim=0.0)
 
 
 def supernet(root, language_model: bool):
@@ -140,10 +237,13 @@ def test_a_sub_network_is_measured_beside_the_reference_in_a_pinned_child(tmp_pa
     task, model = supernet(tmp_path, language_model)
     smallest, largest = model.space.extreme(largest=False), model.space.extreme(largest=True)
     record = measure_subnetwork(model, task.target_dictionary, smallest, largest, TINY)
-    assert record["pid"] != os.getpid() and record["cores"] == sorted(os.sched_getaffinity(0))[-1:] and record["threads"] == 1
+    assert len(set(record["pids"])) == 2 and os.getpid() not in record["pids"]
+    assert record["cores"] == sorted(os.sched_getaffinity(0))[-1:] and record["threads"] == 1
     assert record["reference"] == largest.to_dict() and record["device"] == "cpu"
-    assert len(record["ratios"]) == 2 and record["relative_latency"] == pytest.approx(sorted(record["ratios"])[0] / 2
-                                                                                       + sorted(record["ratios"])[1] / 2)
+    # two processes of two rounds each: the relative latency is the median (here the mean) of theirs
+    assert len(record["ratios"]) == 4 and [p["rounds"] for p in record["per_process"]] == [2, 2]
+    assert record["relative_latency"] == pytest.approx(statistics.median(p["relative_latency"] for p in record["per_process"]))
+    assert record["process_range"] <= record["ratio_range"]
     assert record["latency_ms"] > 0 and record["reference_ms"] > 0 and record["ratio_range"] >= 0
     assert record["min_ms"] <= record["latency_ms"] <= record["max_ms"]
     # exactly 4 decoder steps and the forced end of sentence, whatever the model would generate
@@ -158,7 +258,7 @@ def test_a_sub_network_is_measured_beside_the_reference_in_a_pinned_child(tmp_pa
         assert "scoring" not in record
     # errors in the child come back as this process's one-line error
     with pytest.raises(LatencyError, match="--target-length: 40 is more than the model's"):
-        measure_subnetwork(model, task.target_dictionary, smallest, largest, LatencySettings(decoder_steps=40, rounds=2))
+        measure_subnetwork(model, task.target_dictionary, smallest, largest, LatencySettings(decoder_steps=40, rounds=2, processes=1))
 
 
 def test_cuda_latency_runs_in_this_process_with_a_synchronisation_or_is_refused_without_a_device(tmp_path):
@@ -169,8 +269,9 @@ def test_cuda_latency_runs_in_this_process_with_a_synchronisation_or_is_refused_
             measure_subnetwork(model, task.target_dictionary, smallest, largest, TINY, device="cuda")
         return
     record = measure_subnetwork(model, task.target_dictionary, smallest, largest, TINY, device="cuda")
-    assert record["device"] == "cuda" and record["pid"] == os.getpid() and record["decoder_calls"] == 5
-    assert record["relative_latency"] > 0 and len(record["ratios"]) == 2
+    # (the parts of the processes in turn in this process: a CUDA context does not survive a fork)
+    assert record["device"] == "cuda" and record["pids"] == [os.getpid()] * 2 and record["decoder_calls"] == 5
+    assert record["relative_latency"] > 0 and len(record["ratios"]) == 4 and len(record["per_process"]) == 2
 
 
 def test_the_next_token_is_one_step_after_the_prefix_whatever_the_calls_before_it(tmp_path):
@@ -195,6 +296,6 @@ def test_the_next_token_is_one_step_after_the_prefix_whatever_the_calls_before_i
     build = lambda: model.subnetwork(largest)  # noqa: E731
     record = measure(build, build, task.target_dictionary, TINY, work=("next_token",))
     assert record["next_token"]["prefix"] == 4 and record["next_token"]["latency_ms"] > 0
-    assert len(record["next_token"]["ratios"]) == 2 and "sampling" not in record and "scoring" not in record
+    assert len(record["next_token"]["ratios"]) == 4 and "sampling" not in record and "scoring" not in record
     with pytest.raises(LatencyError, match="unknown workload next_word"):
         measure(build, build, task.target_dictionary, TINY, work=("next_word",))

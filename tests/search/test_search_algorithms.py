@@ -323,6 +323,17 @@ def test_the_evolve_command_resumes_an_interrupted_search(space_path, tmp_path, 
     results = [json.loads((tmp_path / name / "result.json").read_text()) for name in ("whole", "cut")]
     assert results[0]["history"] == results[1]["history"] and results[0]["population"] == results[1]["population"]
     assert not (tmp_path / "cut" / "state.json").exists()  # finished: result.json holds the search
+    # the latency settings are not inputs of a search without a latency budget (nothing is measured): a finished
+    # one is done whatever they are, also one whose result.json recorded them (as before --processes existed)
+    stored = json.loads((tmp_path / "whole" / "result.json").read_text())
+    assert "latency" not in stored["inputs"]
+    stored["inputs"]["latency"] = {"rounds": 6, "repeats": 5}
+    (tmp_path / "whole" / "result.json").write_text(json.dumps(stored))
+    status, again = run(*search, "--output", str(tmp_path / "whole"), "--processes", "1", "--rounds", "2")
+    assert status == 0 and json.loads(again)["done_before"]
+    # a latency budget's search compares its latency settings, older ones read as measured (one process)
+    from fairseq_plugins.search.commands import stored_inputs
+    assert stored_inputs(stored)["latency"] == {"rounds": 6, "repeats": 5, "processes": 1}
 
 
 def test_an_interrupted_pareto_study_resumes_to_the_uninterrupted_front(space_path, tmp_path):

@@ -415,10 +415,14 @@ def test_cost_measures_the_latency_of_a_fixed_number_of_decoder_steps(trained, t
     # the encoder once, then exactly 9 steps and the forced end of sentence, whatever the model would translate
     assert latency["decoder_calls"] == 10 and latency["beam"] == 2 and latency["threads"] == 1
     assert 0 < latency["min_ms"] <= latency["latency_ms"] <= latency["max_ms"] and latency["stdev_ms"] >= 0
+    # the default: 3 measuring processes, one after another, of 2 of the 6 rounds each
+    assert latency["processes"] == 3 and len(set(latency["pids"])) == 3 and len(latency["ratios"]) == 6
+    assert [p["rounds"] for p in latency["per_process"]] == [2, 2, 2]
 
     for option, value, message in (("--target-length", "40", "--target-length: 40 is more than the model's 31 target positions"),
                                    ("--trim", "0.5", "--trim: expected a fraction in [0, 0.5), got 0.5"),
-                                   ("--repeats", "0", "--repeats: expected at least 1, got 0")):
+                                   ("--repeats", "0", "--repeats: expected at least 1, got 0"),
+                                   ("--processes", "0", "--processes: expected at least 1, got 0")):
         bad = search("cost", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"), "--latency", option, value)
         assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == f"error: {message}", bad.stderr[-2000:]
 
@@ -532,13 +536,15 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     with pytest.raises(Exception, match="collected with checkpoint_sha256 = \"0+\", not"):
         collect("loss", checkpoint, space_file, 14, str(tmp_path / "other.jsonl"))
 
-    latency = ["--source-length", "5", "--target-length", "4", "--beam", "2", "--rounds", "2", "--warmup", "1", "--repeats", "3"]
+    latency = ["--source-length", "5", "--target-length", "4", "--beam", "2", "--rounds", "4", "--processes", "2", "--warmup", "1",
+               "--repeats", "3"]
     summary = run("collect", "--what", "latency", *common, "-n", "12", "--output", latencies, "--max-spread", "10", *latency)
     assert summary["records"] == 12 and summary["dropped"] == 0
     header, records = read_collection(latencies)
     # every record measured beside the space's largest architecture, in milliseconds and relative to it
     assert header["reference"] == SearchSpace.from_file(space_file).extreme(largest=True).to_dict()
-    assert all(r["latency_ms"] > 0 and r["relative_latency"] > 0 and r["decoder_calls"] == 5 and len(r["ratios"]) == 2
+    assert all(r["latency_ms"] > 0 and r["relative_latency"] > 0 and r["decoder_calls"] == 5 and len(r["ratios"]) == 4
+               and len(r["per_process"]) == 2 and r["process_range"] <= r["ratio_range"] and "rounds" not in r
                for r in records)
     # a spread bound nothing meets: measured again, then dropped and counted
     dropped = run("collect", "--what", "latency", *common, "-n", "2", "--output", str(tmp_path / "tight.jsonl"),

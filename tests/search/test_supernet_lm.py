@@ -136,7 +136,7 @@ def test_train_evaluate_export_and_eval_lm(lm_data, tmp_path):
     assert bad.returncode == 2 and "--bleu: " in bad.stderr and "is a language-model supernet (BLEU scores translations)" in bad.stderr
     # a language model's latency: tokens per second of scoring and of sampling a stated context, beside the reference
     measured = search("cost", "--checkpoint", checkpoint, "--architecture", str(tmp_path / "a.json"), "--latency",
-                      "--target-length", "6", "--warmup", "0", "--repeats", "1", "--rounds", "2")
+                      "--target-length", "6", "--warmup", "0", "--repeats", "1", "--rounds", "2", "--processes", "1")
     assert measured.returncode == 0, measured.stderr[-3000:]
     latency = json.loads(measured.stdout.strip().splitlines()[-1])["latency"]
     assert latency["reference"] == model.space.extreme(largest=True).to_dict() and latency["decoder_calls"] == 7
