@@ -155,6 +155,18 @@ def test_fused_decoding_kernel_equals_the_naive_reference(with_state):
         assert torch.equal(state, kept)
 
 
+def _assert_fused_equals_naive(q, k, v, state, angle, pad, upstream):
+    """The fused kernels' output, final state and gradients are the naive reference's (padded queries'
+    outputs are never read)."""
+    got = _run("fused", q, k, v, state, angle, pad, upstream, chunk_size=CHUNK)
+    want = _run("naive", q, k, v, state, angle, pad, upstream)
+    real = (~pad)[:, None, :, None]
+    for label, a, b in zip(["o", "final_state", "dq", "dk", "dv", "d_initial_state"], got, want):
+        if label == "o":
+            a, b = a * real, b * real
+        assert torch.allclose(a, b, atol=1e-10, rtol=0), f"{label}: {(a - b).abs().max():.2e}"
+
+
 @pytest.mark.parametrize("with_state", [False, True], ids=["no-state", "carried-state"])
 @pytest.mark.parametrize("max_block_e", [1, 2, 4], ids=["blocks-of-1", "blocks-of-2", "blocks-of-4"])
 def test_fused_kernels_split_the_value_columns_exactly(max_block_e, with_state, monkeypatch):
@@ -166,13 +178,7 @@ def test_fused_kernels_split_the_value_columns_exactly(max_block_e, with_state, 
     q, k, v, pad, angle, state = _case(seed=3)
     state = state if with_state else None
     upstream = _upstream(seed=7)
-    got = _run("fused", q, k, v, state, angle, pad, upstream, chunk_size=CHUNK)
-    want = _run("naive", q, k, v, state, angle, pad, upstream)
-    real = (~pad)[:, None, :, None]
-    for label, a, b in zip(["o", "final_state", "dq", "dk", "dv", "d_initial_state"], got, want):
-        if label == "o":
-            a, b = a * real, b * real
-        assert torch.allclose(a, b, atol=1e-10, rtol=0), f"{label}: {(a - b).abs().max():.2e}"
+    _assert_fused_equals_naive(q, k, v, state, angle, pad, upstream)
 
 
 class _NeedsLessSharedMemory:
@@ -203,13 +209,7 @@ def test_kernels_too_large_for_the_device_run_with_fewer_columns(monkeypatch):
     q, k, v, pad, angle, state = _case(seed=4)
     upstream = _upstream(seed=8)
     for attempt in range(2):
-        got = _run("fused", q, k, v, state, angle, pad, upstream, chunk_size=CHUNK)
-        want = _run("naive", q, k, v, state, angle, pad, upstream)
-        real = (~pad)[:, None, :, None]
-        for label, a, b in zip(["o", "final_state", "dq", "dk", "dv", "d_initial_state"], got, want):
-            if label == "o":
-                a, b = a * real, b * real
-            assert torch.allclose(a, b, atol=1e-10, rtol=0), f"{label}: {(a - b).abs().max():.2e}"
+        _assert_fused_equals_naive(q, k, v, state, angle, pad, upstream)
     # E = 5: first 8 columns (the next power of two), halved until it fits; the second pass starts there
     assert kernels["_fused_forward_kernel"].tried == [8, 4, 4]
     assert kernels["_fused_backward_q_kernel"].tried == [8, 4, 2, 2]
