@@ -237,12 +237,23 @@ def measured_latency(results: str, checkpoint: str, named: Dict[str, dict]) -> D
     """name -> the protocol's record (ms, relative latency over the softmax layout, its repeatability) and the
     counted GFLOPs and parameters of every architecture of ``named``, measured inside the supernet where not
     measured before (``MEASURED``, one line per architecture, appended as each is measured)."""
+    from dataclasses import asdict
+
+    from fairseq_plugins.search.latency import LatencySettings, recorded_settings
+
     path = os.path.join(results, MEASURED)
     done = {architecture_key(r["architecture"]): r for r in read_jsonl(path)}
+    wanted = asdict(LatencySettings(**LATENCY))
+    for record in done.values():  # one protocol for every latency compared (a budget, a Pareto front)
+        stored = recorded_settings({k: record[k] for k in wanted if k in record})
+        if stored != wanted:
+            differ = ", ".join(f"{k} {stored.get(k)} (now {v})" for k, v in wanted.items() if stored.get(k) != v)
+            raise SystemExit(f"error: {relative(path)}: {record.get('name', 'an architecture')} was measured with other "
+                             f"latency settings ({differ}): move the file away to measure every architecture again")
     missing = [name for name, architecture in named.items() if architecture_key(architecture) not in done]
     if missing:
         from fairseq_plugins.models.architecture import Architecture
-        from fairseq_plugins.search.latency import LatencySettings, measure_subnetwork
+        from fairseq_plugins.search.latency import measure_subnetwork
         from fairseq_plugins.search.subnetworks import counted_cost, load_supernet
 
         model, task, _ = load_supernet(require_supernet(checkpoint))

@@ -3,6 +3,7 @@ scaled baselines and budgets are picked from measured latencies, the plan of tra
 the finished stages, training resumes per (row, seed) through bench-quality's run_row, the target is decided
 on known numbers, and the report and its plot are rendered from stage results (the stages run the search's
 CLIs and recipes, tested elsewhere)."""
+import dataclasses
 import json
 import os
 
@@ -11,6 +12,7 @@ import pytest
 import fairseq_plugins  # noqa: F401
 from benchmarks import quality
 from benchmarks import search_multi30k as run
+from fairseq_plugins.search.latency import LatencySettings
 from fairseq_plugins.search.space import SearchSpace
 
 B = 4000
@@ -194,8 +196,9 @@ def test_budgets_come_from_the_stored_measurements(tmp_path):
     middle baseline's."""
     family = run.scaled_family()
     named = {**{n: run.layout_architecture(n).to_dict() for n in run.LAYOUTS}, **{n: a.to_dict() for n, a in family.items()}}
+    settings = dataclasses.asdict(LatencySettings(**run.LATENCY))  # (every record holds the protocol's settings)
     lines = [{"architecture": a, "name": n, "relative_latency": 0.4 + 0.2 * i, "latency_ms": 10.0 * (1 + i),
-              "gflops": 0.1 * (1 + i)} for i, (n, a) in enumerate(named.items())]
+              "gflops": 0.1 * (1 + i), **settings} for i, (n, a) in enumerate(named.items())]
     (tmp_path / run.MEASURED).write_text("".join(json.dumps(r) + "\n" for r in lines))
     budgets = run.measure_budgets(str(tmp_path), str(tmp_path / "missing.pt"))
     relative = {r["name"]: r["relative_latency"] for r in lines}
@@ -207,6 +210,14 @@ def test_budgets_come_from_the_stored_measurements(tmp_path):
     # a new architecture needs the supernet: a one-line error naming it
     with pytest.raises(SystemExit, match="missing.pt: no supernet"):
         run.measured_latency(str(tmp_path), str(tmp_path / "missing.pt"), {"x": tiny_architecture(96, 2, 1)})
+    # latencies of another protocol are never compared with these: a record measured in one process (before
+    # --processes existed: no such key) is refused, naming the file and the setting
+    old = dict(lines[0])
+    del old["processes"]
+    (tmp_path / run.MEASURED).write_text("".join(json.dumps(r) + "\n" for r in [old] + lines[1:]))
+    with pytest.raises(SystemExit, match=f"measured_latency.jsonl: {old['name']} was measured with other latency settings "
+                                         r"\(processes 1 \(now 3\)\): move the file away"):
+        run.measure_budgets(str(tmp_path), str(tmp_path / "missing.pt"))
 
 
 def test_the_report_summarises_seeds_fronts_ranking_and_plots(tmp_path):
