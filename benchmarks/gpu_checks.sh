@@ -13,7 +13,8 @@
 #    once with the recipe's GPU default --fp16 and once with --amp (FP16=0), MAX_UPDATE
 #    updates each, then beam-searches test2016 with each (generate.sh, fp16 on the GPU; its
 #    output follows the training log).
-#    Also at the same time: benchmarks/cosformer_gpu.py --parts parity, every cosFormer algorithm
+#    Also at the same time: benchmarks/cosformer_gpu.py --parts parity (and chunked and fused again at head
+#    dimension 128, cosformer_parity_d128.md), every cosFormer algorithm
 #    (chunked, fused Triton kernels, recurrent, fused step kernel; fla-core's chunk_linear_attn where it
 #    imports) on the device in float32 and bfloat16 against the naive reference in float64 on the CPU.
 # 2b. Alone, so that the timings are not disturbed: benchmarks/cosformer_gpu.py --parts train,decode
@@ -108,6 +109,12 @@ amp=$!
 timeout "$CHECK_TIMEOUT" "$PYTHON" benchmarks/cosformer_gpu.py --device cuda --parts parity --timeout "$CHECK_TIMEOUT" \
     --output "$OUT_DIR/cosformer_parity.md" > "$OUT_DIR/cosformer_parity.log" 2>&1 &
 parity=$!
+# the fused kernels at head dimension 128 (Multi30k's iwslt presets: d = 512, 4 heads), where an H200 once
+# refused the backward's shared memory (docs/records/gpu.md, section 4)
+timeout "$CHECK_TIMEOUT" "$PYTHON" benchmarks/cosformer_gpu.py --device cuda --parts parity --paths chunked,fused \
+    --heads 2 --head-dim 128 --timeout "$CHECK_TIMEOUT" --output "$OUT_DIR/cosformer_parity_d128.md" \
+    > "$OUT_DIR/cosformer_parity_d128.log" 2>&1 &
+parity128=$!
 lm_amp() {  # a cosFormer LM, --amp, long blocks (issue: "a short fairseq-train --amp of a cosFormer LM at T = 2048")
     local log="$OUT_DIR/train_lm_amp.log"
     if [ -z "$LM_DATA_BIN" ]; then
@@ -125,6 +132,7 @@ lm_amp &
 lm=$!
 wait "$check"; echo "device_check: exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/device_check.md"
 wait "$parity"; echo "cosformer parity: exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/cosformer_parity.log"
+wait "$parity128"; echo "cosformer parity (head dimension 128): exit $? after $(( $(date +%s) - started )) s" >> "$OUT_DIR/cosformer_parity_d128.log"
 wait "$fp16" "$amp" "$lm"
 wait "$supernet"; echo "supernet step: exit $?" >> "$OUT_DIR/supernet.log"  # (the supernet step above)
 echo "phase 1 (check + training): $(( $(date +%s) - started )) s" >> "$OUT_DIR/environment.txt"
