@@ -11,7 +11,8 @@
 #
 # WORK_DIR must hold the prepared data (data-bin/, data/, and for BET(SG) the parser and hints), made here
 # by a CPU run of the same suites (`--report-only` prepares without training), and is carried to the device.
-# The rows' results (WORK_DIR/results, and for the search its --results folder, SEARCH_RESULTS) are copied
+# The rows' results (WORK_DIR/results, bench-quality's records RECORDS (default docs/records/data/quality:
+# copy OUT_DIR/records/. there and commit), and for the search its --results folder, SEARCH_RESULTS) are copied
 # to OUT_DIR as they are, so that they come back even when the limit is reached. The rows at the
 # convergence budget need docs/records/data/convergence (committed).
 set -uo pipefail
@@ -19,7 +20,7 @@ OUT_DIR=${1:?usage: WORK_DIR=DIR bash benchmarks/gpu_rows.sh OUT_DIR [flags of t
 shift
 : "${WORK_DIR:?WORK_DIR: the bench-quality work folder with the prepared data (carried to the device)}"
 : "${PYTHON:=python3}" "${JOBS:=12}" "${TIME_LIMIT:=540}" "${BENCH:=quality}"
-: "${SEARCH_RESULTS:=docs/records/data/search_multi30k_converged}"
+: "${SEARCH_RESULTS:=docs/records/data/search_multi30k_converged}" "${RECORDS:=docs/records/data/quality}"
 case $JOBS in ''|*[!0-9]*|0) echo "error: JOBS=$JOBS: expected a positive number of rows at once" >&2; exit 2 ;; esac
 case $TIME_LIMIT in ''|*[!0-9]*|0) echo "error: TIME_LIMIT=$TIME_LIMIT: expected a positive number of seconds" >&2; exit 2 ;; esac
 case $BENCH in quality|search) ;; *) echo "error: BENCH=$BENCH: expected quality or search" >&2; exit 2 ;; esac
@@ -29,7 +30,7 @@ mkdir -p "$OUT_DIR"
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 export PYTHONUNBUFFERED=1
 if [ "$BENCH" = quality ]; then
-    command=(benchmarks/quality.py --work-dir "$WORK_DIR" --output "$OUT_DIR/results.md")
+    command=(benchmarks/quality.py --work-dir "$WORK_DIR" --records "$RECORDS" --output "$OUT_DIR/results.md")
 else
     # (the search's own work folder is WORK_DIR too: the train stage needs only the prepared data)
     command=(benchmarks/search_multi30k.py --work-dir "$WORK_DIR" --quality-work-dir "$WORK_DIR"
@@ -41,6 +42,9 @@ timeout --signal=TERM --kill-after=30 "$TIME_LIMIT" "$PYTHON" "${command[@]}" --
 status=$?
 echo "${command[0]}: exit $status after $(( $(date +%s) - started )) s (124: TIME_LIMIT reached)" >> "$OUT_DIR/$BENCH.log"
 cp -r "$WORK_DIR/results" "$OUT_DIR/" 2>/dev/null
+if [ "$BENCH" = quality ]; then
+    mkdir -p "$OUT_DIR/records" && cp -r "$RECORDS/." "$OUT_DIR/records/" 2>/dev/null
+fi
 if [ "$BENCH" = search ]; then
     mkdir -p "$OUT_DIR/search_results" && cp -r "$SEARCH_RESULTS/." "$OUT_DIR/search_results/" 2>/dev/null
 fi

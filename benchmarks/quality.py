@@ -25,18 +25,38 @@ language models: every evaluated block's bits) and its training-loss curve;
 the report states the paper's claim each row tests and whether it holds at
 this budget, by a paired bootstrap against the claim's baseline (sacreBLEU's
 for BLEU, the same resampling over eval-lm blocks for language models; see
-VERDICT_RULES). Rows are resumable: a finished row (same settings) is not
-trained again, an unfinished one is trained again from scratch (so that its
-time is one uninterrupted run); ``--force`` retrains. A finished row without
-the paired test's items (a row of an older version) gets them from its stored
-output or checkpoint, without training again. Training refuses a
-checkout with uncommitted changes (the rows record their revision) unless
-``--allow-dirty``.
+VERDICT_RULES).
+
+Where results are kept: each (row, seed) trains in ``--work-dir`` (data,
+checkpoints, WORK_DIR/results/SUITE/ROW[_seedN].json) and, as it finishes, its
+result is copied atomically into ``--records`` (default
+``docs/records/data/quality/``, committed): RECORDS/SUITE/ROW[_seedN].json, the
+result with the paired test's items (detokenised hypotheses, per-block bits),
+machine folders written as ``<work-dir>``, ``<data-root>``, ``<checkout>``;
+beside them per suite ``references.json`` (translation: the test references
+the verdicts score against), ``preparation.json`` and ``decode_cost.json``.
+The report is rendered from the records, and from the work folder only for
+rows the records lack (copied in first), so that a run of other suites or
+with another work folder never drops a recorded row, and ``--report-only``
+needs neither the data nor a work folder (a recorded row's data fingerprint is
+then taken as recorded; its other settings are checked; a run that trains
+checks the data too). A finished work folder of an older version is imported
+the same way: ``--report-only`` with its ``--work-dir``.
+
+Rows are resumable per (row, seed): one finished with the current settings,
+in the records or the work folder, is not trained again, so that a run from a
+separate clone continues after a restart, and in a later session, from its
+committed records (commit the records folder as rows finish); an unfinished
+one is trained again from scratch (so that its time is one uninterrupted run);
+``--force`` retrains. A finished row without the paired test's items (a row of
+an older version) gets them from its stored output or checkpoint, without
+training again. Training refuses a checkout with uncommitted changes (the rows
+record their revision) unless ``--allow-dirty``.
 
     python benchmarks/quality.py                          # everything (hours on 2 CPU cores)
     python benchmarks/quality.py --suites shakespeare     # one suite
     python benchmarks/quality.py --quick                  # smoke run: small data, a few updates, few rows
-    python benchmarks/quality.py --report-only            # re-render docs/records/ from the finished rows
+    python benchmarks/quality.py --report-only            # re-render docs/records/results.md from the records
     python benchmarks/quality.py --rescore                # only add the paired test's data to finished rows
     python benchmarks/quality.py --suites shakespeare8 --decode-cost   # decoding cost per token (fresh weights, minutes)
 """
@@ -356,6 +376,9 @@ class Context:
     # --jobs (a lent GPU has room for a dozen of these small models side by side)
     device: str = "cpu"
     running: set = field(default_factory=set)  # the commands' processes now running (stopped with the run)
+    # The finished rows' small results, committed (RECORDS_DIR/SUITE/ROW[_seedN].json, see keep_record): the
+    # report's source. None: the work folder's results only (the callers that train rows for their own reports)
+    records: Optional[str] = None
 
     def run(self, suite: str, env: Dict[str, str], argv: Sequence[str], log_path: Optional[str] = None,
             record: bool = True) -> str:
@@ -429,14 +452,28 @@ def data_bin(ctx: Context, suite: Suite) -> str:
     return os.path.join(ctx.work_dir, "data-bin", suite.dataset)
 
 
+# The shared data's files each data set is prepared from (under --data-root)
+SHARED_FILES = {
+    "multi30k": tuple(f"multi30k/{split}.{lang}" for split in ("train", "val", "test_2016_flickr") for lang in ("de", "en")),
+    "shakespeare": ("tiny_shakespeare/input.txt",),
+    "grimm": tuple(f"grimm/{split}.txt" for split in ("train", "valid", "test")),
+}
+
+
+def data_available(ctx: Context, suite: Suite) -> bool:
+    return all(os.path.isfile(os.path.join(ctx.data_root, name)) for name in SHARED_FILES[suite.dataset])
+
+
 def prepare(ctx: Context, suite: Suite) -> str:
     """Binarise the suite's data (data_prep is idempotent: a second call does nothing)."""
     dest, work = data_bin(ctx, suite), os.path.join(ctx.work_dir, "data", suite.dataset)
+    if suite.dataset not in SHARED_FILES:
+        raise ValueError(suite.name)
+    for name in SHARED_FILES[suite.dataset]:
+        shared_file(ctx, *name.split("/"))
     if suite.dataset == "multi30k":
         raw = os.path.join(ctx.data_root, "multi30k")
-        names = [f"{split}.{lang}" for split in ("train", "val", "test_2016_flickr") for lang in ("de", "en")]
-        for name in names:
-            shared_file(ctx, "multi30k", name)
+        names = [os.path.basename(name) for name in SHARED_FILES["multi30k"]]
         if ctx.quick:
             raw = os.path.join(ctx.work_dir, "quick_raw", "multi30k")
             for name in names:
@@ -445,7 +482,7 @@ def prepare(ctx: Context, suite: Suite) -> str:
         ctx.run(suite.name, {}, [ctx.python, "-m", "data_prep.multi30k", "--raw-dir", raw, "--no-download",
                                  "--work-dir", work, "--dest", dest, "--workers", "1"])
     elif suite.dataset == "shakespeare":
-        source = shared_file(ctx, "tiny_shakespeare", "input.txt")
+        source = os.path.join(ctx.data_root, "tiny_shakespeare", "input.txt")
         if ctx.quick:
             quick = os.path.join(ctx.work_dir, "quick_raw", "tiny_shakespeare.txt")
             with open(source, "rb") as f_in, atomic_output(quick, "wb") as f_out:
@@ -453,10 +490,8 @@ def prepare(ctx: Context, suite: Suite) -> str:
             source = quick
         ctx.run(suite.name, {}, [ctx.python, "-m", "data_prep.enwik8", "--input-file", source,
                                  "--work-dir", work, "--dest", dest, "--workers", "1"])
-    elif suite.dataset == "grimm":
+    else:
         source = os.path.join(ctx.data_root, "grimm")
-        for split in ("train", "valid", "test"):
-            shared_file(ctx, "grimm", f"{split}.txt")
         if ctx.quick:
             quick = os.path.join(ctx.work_dir, "quick_raw", "grimm")
             for split in ("train", "valid", "test"):
@@ -465,8 +500,6 @@ def prepare(ctx: Context, suite: Suite) -> str:
             source = quick
         ctx.run(suite.name, {}, [ctx.python, "-m", "data_prep.text_files", "--input-dir", source,
                                  "--work-dir", work, "--dest", dest, "--workers", "1"])
-    else:
-        raise ValueError(suite.name)
     return dest
 
 
@@ -503,24 +536,34 @@ def check_hints_reach_past_previous_token(prefix: str, model: str):
 
 
 def save_preparation_commands(ctx: Context, suite: Suite, append: bool = True):
-    """The suite's preparation commands of this run, added to those of earlier runs (the report shows them all).
+    """The suite's preparation commands of this run, added to those of earlier runs (the report shows them all),
+    in the work folder and in the records (there with placeholders for the machine's folders).
     ``append=False`` (``--report-only``, ``--rescore``: they prepare nothing new, and run from another checkout
     their command lines differ only in paths) records them only where none are recorded yet."""
-    path = os.path.join(ctx.work_dir, "results", suite.name, "preparation.json")
-    commands = load_preparation_commands(ctx, suite)
-    if commands and not append:
-        return
-    commands += [c for c in ctx.commands.get(suite.name, []) if c not in commands]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_json(path, commands)
+    ran = ctx.commands.get(suite.name, [])
+    places = [(os.path.join(ctx.work_dir, "results", suite.name, "preparation.json"), ran)]
+    if keeps_records(ctx, suite):
+        places.append((suite_record(ctx, suite, "preparation.json"), portable_record(ctx, ran)))
+    for path, new in places:
+        commands = _read_json(path, [])
+        if commands and not append:
+            continue
+        added = [c for c in new if c not in commands]
+        if added:
+            write_json(path, commands + added)
 
 
 def load_preparation_commands(ctx: Context, suite: Suite) -> List[str]:
-    path = os.path.join(ctx.work_dir, "results", suite.name, "preparation.json")
-    if not os.path.isfile(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """The records' commands, else the work folder's (copied into the records first)."""
+    commands = _read_json(os.path.join(ctx.work_dir, "results", suite.name, "preparation.json"), [])
+    if not keeps_records(ctx, suite):
+        return commands
+    path = suite_record(ctx, suite, "preparation.json")
+    kept = _read_json(path, [])
+    if not kept and commands:
+        kept = portable_record(ctx, commands)
+        write_json(path, kept)
+    return kept
 
 
 def recipe_env(ctx: Context, suite: Suite, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -576,13 +619,26 @@ def row_settings(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> dict:
 
 
 def _data_fingerprint(path: str) -> str:
+    """The prepared data's dictionaries and preparation settings. A preparation that names its input file by
+    its path (data_prep.enwik8, data_prep.text_files: ``source``, beside the input's SHA-256) counts without
+    it: the same data prepared on another machine, or from another checkout, is the same data."""
     digest = hashlib.sha256()
     for name in ("dict.txt", "dict.de.txt", "dict.en.txt", "prepare.json"):
         full = os.path.join(path, name)
         if os.path.isfile(full):
             with open(full, "rb") as f:
-                digest.update(name.encode() + f.read())
+                content = f.read()
+            if name == "prepare.json":
+                settings = json.loads(content)
+                if "source" in settings:
+                    content = json.dumps({k: v for k, v in settings.items() if k != "source"}, indent=1,
+                                         sort_keys=True).encode()
+            digest.update(name.encode() + content)
     return digest.hexdigest()[:16]
+
+
+def data_prepared(ctx: Context, suite: Suite) -> bool:
+    return os.path.isfile(os.path.join(data_bin(ctx, suite), "prepare.json"))
 
 
 def fingerprint(settings: dict) -> str:
@@ -601,6 +657,83 @@ def row_dir(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> str:
     return os.path.join(ctx.work_dir, "checkpoints", suite.name, row.name + _seed_suffix(seed))
 
 
+# ---------------------------------------------------------------------------
+# Records: every finished (row, seed)'s small result, committed; the report is rendered from them
+# ---------------------------------------------------------------------------
+
+DEFAULT_RECORDS = os.path.join(REPO, "docs", "records", "data", "quality")
+TEST_ITEMS = ("hypotheses", "block_losses")  # what the paired test resamples (text and numbers, no path)
+
+
+def keeps_records(ctx: Context, suite: Suite) -> bool:
+    """Whether the suite's rows are kept in ``ctx.records``: bench-quality's own suites only (a caller's suite
+    built on one, such as the search's architectures, keeps its own records)."""
+    return ctx.records is not None and SUITES.get(suite.name) == suite
+
+
+def suite_record(ctx: Context, suite: Suite, name: str) -> str:
+    return os.path.join(ctx.records, suite.name, name)
+
+
+def record_path(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> str:
+    return suite_record(ctx, suite, f"{row.name}{_seed_suffix(seed)}.json")
+
+
+def _read_json(path: str, default=None):
+    if not os.path.isfile(path):
+        return default
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def machine_folders(ctx: Context) -> List[Tuple[str, str]]:
+    """(spelling, placeholder) of this machine's folders as the records name them (docs/records/index.md): the
+    work folder, the shared data, site-packages and the checkout, each absolute and relative to the checkout
+    (as shell_line writes a folder inside or beside it); longest first, so that a folder inside another one
+    gets its own placeholder."""
+    import sysconfig
+
+    folders = ((ctx.work_dir, "<work-dir>"), (ctx.data_root, "<data-root>"),
+               (sysconfig.get_paths()["purelib"], "<site-packages>"), (REPO, "<checkout>"))
+    pairs = set()
+    for folder, placeholder in folders:
+        folder = os.path.abspath(folder)
+        pairs.add((folder, placeholder))
+        if os.path.relpath(folder, REPO) != os.curdir:
+            pairs.add((os.path.relpath(folder, REPO), placeholder))
+    return sorted(pairs, key=lambda pair: (-len(pair[0]), pair))
+
+
+def with_placeholders(text: str, pairs: Sequence[Tuple[str, str]]) -> str:
+    """``text`` with each spelling of a folder that stands as a whole path (not part of a longer name) replaced."""
+    for spelling, placeholder in pairs:
+        text = re.sub(r"(?<![\w./-])" + re.escape(spelling) + r"(?=[/\s'\"]|$)", lambda _: placeholder, text)
+    return text
+
+
+def portable_record(ctx: Context, value, pairs: Optional[Sequence[Tuple[str, str]]] = None):
+    """``value`` (a result, a command list, ...) with this machine's folders written as placeholders in every
+    string; the test items are kept as they are."""
+    pairs = machine_folders(ctx) if pairs is None else pairs
+    if isinstance(value, dict):
+        return {k: v if k in TEST_ITEMS else portable_record(ctx, v, pairs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable_record(ctx, v, pairs) for v in value]
+    return with_placeholders(value, pairs) if isinstance(value, str) else value
+
+
+def keep_record(ctx: Context, suite: Suite, row: Row, seed: int, result: dict):
+    """Copy a finished (row, seed)'s result into the records (atomically; machine folders as placeholders).
+    (A translation suite's test references, which its verdicts need, are kept when its data is prepared:
+    scored_references.)"""
+    if keeps_records(ctx, suite):
+        write_json(record_path(ctx, suite, row, seed), portable_record(ctx, result), sort_keys=True)
+
+
+def has_test_items(result: dict) -> bool:
+    return any(key in result for key in TEST_ITEMS)
+
+
 def row_env(ctx: Context, suite: Suite, row: Row, seed: int) -> Dict[str, str]:
     env = recipe_env(ctx, suite, {**suite_env(ctx, suite), **dict(row.env), "SAVE_DIR": row_dir(ctx, suite, row, seed)})
     if seed != 1:
@@ -615,13 +748,12 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False, seed: int
     key = fingerprint(settings)
     path = result_path(ctx, suite, row, seed)
     label = f"{suite.name}/{row.name}" + (f" seed {seed}" if seed != 1 else "")
-    if not force and os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            previous = json.load(f)
-        if previous.get("fingerprint") == key:
-            log(f"{label}: done before ({relative(path)})")
-            # a row finished before the paired test gets its items without training again
-            return rescore_row(ctx, suite, row, seed)
+    # finished before, here or in the records (another clone or machine): the data is checked too
+    previous = None if force else load_result(ctx, suite, row, seed, trust_recorded_data=False)
+    if previous is not None:
+        log(f"{label}: done before")
+        # a row finished before the paired test gets its items without training again
+        return previous if has_test_items(previous) else rescore_row(ctx, suite, row, seed)
     save_dir = row_dir(ctx, suite, row, seed)
     # An unfinished row starts again from scratch (fairseq would resume from checkpoint_last.pt): its
     # training time is then that of one uninterrupted run. Resuming is per row.
@@ -647,6 +779,7 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False, seed: int
               "train_process_seconds": round(train_elapsed, 1), "score": score, **training, **items,
               "finished": datetime.datetime.now().isoformat(timespec="seconds"), **provenance(ctx.device)}
     write_json(path, result, sort_keys=True)
+    keep_record(ctx, suite, row, seed, result)
     return result
 
 
@@ -703,27 +836,38 @@ def measure_decode_cost(ctx: Context, suite: Suite, rows: Sequence[Row], command
     # (the model's context, not the budget: measurable before the convergence budget is)
     positions = int({**suite.env, **(suite.quick_env if ctx.quick else {})}["TOKENS_PER_SAMPLE"])
     path = decode_cost_path(ctx, suite)
-    stored = {}
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            stored = json.load(f)
+    stored = _read_json(path, {})
     for row in rows:
         log(f"{suite.name}/{row.name}: decoding cost per token after {positions - 1} tokens, beside {baseline}")
         cost = next_token_cost(data_bin(ctx, suite), decode_layout(suite, row), reference, positions)
         machine = {k: v for k, v in provenance(ctx.device).items() if k != "threads"}  # (the training's threads)
         stored[row.name] = {**cost, "reference_row": baseline, "command": command,
                             "finished": datetime.datetime.now().isoformat(timespec="seconds"), **machine}
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         write_json(path, stored, sort_keys=True)
+        if keeps_records(ctx, suite):  # (a new measurement replaces the recorded one)
+            kept = _read_json(suite_record(ctx, suite, "decode_cost.json"), {})
+            kept[row.name] = portable_record(ctx, stored[row.name])
+            write_json(suite_record(ctx, suite, "decode_cost.json"), kept, sort_keys=True)
+
+
+def stored_decode_cost(ctx: Context, suite: Suite) -> Dict[str, dict]:
+    """Every measured row's decoding cost: the records', and the work folder's for rows the records lack
+    (copied into them first)."""
+    measured = _read_json(decode_cost_path(ctx, suite), {})
+    if not keeps_records(ctx, suite):
+        return measured
+    path = suite_record(ctx, suite, "decode_cost.json")
+    kept = _read_json(path, {})
+    missing = {name: portable_record(ctx, cost) for name, cost in measured.items() if name not in kept}
+    if missing:
+        kept.update(missing)
+        write_json(path, kept, sort_keys=True)
+    return kept
 
 
 def load_decode_cost(ctx: Context, suite: Suite) -> Dict[str, dict]:
     """The rows' decoding costs measured with their current layouts (a row measured with other flags is stale)."""
-    path = decode_cost_path(ctx, suite)
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        stored = json.load(f)
+    stored = stored_decode_cost(ctx, suite)
     current = {}
     for row in suite.rows:
         cost = stored.get(row.name)
@@ -772,16 +916,19 @@ def rescore_row(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> Optional
     """Add the paired test's per-item data to a row finished without it (rows of before the paired test):
     the stored generation output where it exists, else the row's scoring command again on its checkpoint.
     The recomputed test score must equal the stored one."""
+    kept = load_result(ctx, suite, row, seed)
+    if kept is not None and has_test_items(kept):
+        return kept
     path = result_path(ctx, suite, row, seed)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        result = json.load(f)
-    if "hypotheses" in result or "block_losses" in result:
-        return result
+    result = _read_json(path)
+    if result is None:
+        return kept  # (a record without the items, and no checkpoint here to score again)
     if result.get("fingerprint") != fingerprint(row_settings(ctx, suite, row, seed)):
         log(f"{suite.name}/{row.name}: trained with other settings: not rescored")
-        return None
+        return kept
+    if has_test_items(result):  # (the records hold this row without them)
+        keep_record(ctx, suite, row, seed, result)
+        return result
     save_dir = row_dir(ctx, suite, row, seed)
     stored_output = os.path.join(save_dir, "generate", "generate-test.txt")
     command = None
@@ -801,6 +948,7 @@ def rescore_row(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> Optional
     result.update(items, rescored={"command": command, "finished": datetime.datetime.now().isoformat(timespec="seconds"),
                                    "git": measured_revision()})
     write_json(path, result, sort_keys=True)
+    keep_record(ctx, suite, row, seed, result)
     return result
 
 
@@ -835,11 +983,22 @@ class References:
 
 
 def scored_references(ctx: Context, suite: Suite) -> References:
+    """The prepared data's test references (kept in the records too, where they differ from the records'),
+    else the records' (a report rendered without the data)."""
     folder = data_bin(ctx, suite)
     path = os.path.join(folder, "refs", f"test.{recipe_env(ctx, suite)['TGT']}")
-    if not os.path.isfile(path):
-        raise SystemExit(f"error: {path} is missing: the preparation writes the test references there")
-    return References(tuple(read_lines(path)), bool(_prepared_settings(folder).get("lowercase")))
+    record = suite_record(ctx, suite, "references.json") if keeps_records(ctx, suite) else None
+    if os.path.isfile(path):
+        references = References(tuple(read_lines(path)), bool(_prepared_settings(folder).get("lowercase")))
+        stored = {"source": portable_record(ctx, path), "lowercase": references.lowercase, "lines": list(references.lines)}
+        if record and _read_json(record) != stored:
+            write_json(record, stored)
+        return references
+    stored = _read_json(record) if record else None
+    if stored is None:
+        raise SystemExit(f"error: {path} is missing" + (f" and so is {relative(record)}" if record else "")
+                         + ": the preparation writes the test references there")
+    return References(tuple(stored["lines"]), bool(stored["lowercase"]))
 
 
 # fairseq's logger prints either 'DATE | INFO | fairseq_cli.eval_lm | MESSAGE' or 'INFO:fairseq_cli.eval_lm:MESSAGE'
@@ -1093,14 +1252,31 @@ def verdict(suite: Suite, row: Row, results: Dict[str, dict], references: Option
     return f"{claim.text}: **{'holds' if holds else 'not reproduced'}** ({stats}){parameters}"
 
 
-def load_result(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> Optional[dict]:
-    """The row's finished result at ``seed`` when its settings are the current ones."""
-    path = result_path(ctx, suite, row, seed)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        result = json.load(f)
-    return result if result.get("fingerprint") == fingerprint(row_settings(ctx, suite, row, seed)) else None
+def result_files(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> List[str]:
+    """Where a finished (row, seed) is looked for, in order: the records, then the work folder."""
+    return ([record_path(ctx, suite, row, seed)] if keeps_records(ctx, suite) else []) + [result_path(ctx, suite, row, seed)]
+
+
+def load_result(ctx: Context, suite: Suite, row: Row, seed: int = 1, trust_recorded_data: bool = True) -> Optional[dict]:
+    """The row's finished result at ``seed`` when its settings are the current ones: the records' copy, else
+    the work folder's (copied into the records first, so that both agree). The data is part of the settings;
+    where this machine has not prepared the suite's data (a report rendered from the records alone), the data
+    fingerprint the row recorded is taken as it is and every other setting is still checked, unless
+    ``trust_recorded_data`` is False (a run about to train: its data is prepared, and checked)."""
+    current = None
+    for path in result_files(ctx, suite, row, seed):
+        result = _read_json(path)
+        if result is None:
+            continue
+        if current is None:  # (only for a row with a file: a suite before its budget has no settings yet)
+            current = row_settings(ctx, suite, row, seed)
+        settings = current if data_prepared(ctx, suite) or not trust_recorded_data else \
+            {**current, "data": result.get("settings", {}).get("data", current["data"])}
+        if result.get("fingerprint") == fingerprint(settings):
+            if path == result_path(ctx, suite, row, seed):
+                keep_record(ctx, suite, row, seed, result)
+            return result
+    return None
 
 
 def resolve_row(ctx: Context, suite: Suite, row: Row) -> Tuple[Optional[Row], Optional[Row]]:
@@ -1428,23 +1604,21 @@ def load_results(ctx: Context, suite: Suite) -> Dict[str, dict]:
     """The finished rows whose settings are the current ones (a row trained with other settings is stale)."""
     results = {}
     for row in suite.rows:
-        path = result_path(ctx, suite, row)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                result = json.load(f)
-            if result.get("fingerprint") == fingerprint(row_settings(ctx, suite, row)):
-                results[row.name] = result
-            else:
-                log(f"{suite.name}/{row.name}: {relative(path)} was trained with other settings: not reported")
+        result = load_result(ctx, suite, row)
+        if result is not None:
+            results[row.name] = result
+            continue
+        stale = [relative(path) for path in result_files(ctx, suite, row) if os.path.isfile(path)]
+        if stale:
+            log(f"{suite.name}/{row.name}: {' and '.join(stale)} trained with other settings: not reported")
     return results
 
 
 def portable_command(ctx: Context, command: str) -> str:
-    """A recorded command as a reader can copy it: the data folder of the machine that ran it becomes
-    ``$DATA_ROOT`` (the ``--data-root`` folder, explained above the tables)."""
-    for spelling in sorted({ctx.data_root, os.path.relpath(ctx.data_root, REPO)}, key=len, reverse=True):
-        command = re.sub(re.escape(spelling) + r"(?=/|\s|'|$)", "$DATA_ROOT", command)
-    return command
+    """A recorded command as a reader can copy it: the data folder of the machine that ran it (or the records'
+    ``<data-root>``) becomes ``$DATA_ROOT`` (the ``--data-root`` folder, explained above the tables)."""
+    spellings = {ctx.data_root, os.path.relpath(ctx.data_root, REPO), "<data-root>"}  # (the records' placeholder)
+    return with_placeholders(command, [(spelling, "$DATA_ROOT") for spelling in sorted(spellings, key=len, reverse=True)])
 
 
 VERDICT_RULES = (
@@ -1480,9 +1654,11 @@ def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], comm
              "Every row is trained through its dataset's recipe with seed 1 and the budget stated; the rows of one "
              "suite differ only in `--arch` and the flags shown. Training time is fairseq's own (`done training "
              "in`), which moves with the machine's load; each row's JSON (git revision, machine, load, exact "
-             f"command) is in `{relative(os.path.join(ctx.work_dir, 'results'))}/`. In the commands, `$DATA_ROOT` "
+             f"command, the paired test's items) is `{relative(ctx.records or os.path.join(ctx.work_dir, 'results'))}"
+             "/SUITE/ROW[_seedN].json`, which this report is rendered from. In the commands, `$DATA_ROOT` "
              "is the folder of the public data (`--data-root`: `multi30k/`, `tiny_shakespeare/`, `grimm/`, "
-             "`ud_english_ewt/`).", "", VERDICT_RULES, ""]
+             "`ud_english_ewt/`) and `<work-dir>` the run's work folder (`--work-dir`: data, checkpoints).", "",
+             VERDICT_RULES, ""]
     for suite in suites:
         results = load_results(ctx, suite)
         plot = None
@@ -1583,12 +1759,20 @@ def main(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--work-dir", default=None,
                         help="data, checkpoints and per-row results (default work_dirs/bench_quality, "
                              "--quick: work_dirs/bench_quality_quick)")
+    parser.add_argument("--records", default=None, help="folder of every finished row's small result "
+                        "(RECORDS/SUITE/ROW[_seedN].json: the result with the paired test's items, machine folders "
+                        "as placeholders; per suite the test references, preparation commands, decoding costs), "
+                        "copied there as each (row, seed) finishes, committed; the report is rendered from it, "
+                        "and from the work folder only for rows it lacks (copied in first); a row found there "
+                        "is not trained again (default docs/records/data/quality; --quick: WORK_DIR/records)")
     parser.add_argument("--output", default=None, help="markdown file whose benchmark section is (re)written "
                         "(default docs/records/results.md; --quick: none unless given)")
     parser.add_argument("--quick", action="store_true", help="smoke run: the first lines of each data set, "
                         "a few updates, a few rows per suite")
     parser.add_argument("--force", action="store_true", help="retrain rows that finished before")
-    parser.add_argument("--report-only", action="store_true", help="only re-render the report from finished rows")
+    parser.add_argument("--report-only", action="store_true", help="only re-render the report from the records "
+                        "(the work folder's finished rows they lack copied in first); prepares the data where "
+                        "--data-root has it, and needs neither the data nor the work folder otherwise")
     parser.add_argument("--rescore", action="store_true", help="train nothing: give finished rows without the paired "
                         "test's data (hypotheses, per-block losses) that data from their stored output or checkpoint, "
                         "then re-render")
@@ -1620,7 +1804,11 @@ def main(argv: Optional[Sequence[str]] = None):
     work_dir = os.path.abspath(args.work_dir or os.path.join(REPO, "work_dirs",
                                                              "bench_quality_quick" if args.quick else "bench_quality"))
     output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "records", "results.md"))
-    ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=work_dir, quick=args.quick, device=args.device)
+    records = os.path.abspath(args.records or (os.path.join(work_dir, "records") if args.quick else DEFAULT_RECORDS))
+    if os.path.exists(records) and not os.path.isdir(records):
+        parser.error(f"--records {args.records or relative(records)}: not a folder")
+    ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=work_dir, quick=args.quick, device=args.device,
+                  records=records)
     wanted = set(args.rows.split(",")) if args.rows else None
     if wanted:
         known = {row.name for suite in suites for row in suite.rows}
@@ -1633,7 +1821,15 @@ def main(argv: Optional[Sequence[str]] = None):
     command = "python benchmarks/quality.py" + (" " + " ".join(shlex.quote(a) for a in argv) if argv else
                                                  (" " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""))
     for suite in suites:
-        prepare(ctx, suite)  # also for --report-only: the rows' fingerprints include the data's
+        # --report-only prepares where the data is here (also how a work folder for a GPU run gets it); the rows'
+        # fingerprints include the data's, checked where it is prepared (load_result)
+        if args.report_only and not data_available(ctx, suite):
+            log(f"{suite.name}: no data under {ctx.data_root}: rendered from the records without it (their "
+                "data fingerprints taken as recorded)")
+            continue
+        prepare(ctx, suite)
+        if suite.kind == "translation":
+            scored_references(ctx, suite)  # (into the records before any row finishes: the verdicts need them)
         if args.report_only:
             save_preparation_commands(ctx, suite, append=False)
             continue
@@ -1653,9 +1849,10 @@ def main(argv: Optional[Sequence[str]] = None):
             prepare_syntax_hints(ctx, suite)
         save_preparation_commands(ctx, suite)
         run_rows(ctx, suite, rows, args.force, args.jobs)
-    # Every suite with finished rows is in the report, not only those run now (--suites selects what runs).
-    reported = [suite for suite in SUITES.values() if suite in suites or os.path.isfile(
-        os.path.join(ctx.work_dir, "data-bin", suite.name, "prepare.json"))]
+    # Every suite with results is in the report, not only those run now (--suites selects what runs): the
+    # records' rows are never dropped by a run of other suites or from another work folder.
+    reported = [suite for suite in SUITES.values() if suite in suites or any(
+        glob.glob(os.path.join(folder, suite.name, "*.json")) for folder in (ctx.records, os.path.join(ctx.work_dir, "results")))]
     section = render(ctx, reported, os.path.dirname(os.path.abspath(output)) if output else None, command)
     if output:
         write_report(output, section)

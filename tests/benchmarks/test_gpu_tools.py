@@ -78,3 +78,21 @@ def test_gpu_rows_sh_runs_the_search_driver_and_brings_its_results_back(tmp_path
             f"{tmp_path / 'out' / 'search.md'} --device cuda --jobs 12 --allow-dirty --stages train") in log
     assert (tmp_path / "out" / "search_results" / "train" / "softmax_seed1.json").is_file()
     assert (tmp_path / "out" / "results" / "multi30k_converged").is_dir()
+
+
+def test_gpu_rows_sh_brings_bench_qualitys_records_back(tmp_path):
+    """BENCH=quality (default): the rows finish into RECORDS on the device's copy of the checkout; the records come
+    back in OUT_DIR/records (PYTHON=echo shows the command it runs)."""
+    work, records = tmp_path / "work", tmp_path / "records"
+    (work / "data-bin").mkdir(parents=True)
+    (records / "multi30k_converged").mkdir(parents=True)
+    (records / "multi30k_converged" / "softmax_seed2.json").write_text("{}")
+    clean = {k: v for k, v in os.environ.items() if k not in ("JOBS", "TIME_LIMIT", "BENCH")}
+    result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_rows.sh"), str(tmp_path / "out"),
+                             "--suites", "multi30k_converged"],
+                            env={**clean, "WORK_DIR": str(work), "PYTHON": "echo", "RECORDS": str(records)},
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (f"benchmarks/quality.py --work-dir {work} --records {records} --output {tmp_path / 'out' / 'results.md'} "
+            "--device cuda --jobs 12 --allow-dirty --suites multi30k_converged") in (tmp_path / "out" / "quality.log").read_text()
+    assert (tmp_path / "out" / "records" / "multi30k_converged" / "softmax_seed2.json").is_file()

@@ -294,17 +294,27 @@ def _tiny_data(root):
 
 
 def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
-    """The real path on generated data: recipes train and eval-lm two rows, the report has their
-    numbers and the loss plot, and a second run trains nothing again."""
+    """The real path on generated data: recipes train and eval-lm two rows, each finished row is copied into
+    the records, the report has their numbers and the loss plot, a second run trains nothing again, and the
+    report is rendered from the records alone (another work folder, no data)."""
     _tiny_data(tmp_path / "data")
-    work, report = tmp_path / "work", tmp_path / "docs" / "results.md"
+    work, report, records = tmp_path / "work", tmp_path / "docs" / "results.md", tmp_path / "records"
     command = [sys.executable, os.path.join(BENCHMARKS, "quality.py"), "--quick", "--suites", "grimm",
                "--rows", "softmax_1head,extractor_me", "--data-root", str(tmp_path / "data"),
-               "--work-dir", str(work), "--output", str(report)]
+               "--work-dir", str(work), "--records", str(records), "--output", str(report)]
     first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr[-3000:]
     rows = {name: json.loads((work / "results" / "grimm" / f"{name}.json").read_text())
             for name in ("softmax_1head", "extractor_me")}
+    for name, result in rows.items():  # the record: the result, the machine's folders as placeholders
+        record = records / "grimm" / f"{name}.json"
+        kept = json.loads(record.read_text())
+        assert kept["block_losses"] == result["block_losses"] and kept["fingerprint"] == result["fingerprint"]
+        assert kept["train_command"] == result["train_command"].replace(str(work), "<work-dir>")
+        assert "DATA_BIN=<work-dir>/data-bin/grimm" in kept["train_command"] and str(tmp_path) not in record.read_text()
+        assert record.stat().st_size < 300_000
+    preparation = json.loads((records / "grimm" / "preparation.json").read_text())
+    assert any("--input-dir <work-dir>/quick_raw/grimm" in c for c in preparation) and str(tmp_path) not in str(preparation)
     for result in rows.values():
         assert result["updates"] == 6 and result["params"] > 0 and len(result["train_curve"]) == 3
         assert result["score"]["perplexity"] > 1 and result["git"] != "unknown"
@@ -329,14 +339,28 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
     assert "training" not in second.stderr and second.stderr.count("done before") == 2
 
     # Re-rendering (from another checkout: the same preparation under other paths) adds no preparation
-    # command to those recorded: the report shows the commands that prepared the data, once.
-    preparation = work / "results" / "grimm" / "preparation.json"
+    # command to those recorded: the report shows the commands that prepared the data, once. A finished row
+    # of the work folder that the records lack (a run of an older version) is copied into them.
+    preparation = records / "grimm" / "preparation.json"
     recorded = ["python -m data_prep.text_files --input-dir /another/checkout/data/grimm"]
     preparation.write_text(json.dumps(recorded))
+    (records / "grimm" / "softmax_1head.json").unlink()
     rerendered = subprocess.run(command + ["--report-only"], cwd=tmp_path, capture_output=True, text=True)
     assert rerendered.returncode == 0, rerendered.stderr[-3000:]
     assert json.loads(preparation.read_text()) == recorded
     assert recorded[0] in report.read_text() and "data_prep.text_files --input-dir " + str(tmp_path) not in report.read_text()
+    assert json.loads((records / "grimm" / "softmax_1head.json").read_text())["block_losses"] == rows["softmax_1head"]["block_losses"]
+    assert me_row in report.read_text()
+
+    # A run with another (empty) work folder and no data renders the recorded rows: the report never loses
+    # them to a scratch run (the records are its source)
+    scratch = command[:]
+    scratch[scratch.index("--work-dir") + 1] = str(tmp_path / "scratch")
+    scratch[scratch.index("--data-root") + 1] = str(tmp_path / "no-data")
+    from_records = subprocess.run(scratch + ["--report-only"], cwd=tmp_path, capture_output=True, text=True)
+    assert from_records.returncode == 0, from_records.stderr[-3000:]
+    assert me_row in report.read_text() and "| softmax_1head |" in report.read_text()
+    assert "rendered from the records without it" in from_records.stderr and "other settings" not in from_records.stderr
 
     # Rendering for another suite keeps this one's table: the report shows every suite with results.
     third = subprocess.run(command[:command.index("--suites") + 1] + ["shakespeare", "--report-only"]
@@ -344,25 +368,28 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
     assert third.returncode == 0, third.stderr[-3000:]
     assert me_row in report.read_text() and "tiny Shakespeare" in report.read_text()
 
-    # A row finished before the paired test (no per-block losses) has no verdict; the next run (or --rescore)
-    # evaluates its checkpoint again, trains nothing, and the verdict is back
-    path = work / "results" / "grimm" / "extractor_me.json"
-    stored = json.loads(path.read_text())
-    blocks = stored.pop("block_losses")
-    path.write_text(json.dumps(stored))
+    # A row finished before the paired test (no per-block losses, in the work folder and the records) has no
+    # verdict; the next run (or --rescore) evaluates its checkpoint again, trains nothing, and the verdict is back
+    paths = (work / "results" / "grimm" / "extractor_me.json", records / "grimm" / "extractor_me.json")
+    stored = [json.loads(path.read_text()) for path in paths]
+    blocks = [s.pop("block_losses") for s in stored][0]
+    for path, old in zip(paths, stored):
+        path.write_text(json.dumps(old))
     rendered = subprocess.run(command + ["--report-only"], cwd=tmp_path, capture_output=True, text=True)
     assert rendered.returncode == 0, rendered.stderr[-3000:]
     old_row = next(line for line in report.read_text().splitlines() if line.startswith("| extractor_me |"))
     assert "no verdict" in old_row and "--rescore" in old_row and "**" not in old_row
     flat = [value for block in blocks for value in block]
     for extra in ([], ["--rescore"]):  # a plain run scores it again too, --rescore only does that
-        path.write_text(json.dumps(stored))
+        for path, old in zip(paths, stored):
+            path.write_text(json.dumps(old))
         rescored = subprocess.run(command + extra, cwd=tmp_path, capture_output=True, text=True)
         assert rescored.returncode == 0, rescored.stderr[-3000:]
         assert "training" not in rescored.stderr and rescored.stderr.count("scoring the test set again") == 1
-        again = json.loads(path.read_text())
-        assert [value for block in again["block_losses"] for value in block] == pytest.approx(flat)
-        assert "--output-word-probs" in again["rescored"]["command"]
+        for path in paths:
+            again = json.loads(path.read_text())
+            assert [value for block in again["block_losses"] for value in block] == pytest.approx(flat)
+            assert "--output-word-probs" in again["rescored"]["command"]
     assert me_row in report.read_text()
 
 
@@ -724,3 +751,111 @@ def test_the_decoding_cost_is_reported_before_the_convergence_budget_is_measured
                                "git": "abc123def456", "cores": 2, "cpu": "cpu", "load_average": 1.0}}, f)
     lines = "\n".join(quality.render_seeds_suite(ctx, suite, None))
     assert "convergence budget is not measured yet" in lines and "| softmax |" in lines and "| not trained yet |" in lines
+
+
+# ------------------------------------------------- records: the committed rows the report is rendered from ---
+
+def test_records_name_the_machines_folders_by_placeholders(tmp_path):
+    work, data = tmp_path / "work", tmp_path / "shared" / "data"
+    ctx = quality.Context(data_root=str(data), work_dir=str(work), quick=False, records=str(tmp_path / "records"))
+    inside = quality.Context(data_root=str(data), work_dir=os.path.join(quality.REPO, "work_dirs", "w"), quick=False)
+    result = {"train_command": f"DATA_BIN={work}/data-bin/grimm SAVE_DIR='{work}/c k' python -m x --input {data}/grimm "
+                               f"--other {work}x/y --python {quality.REPO}/benchmarks/q.py",
+              "score": {"checkpoint": f"{work}/checkpoints/a.pt"}, "curve": [[1, 2.0]],
+              "hypotheses": [f"{work}/kept as it is"]}
+    kept = quality.portable_record(ctx, result)
+    assert kept["train_command"] == ("DATA_BIN=<work-dir>/data-bin/grimm SAVE_DIR='<work-dir>/c k' python -m x --input "
+                                     f"<data-root>/grimm --other {work}x/y --python <checkout>/benchmarks/q.py")
+    assert kept["score"]["checkpoint"] == "<work-dir>/checkpoints/a.pt" and kept["curve"] == [[1, 2.0]]
+    assert kept["hypotheses"] == result["hypotheses"]  # the test items are what was scored
+    # a work folder inside the checkout, as shell_line writes it (relative), is <work-dir>, not <checkout>/...
+    assert quality.portable_record(inside, "DATA_BIN=work_dirs/w/data-bin x") == "DATA_BIN=<work-dir>/data-bin x"
+    # the report's commands show the records' data folder as $DATA_ROOT
+    assert quality.portable_command(ctx, "x --input-dir <data-root>/grimm") == "x --input-dir $DATA_ROOT/grimm"
+
+
+def test_the_data_fingerprint_is_the_same_data_wherever_it_was_read_from(tmp_path):
+    def prepared(name, **settings):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "dict.txt").write_text("a 1\n")
+        (folder / "prepare.json").write_text(json.dumps({"dataset": "shakespeare", "sha256": "abc", **settings}))
+        return quality._data_fingerprint(str(folder))
+
+    here = prepared("here", source="/work/shared/data/tiny_shakespeare/input.txt")
+    assert prepared("there", source="/elsewhere/data/tiny_shakespeare/input.txt") == here
+    assert prepared("other", source="/work/shared/data/tiny_shakespeare/input.txt", sha256="def") != here
+
+
+def _grimm_result(ctx, suite, row, fingerprint=None, **fields):
+    settings = quality.row_settings(ctx, suite, row)
+    return {"fingerprint": fingerprint or quality.fingerprint(settings), "settings": settings, "seed": 1,
+            "score": {"perplexity": 20.0}, "block_losses": [[4, 17.3]], **fields}
+
+
+def test_the_records_are_the_reports_source_and_take_the_work_folders_rows_they_lack(tmp_path, monkeypatch):
+    """Records first, the work folder for rows they lack (copied in); a stale record gives way to a current
+    row, a current record never to a stale one; a row in the records is not trained again (another clone)."""
+    ctx = quality.Context(data_root=str(tmp_path / "data"), work_dir=str(tmp_path / "work"), quick=False,
+                          records=str(tmp_path / "records"))
+    suite = quality.SUITES["grimm"]
+    rows = {row.name: row for row in suite.rows}
+
+    def write(path, result):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(result, f)
+
+    def read(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+
+    recorded = _grimm_result(ctx, suite, rows["softmax_1head"], train_command="recorded")
+    write(quality.record_path(ctx, suite, rows["softmax_1head"]), recorded)
+    imported = _grimm_result(ctx, suite, rows["extractor_me"], train_command=f"SAVE_DIR={ctx.work_dir}/checkpoints/me x")
+    write(quality.result_path(ctx, suite, rows["extractor_me"]), imported)
+    write(quality.record_path(ctx, suite, rows["cosformer"]), _grimm_result(ctx, suite, rows["cosformer"], "0" * 16))
+    write(quality.result_path(ctx, suite, rows["cosformer"]), _grimm_result(ctx, suite, rows["cosformer"], train_command="new"))
+    write(quality.record_path(ctx, suite, rows["bet_sf"]), _grimm_result(ctx, suite, rows["bet_sf"], train_command="kept"))
+    write(quality.result_path(ctx, suite, rows["bet_sf"]), _grimm_result(ctx, suite, rows["bet_sf"], "1" * 16))
+
+    results = quality.load_results(ctx, suite)
+    assert set(results) == {"softmax_1head", "extractor_me", "cosformer", "bet_sf"}
+    assert results["softmax_1head"]["train_command"] == "recorded" and results["bet_sf"]["train_command"] == "kept"
+    assert read(quality.record_path(ctx, suite, rows["extractor_me"]))["train_command"] == "SAVE_DIR=<work-dir>/checkpoints/me x"
+    assert read(quality.record_path(ctx, suite, rows["cosformer"]))["train_command"] == "new"
+    assert read(quality.result_path(ctx, suite, rows["bet_sf"]))["fingerprint"] == "1" * 16  # (the work folder is left as it is)
+
+    # another clone, no work folder: the recorded row is done (its data fingerprint is checked when training)
+    monkeypatch.setattr(quality, "data_prepared", lambda ctx, suite: True)
+    monkeypatch.setattr(quality.Context, "run", lambda *args, **kwargs: pytest.fail("trained a recorded row"))
+    clone = quality.Context(data_root=ctx.data_root, work_dir=str(tmp_path / "clone"), quick=False, records=ctx.records)
+    assert quality.run_row(clone, suite, rows["softmax_1head"])["train_command"] == "recorded"
+    # a recorded row of other data is stale where the data is prepared, and is trained again
+    write(quality.record_path(ctx, suite, rows["softmax_1head"]),
+          dict(recorded, settings={**recorded["settings"], "data": "other"},
+               fingerprint=quality.fingerprint({**recorded["settings"], "data": "other"})))
+    assert quality.load_result(clone, suite, rows["softmax_1head"]) is None
+    with pytest.raises(pytest.fail.Exception, match="trained a recorded row"):
+        quality.run_row(clone, suite, rows["softmax_1head"])
+    monkeypatch.setattr(quality, "data_prepared", lambda ctx, suite: False)  # rendered without the data: as recorded
+    assert quality.load_result(clone, suite, rows["softmax_1head"]) is not None
+
+
+def test_a_translation_suites_references_are_kept_for_a_report_without_the_data(tmp_path):
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False,
+                          records=str(tmp_path / "records"))
+    suite = quality.SUITES["multi30k"]
+    folder = tmp_path / "work" / "data-bin" / "multi30k"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "test.en").write_text("a man rides a bike .\ntwo dogs play .\n")
+    (folder / "prepare.json").write_text(json.dumps({"lowercase": True}))
+    expected = quality.References(("a man rides a bike .", "two dogs play ."), lowercase=True)
+    assert quality.scored_references(ctx, suite) == expected
+    stored = json.loads((tmp_path / "records" / "multi30k" / "references.json").read_text())
+    assert stored["source"] == "<work-dir>/data-bin/multi30k/refs/test.en"
+    import shutil
+    shutil.rmtree(folder)
+    assert quality.scored_references(ctx, suite) == expected  # from the records
+    with pytest.raises(SystemExit, match="refs/test.en is missing: the preparation"):
+        quality.scored_references(quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False), suite)
