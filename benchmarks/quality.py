@@ -41,7 +41,10 @@ with another work folder never drops a recorded row, and ``--report-only``
 needs neither the data nor a work folder (a recorded row's data fingerprint is
 then taken as recorded; its other settings are checked; a run that trains
 checks the data too). A finished work folder of an older version is imported
-the same way: ``--report-only`` with its ``--work-dir``.
+the same way: ``--report-only`` with its ``--work-dir``. A report that would
+no longer show a row that ``--output``'s section shows now (rows rendered
+before the records, or trained with other settings) is not written: an error,
+unless ``--drop-rows``.
 
 Rows are resumable per (row, seed): one finished with the current settings,
 in the records or the work folder, is not trained again, so that a run from a
@@ -1708,6 +1711,33 @@ def write_report(path: str, section: str, begin: str = REPORT_BEGIN, end: str = 
         f.write(text)
 
 
+def reported_rows(text: str, begin: str = REPORT_BEGIN, end: str = REPORT_END) -> Dict[str, set]:
+    """The rows a rendered report shows: per suite heading (``### ``), the first word of every table row's first
+    cell (the row's name), in the section between ``begin`` and ``end``."""
+    if begin not in text or end not in text:
+        return {}
+    rows: Dict[str, set] = {}
+    title = None
+    for line in text.split(begin, 1)[1].split(end, 1)[0].splitlines():
+        if line.startswith("### "):
+            title = line[4:].strip()
+            rows.setdefault(title, set())
+        match = re.match(r"\| (\S+)", line)
+        if title and match and match.group(1) not in ("row", "---"):
+            rows[title].add(match.group(1))
+    return rows
+
+
+def dropped_rows(path: str, section: str) -> List[str]:
+    """The rows (``title: row``) that ``path``'s section shows now and ``section`` would no longer show."""
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        shown = reported_rows(f.read())
+    kept = reported_rows(section)
+    return [f"{title}: {name}" for title, names in shown.items() for name in sorted(names - kept.get(title, set()))]
+
+
 def run_rows(ctx: Context, suite: Suite, rows: Sequence[Row], force: bool, jobs: int):
     """Train and score ``rows`` at each of their seeds: seed by seed (a run cut off by the end of a session has
     trained every row once before any twice), rows chosen on the validation set after their candidates;
@@ -1767,6 +1797,9 @@ def main(argv: Optional[Sequence[str]] = None):
                         "is not trained again (default docs/records/data/quality; --quick: WORK_DIR/records)")
     parser.add_argument("--output", default=None, help="markdown file whose benchmark section is (re)written "
                         "(default docs/records/results.md; --quick: none unless given)")
+    parser.add_argument("--drop-rows", action="store_true", help="write the report even when it would no longer "
+                        "show rows that --output's section shows now (by default that is an error: their results "
+                        "are not in the records, or were trained with other settings)")
     parser.add_argument("--quick", action="store_true", help="smoke run: the first lines of each data set, "
                         "a few updates, a few rows per suite")
     parser.add_argument("--force", action="store_true", help="retrain rows that finished before")
@@ -1855,8 +1888,17 @@ def main(argv: Optional[Sequence[str]] = None):
         glob.glob(os.path.join(folder, suite.name, "*.json")) for folder in (ctx.records, os.path.join(ctx.work_dir, "results")))]
     section = render(ctx, reported, os.path.dirname(os.path.abspath(output)) if output else None, command)
     if output:
+        dropped = dropped_rows(output, section)
+        if dropped and not args.drop_rows:
+            raise SystemExit(
+                f"error: {relative(output)}: the new report would drop {len(dropped)} row{'s' * (len(dropped) != 1)} "
+                "that it shows now "
+                f"({'; '.join(dropped[:5])}{'; ...' if len(dropped) > 5 else ''}): the records "
+                f"({relative(ctx.records)}) do not hold them with the current settings (see the log above); copy "
+                "them in from their work folder (--report-only --work-dir DIR), or pass --drop-rows to write the "
+                "report without them (the finished rows are kept in the records either way)")
         write_report(output, section)
-        log(f"report: {relative(output)}")
+        log(f"report: {relative(output)}" + (f" (without {len(dropped)} rows it showed before)" if dropped else ""))
     else:
         print(section)
 

@@ -859,3 +859,22 @@ def test_a_translation_suites_references_are_kept_for_a_report_without_the_data(
     assert quality.scored_references(ctx, suite) == expected  # from the records
     with pytest.raises(SystemExit, match="refs/test.en is missing: the preparation"):
         quality.scored_references(quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False), suite)
+
+
+def test_a_report_that_would_drop_rows_it_shows_is_not_written_unless_asked(tmp_path):
+    """Rows shown in --output's section whose results the records do not hold (a report rendered before the
+    records, or rows now stale) are not dropped silently: an error, or --drop-rows."""
+    title = quality.SUITES["grimm"].title
+    report = tmp_path / "results.md"
+    old = (f"# Results\n\n{quality.REPORT_BEGIN}\n### {title}\n\n| row | x |\n| --- | ---: |\n| softmax_1head | 1 |\n"
+           f"| extractor_me | 2 |\n\n### other\n\n| row |\n|---|\n| kept |\n{quality.REPORT_END}\n")
+    report.write_text(old)
+    assert quality.reported_rows(old) == {title: {"softmax_1head", "extractor_me"}, "other": {"kept"}}
+    args = ["--report-only", "--suites", "grimm", "--data-root", str(tmp_path / "no-data"), "--work-dir",
+            str(tmp_path / "work"), "--records", str(tmp_path / "records"), "--output", str(report)]
+    with pytest.raises(SystemExit, match=rf"results.md: the new report would drop 3 rows that it shows now \({title}: "
+                                         r"extractor_me; .*softmax_1head; other: kept\).*--drop-rows"):
+        quality.main(args)
+    assert report.read_text() == old
+    quality.main(args + ["--drop-rows"])
+    assert "No row finished yet" in report.read_text() and "| softmax_1head |" not in report.read_text()
