@@ -14,9 +14,14 @@ REPORT_FOLDERS = ("docs/",)
 
 
 def require_committed(allow_dirty: bool, what: str) -> str:
-    """The revision to record for a measurement; stops when tracked files have uncommitted changes, because the
-    recorded revision would not contain the code that ran (``--allow-dirty`` measures anyway, marked as such)."""
+    """The revision to record for a measurement; stops when tracked files outside the records and guides
+    (``REPORT_FOLDERS``) have uncommitted changes, because the recorded revision would not contain the code
+    that ran (``--allow-dirty`` measures anyway, marked as such)."""
     revision = git_revision()
+    if is_dirty(revision) and not [path for path in changed_paths("HEAD") if not path.startswith(REPORT_FOLDERS)]:
+        # only records and guides changed (a long run's own results, written between its restarts): the code
+        # that runs is the revision's
+        revision = revision[: -len(DIRTY_MARK)]
     if is_dirty(revision) and not allow_dirty:
         raise SystemExit(f"error: {what}: tracked files have uncommitted changes (git status), so revision "
                          f"{revision.split()[0]} would not contain the code that ran; commit first, or pass "
