@@ -12,8 +12,9 @@
 # WORK_DIR must hold the prepared data (data-bin/, data/, and for BET(SG) the parser and hints), made here
 # by a CPU run of the same suites (`--report-only` prepares without training), and is carried to the device.
 # The rows' results (WORK_DIR/results, bench-quality's records RECORDS (default docs/records/data/quality:
-# copy OUT_DIR/records/. there and commit), and for the search its --results folder, SEARCH_RESULTS) are copied
-# to OUT_DIR as they are, so that they come back even when the limit is reached. The rows at the
+# copy the archive's records/. there and commit), and for the search its --results folder, SEARCH_RESULTS) are
+# packed into one archive, OUT_DIR/rows.tar.gz, also when the limit is reached (a lent GPU machine returns
+# only a few files), beside the driver's log and report. The rows at the
 # convergence budget need docs/records/data/convergence (committed).
 set -uo pipefail
 OUT_DIR=${1:?usage: WORK_DIR=DIR bash benchmarks/gpu_rows.sh OUT_DIR [flags of the BENCH driver...]}
@@ -41,11 +42,11 @@ timeout --signal=TERM --kill-after=30 "$TIME_LIMIT" "$PYTHON" "${command[@]}" --
     --allow-dirty "$@" > "$OUT_DIR/$BENCH.log" 2>&1
 status=$?
 echo "${command[0]}: exit $status after $(( $(date +%s) - started )) s (124: TIME_LIMIT reached)" >> "$OUT_DIR/$BENCH.log"
-cp -r "$WORK_DIR/results" "$OUT_DIR/" 2>/dev/null
-if [ "$BENCH" = quality ]; then
-    mkdir -p "$OUT_DIR/records" && cp -r "$RECORDS/." "$OUT_DIR/records/" 2>/dev/null
-fi
-if [ "$BENCH" = search ]; then
-    mkdir -p "$OUT_DIR/search_results" && cp -r "$SEARCH_RESULTS/." "$OUT_DIR/search_results/" 2>/dev/null
-fi
+# one archive (a lent machine returns few files): results/ (the work folder's), records/ (bench-quality's) or
+# search_results/ (the search's); unpack with tar xzf OUT_DIR/rows.tar.gz, then copy records/. into RECORDS
+staging=$(mktemp -d)
+[ -d "$WORK_DIR/results" ] && cp -r "$WORK_DIR/results" "$staging/results"
+[ "$BENCH" = quality ] && [ -d "$RECORDS" ] && cp -r "$RECORDS" "$staging/records"
+[ "$BENCH" = search ] && [ -d "$SEARCH_RESULTS" ] && cp -r "$SEARCH_RESULTS" "$staging/search_results"
+tar czf "$OUT_DIR/rows.tar.gz" -C "$staging" . && rm -rf "$staging"
 tail -n 5 "$OUT_DIR/$BENCH.log"

@@ -59,6 +59,16 @@ def test_gpu_rows_sh_refuses_bad_settings_before_anything_runs(tmp_path, env, me
     assert not (tmp_path / "out").exists()
 
 
+def unpack_rows(out):
+    """OUT_DIR/rows.tar.gz, unpacked beside it."""
+    import tarfile
+
+    target = out.parent / "unpacked"
+    with tarfile.open(out / "rows.tar.gz") as archive:
+        archive.extractall(target, filter="data")
+    return target
+
+
 def test_gpu_rows_sh_runs_the_search_driver_and_brings_its_results_back(tmp_path):
     """BENCH=search: the search's train stage on the GPU, its trainings in WORK_DIR (bench-quality's folder),
     its stage results copied to OUT_DIR (PYTHON=echo shows the command it runs)."""
@@ -76,8 +86,10 @@ def test_gpu_rows_sh_runs_the_search_driver_and_brings_its_results_back(tmp_path
     log = (tmp_path / "out" / "search.log").read_text()
     assert (f"benchmarks/search_multi30k.py --work-dir {work} --quality-work-dir {work} --results {results} --output "
             f"{tmp_path / 'out' / 'search.md'} --device cuda --jobs 12 --allow-dirty --stages train") in log
-    assert (tmp_path / "out" / "search_results" / "train" / "softmax_seed1.json").is_file()
-    assert (tmp_path / "out" / "results" / "multi30k_converged").is_dir()
+    unpacked = unpack_rows(tmp_path / "out")
+    assert (unpacked / "search_results" / "train" / "softmax_seed1.json").is_file()
+    assert (unpacked / "results" / "multi30k_converged").is_dir()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["rows.tar.gz", "search.log"]  # a few files
 
 
 def test_gpu_rows_sh_brings_bench_qualitys_records_back(tmp_path):
@@ -95,4 +107,4 @@ def test_gpu_rows_sh_brings_bench_qualitys_records_back(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (f"benchmarks/quality.py --work-dir {work} --records {records} --output {tmp_path / 'out' / 'results.md'} "
             "--device cuda --jobs 12 --allow-dirty --suites multi30k_converged") in (tmp_path / "out" / "quality.log").read_text()
-    assert (tmp_path / "out" / "records" / "multi30k_converged" / "softmax_seed2.json").is_file()
+    assert (unpack_rows(tmp_path / "out") / "records" / "multi30k_converged" / "softmax_seed2.json").is_file()
