@@ -315,7 +315,9 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
         record = records / "grimm" / f"{name}.json"
         kept = json.loads(record.read_text())
         assert kept["block_losses"] == result["block_losses"] and kept["fingerprint"] == result["fingerprint"]
-        assert kept["train_command"] == result["train_command"].replace(str(work), "<work-dir>")
+        # (the command spells the work folder absolute, or relative where it lies beside the checkout: both go)
+        relative_work = os.path.relpath(work, quality.REPO)
+        assert kept["train_command"] == result["train_command"].replace(str(work), "<work-dir>").replace(relative_work, "<work-dir>")
         assert "DATA_BIN=<work-dir>/data-bin/grimm" in kept["train_command"] and str(tmp_path) not in record.read_text()
         assert record.stat().st_size < 300_000
     preparation = json.loads((records / "grimm" / "preparation.json").read_text())
