@@ -167,7 +167,7 @@ def held_out_comparison(features, targets: Sequence[float], test_fraction: float
     import numpy as np
 
     taus = {"pairwise": [], "pointwise": []}
-    errors = []  # the regressor's relative error on every held-out architecture of every split
+    pooled = ([], [])  # the regressor's predictions and the measured targets of every split's held-out part
     within_shares = []
     for offset in range(splits):
         train, test = split(len(targets), test_fraction, seed + offset)
@@ -177,7 +177,8 @@ def held_out_comparison(features, targets: Sequence[float], test_fraction: float
         taus["pairwise"].append(kendall_tau([-v for v in ranker.predict(held_out)], measured))
         predicted = list(regressor.predict(held_out))
         taus["pointwise"].append(kendall_tau(predicted, measured))
-        errors += [abs(p - m) / abs(m) for p, m in zip(predicted, measured)]
+        pooled[0].extend(predicted)
+        pooled[1].extend(measured)
         within_shares.append(relative_errors(predicted, measured)["within_10_percent"])
     # (numpy: a split whose held-out targets are all equal has no order, a nan tau, left out of the mean)
     summary = {name: {"mean": float(np.nanmean(values)) if not np.isnan(values).all() else float("nan"),
@@ -188,10 +189,10 @@ def held_out_comparison(features, targets: Sequence[float], test_fraction: float
     # the regressor as a predictor of the target (a latency budget's constraint), judged over every split:
     # the share within 10 % pooled over all held-out predictions, and its mean and spread per split
     summary["pointwise"].update(
-        within_10_percent=sum(e <= 0.1 for e in errors) / len(errors), mean_relative_error=sum(errors) / len(errors),
+        **relative_errors(*pooled),
         within_10_percent_per_split={"mean": float(np.mean(within_shares)),
                                      "std": float(np.std(within_shares, ddof=1)) if len(within_shares) > 1 else 0.0},
-        held_out_predictions=len(errors))
+        held_out_predictions=len(pooled[0]))
     return summary
 
 

@@ -18,6 +18,7 @@ on load. State and normaliser are accumulated in float32 (float64 for float64 in
 input dtype. The backward has two kernels: queries in forward order (the states as in the forward),
 keys and values in reverse order (the gradient of the state, summed over later chunks).
 """
+import logging
 from typing import Optional, Tuple
 
 import torch
@@ -29,6 +30,8 @@ from torch.autograd.function import once_differentiable
 
 from ..precision import float32_backward, float32_forward
 from .algorithms import FUSED_CHUNK_SIZE
+
+logger = logging.getLogger(__name__)
 
 
 
@@ -318,6 +321,8 @@ def _fitting(kernel, device: torch.device, meta: dict, launch):
                                    f"use --cosformer-algorithm chunked") from err
             block = max(least, block // 2)
             _FITTING_BLOCK_E[key] = block
+            logger.info("cosformer fused kernel %s does not fit %s's shared memory at head dimension %d (%s): "
+                        "%d value columns per program from now on", key[0], device, meta["BLOCK_D"], err, block)
             continue
         return result
 
