@@ -142,9 +142,19 @@ generate_translation() {  # [PRESET] [fairseq-generate flags...]
     else
         : "${SUBSETS:=test}"
     fi
+    # every subset needs its binaries (valid, or a split of testsets.tsv): say which is missing before decoding
     for subset in $SUBSETS; do
-        source_name=$DATA_BIN
-        [ ! -f "$testsets" ] || source_name=$(grep -P "^$subset\t" "$testsets" | cut -f2)
+        if [ ! -f "$DATA_BIN/$subset.$SRC-$TGT.$SRC.idx" ] && [ ! -f "$DATA_BIN/$subset.$TGT-$SRC.$SRC.idx" ]; then
+            echo "[recipe] error: SUBSETS=\"$SUBSETS\": $DATA_BIN has no binaries of '$subset' ($SRC-$TGT);" \
+                "expected valid or a split of $testsets" >&2
+            return 2
+        fi
+    done
+    for subset in $SUBSETS; do
+        # the split's source (testsets.tsv's second column), for the log; other splits go by their own name
+        source_name=$subset
+        [ ! -f "$testsets" ] || source_name=$(awk -F '\t' -v s="$subset" '$1 == s { print $2 }' "$testsets")
+        [ -n "$source_name" ] || source_name=$subset
         echo "[recipe] $DATASET $SRC-$TGT $subset ($source_name): $checkpoint, beam $BEAM, lenpen $LENPEN" >&2
         # shellcheck disable=SC2086
         fairseq_cli generate "$DATA_BIN" --user-dir "$USER_DIR" --task translation --source-lang "$SRC" --target-lang "$TGT" \

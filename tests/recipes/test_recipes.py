@@ -645,6 +645,7 @@ def test_generate_and_valid_bleu_share_the_output_length_cap(tmp_path):
     fake.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$CALLS"\necho subword-nmt\n')
     fake.chmod(0o755)
     (tmp_path / "testsets.tsv").write_text("test\ttest_2016_flickr\n")
+    (tmp_path / "test.de-en.de.idx").write_text("")
     (tmp_path / "prepare.json").write_text(json.dumps({"bpe": "subword-nmt"}))
     env = dict(os.environ, NUM_GPUS="0", PYTHON=str(fake), DATA_BIN=str(tmp_path), SAVE_DIR=str(tmp_path / "ck"),
                CALLS=str(tmp_path / "calls"))
@@ -671,6 +672,7 @@ def test_generate_scores_the_test_split_of_binaries_of_your_own(tmp_path):
     fake.chmod(0o755)
     data_bin = tmp_path / "mine"
     data_bin.mkdir()
+    (data_bin / "test.de-en.de.idx").write_text("")
     env = dict(os.environ, NUM_GPUS="0", PYTHON=str(fake), DATA_BIN=str(data_bin), SAVE_DIR=str(tmp_path / "ck"),
                CALLS=str(tmp_path / "calls"))
     env.pop("SUBSETS", None)
@@ -681,6 +683,33 @@ def test_generate_scores_the_test_split_of_binaries_of_your_own(tmp_path):
     generate = [c for c in calls if "fairseq_cli.generate" in c]
     assert len(generate) == 1 and " --gen-subset test " in generate[0] and " --remove-bpe @@  " in generate[0]
     assert any("score_translation.py" in c and "--subset test --lang en" in c for c in calls)
+
+
+def test_generate_decodes_the_valid_split_and_refuses_a_split_without_binaries(tmp_path):
+    """SUBSETS may name valid beside testsets.tsv's splits (the convergence ladders score both); a subset whose
+    binaries do not exist is a one-line error naming SUBSETS before anything is decoded."""
+    fake = tmp_path / "python"  # the interpreter the recipe launches: records its arguments
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$CALLS"\necho subword-nmt\n')
+    fake.chmod(0o755)
+    (tmp_path / "testsets.tsv").write_text("test\ttest_2016_flickr\n")
+    (tmp_path / "prepare.json").write_text(json.dumps({"bpe": "subword-nmt"}))
+    for subset in ("valid", "test"):
+        (tmp_path / f"{subset}.de-en.de.idx").write_text("")
+    env = dict(os.environ, NUM_GPUS="0", PYTHON=str(fake), DATA_BIN=str(tmp_path), SAVE_DIR=str(tmp_path / "ck"),
+               CALLS=str(tmp_path / "calls"), SUBSETS="valid test")
+    result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "generate.sh")], capture_output=True, text=True,
+                            env=env)
+    assert result.returncode == 0, result.stderr
+    generate = [c for c in (tmp_path / "calls").read_text().splitlines() if "fairseq_cli.generate" in c]
+    assert [c.split(" --gen-subset ")[1].split()[0] for c in generate] == ["valid", "test"]
+    assert "de-en valid (valid)" in result.stderr and "de-en test (test_2016_flickr)" in result.stderr
+    (tmp_path / "calls").write_text("")
+    result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "generate.sh")], capture_output=True, text=True,
+                            env=dict(env, SUBSETS="test test9"))
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and 'SUBSETS="test test9"' in errors[0] and "'test9'" in errors[0], result.stderr
+    assert "fairseq_cli.generate" not in (tmp_path / "calls").read_text()
 
 
 def test_cpu_runs_keep_freed_memory_unless_told_otherwise(tmp_path):
