@@ -2,25 +2,28 @@
 """The convergence budget of a suite: the number of updates B at which the baseline's metric is within the
 tolerance of its value at 2B (issues "Architecture search that delivers" and "Every kind at convergence").
 
-One run per (suite, row, seed) trained up a ladder of budgets b0, 2 b0, 4 b0, ... with fairseq's
-inverse-square-root schedule, whose learning rate does not depend on ``--max-update``: the model after b
-updates of a run to 2b *is* the model of a run to b (same seed, same data order, dropout seeded per update),
-so one run serves every rung. At each rung the run stops (``MAX_UPDATE=b``), its ``checkpoint_last.pt`` is
-kept as ``checkpoint_u{b}.pt`` and scored the recipe's way, and the rung's small result is written to
-``--results`` (command, revision, machine, date). The ladder stops at the first b whose metric is within the
-tolerance of 2b's (the budget B = b), or at ``--max-budget``.
+Each rung of a ladder of budgets b0, 2 b0, 4 b0, ... is its own run from scratch whose learning rate warms up
+and decays to ~0 at exactly that budget (``LR_SCHEDULER=cosine``, ``MAX_UPDATE=b``): the model a row of the
+suite gets when it trains for b updates. (An inverse-square-root schedule, whose rate does not depend on
+``--max-update``, would let one run serve every rung, but never anneals: the retired ladders
+``*_inverse_sqrt`` climbed that way were still gaining 1 BLEU per doubling at 16,000 updates.) The rungs are
+independent, so several can train side by side (``--rung``). Each rung's checkpoint is scored the recipe's
+way and its small result written to ``--results`` (command, revision, machine, date). The budget B is the
+first b whose metric is within the tolerance of 2b's.
 
 * ``multi30k``: bench-quality's Multi30k model (3 + 3 layers, d = 128) and settings, with the recipe's
   dropout 0.3 for a long run; sacreBLEU on test 2016 and on the validation set, beam 5; tolerance 0.5 BLEU
   on test 2016 (as the search issue defines it; the validation BLEU is recorded beside it).
 * ``shakespeare8``: a character-level LM on tiny Shakespeare (bench-quality's data), 8 layers, d = 64,
-  FFN 256, 4 heads, 512-token context, 4,096 tokens per update; tolerance 1 % of the validation loss; test bits per character recorded.
+  FFN 256, 4 heads, 512-token context, 4,096 tokens per update, lr 5e-3; tolerance 1 % of the validation
+  loss, confirmed at 4B; test bits per character recorded.
 
 Every rung resumes: a rung with a result is skipped, an interrupted training resumes from its
 ``checkpoint_last.pt``. Run it from a separate clone at a committed revision, niced, with
 ``OMP_NUM_THREADS=1`` (the result then does not depend on the machine's load).
 
     OMP_NUM_THREADS=1 nice python benchmarks/convergence.py --suite multi30k
+    OMP_NUM_THREADS=1 nice python benchmarks/convergence.py --suite multi30k --rung 8000   # beside it
     python benchmarks/convergence.py --suite multi30k --report-only
 """
 import argparse
@@ -58,25 +61,42 @@ class Ladder:
     # B also needs 2B within the tolerance of 4B: a loss plateau before a model starts to use its context
     # (character LMs sit near 3.5 bits for hundreds of updates) would otherwise pass for convergence
     confirm: bool = False
+    # the retired ladders (shown in the report from their records, never climbed again) were one run up the
+    # ladder with a schedule that ignores --max-update, each rung where that run stopped
+    retired: bool = False
 
 
-# The baselines of bench-quality's suites at the convergence budget (their settings, defined there), climbed
-# with a --max-update of each rung; the LM's sizes on the command line (the same model as its architecture file)
+# The baselines of bench-quality's suites at the convergence budget (their settings, defined there), one run
+# per rung; the LM's sizes on the command line (the same model as its architecture file)
 MULTI30K = quality.SUITES["multi30k"]
 SHAKESPEARE = quality.SUITES["shakespeare"]
 DEFAULT_RESULTS = os.path.join(REPO, "docs", "records", "data", "convergence")
+_MULTI30K = dict(row=quality.Row("softmax", "mixed_transformer_iwslt_de_en"), first=1000, max_budget=64000,
+                 tolerance=0.5, relative=False, metric="test_sacrebleu", floor=quality.BLEU_FLOOR,
+                 subsets=("valid", "test"))
+_SHAKESPEARE8 = dict(row=quality.Row("softmax", "softmax_1head_lm"), max_budget=32000, tolerance=0.01, relative=True,
+                     metric="valid_loss", floor=None, subsets=("test",), confirm=True)
+
+
+def _inverse_sqrt(env: Dict[str, str], lr: str) -> Dict[str, str]:
+    """A suite's settings as the retired ladders trained them: fairseq's inverse square root at ``lr``."""
+    return {**{k: v for k, v in env.items() if k != "LR_SCHEDULER"}, "LR": lr}
+
+
 LADDERS = {
-    "multi30k": Ladder(
-        suite=dataclasses.replace(MULTI30K, env={**quality.CONVERGED_MULTI30K_ENV, "SUBSETS": "valid test"}),
-        row=quality.Row("softmax", "mixed_transformer_iwslt_de_en"),
-        first=1000, max_budget=64000, tolerance=0.5, relative=False, metric="test_sacrebleu",
-        floor=quality.BLEU_FLOOR, subsets=("valid", "test")),
-    "shakespeare8": Ladder(
-        suite=dataclasses.replace(
-            SHAKESPEARE, model_args=quality.LM8_SIZES, env=quality.LM8_ENV),
-        row=quality.Row("softmax", "softmax_1head_lm"),
-        first=250, max_budget=32000, tolerance=0.01, relative=True, metric="valid_loss", floor=None, subsets=("test",),
-        confirm=True),
+    "multi30k": Ladder(suite=dataclasses.replace(MULTI30K, env={**quality.CONVERGED_MULTI30K_ENV, "SUBSETS": "valid test"}),
+                       **_MULTI30K),
+    "shakespeare8": Ladder(suite=dataclasses.replace(SHAKESPEARE, model_args=quality.LM8_SIZES, env=quality.LM8_ENV),
+                           first=1000, **_SHAKESPEARE8),
+    # the first ladders: one inverse-square-root run each, which never anneals (the schedule the suites left)
+    "multi30k_inverse_sqrt": Ladder(
+        suite=dataclasses.replace(MULTI30K, title=MULTI30K.title + ", inverse square root (retired)",
+                                  env=_inverse_sqrt({**quality.CONVERGED_MULTI30K_ENV, "SUBSETS": "valid test"}, "2e-3")),
+        retired=True, **_MULTI30K),
+    "shakespeare8_inverse_sqrt": Ladder(
+        suite=dataclasses.replace(SHAKESPEARE, title=SHAKESPEARE.title + ", 8 layers, inverse square root (retired)",
+                                  model_args=quality.LM8_SIZES, env=_inverse_sqrt(quality.LM8_ENV, "2e-3")),
+        first=250, retired=True, **_SHAKESPEARE8),
 }
 
 
@@ -125,6 +145,11 @@ def budget_of(ladder: Ladder, records: Sequence[dict]) -> Optional[int]:
     return None
 
 
+def save_dir_of(ctx: quality.Context, ladder_name: str, seed: int, budget: int) -> str:
+    """Where a rung trains: its own run's folder."""
+    return os.path.join(ctx.work_dir, "checkpoints", ladder_name, f"{LADDERS[ladder_name].row.name}_seed{seed}_u{budget}")
+
+
 def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int, seed: int) -> dict:
     """Train up to ``budget`` updates (resuming from checkpoint_last.pt) and keep that checkpoint."""
     kept = os.path.join(save_dir, f"checkpoint_u{budget}.pt")
@@ -138,13 +163,16 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
         # fairseq-train resumed at its --max-update trains one more update: never start it there
         done = checkpoint_updates(last)
         if done > budget:
-            raise SystemExit(f"error: {last} is at {done} updates, past the rung {budget} it has no result for: "
-                             f"remove {save_dir} to train the ladder again")
+            raise SystemExit(f"error: {last} is at {done} updates, past the rung {budget} it trains for: "
+                             f"remove {save_dir} to train the rung again")
         if done < budget:
             log(f"{ladder.row.name} seed {seed}: training to {budget} updates (from {done})")
             ctx.run(suite.name, env, command, log_path=None)
         with open(last, "rb") as f_in, atomic_output(kept, "wb") as f_out:
             shutil.copyfileobj(f_in, f_out)
+        for name in ("checkpoint_last.pt", "checkpoint_best.pt"):  # the run is over: the kept one is all it needs
+            if os.path.isfile(os.path.join(save_dir, name)):
+                os.remove(os.path.join(save_dir, name))
     with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
         text = f.read()
     return {"train_command": quality.shell_line(env, command), "env": env, "stage_seconds": round(time.time() - started, 1),
@@ -185,20 +213,21 @@ def score_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
     return scores
 
 
-def run_ladder(ctx: quality.Context, name: str, results: str, seed: int) -> Optional[int]:
-    """Climb the ladder; returns the converged budget B, or None when --max-budget was reached first."""
+def run_ladder(ctx: quality.Context, name: str, results: str, seed: int,
+               only: Optional[Sequence[int]] = None) -> Optional[int]:
+    """Climb the ladder (or only the rungs ``only``); returns the converged budget B of every rung recorded so
+    far (other processes' included), or None when there is none yet."""
     ladder = LADDERS[name]
+    if ladder.retired:
+        raise SystemExit(f"error: the {name} ladder is retired: its records are reported, it is not climbed again")
     quality.prepare(ctx, ladder.suite)
-    save_dir = os.path.join(ctx.work_dir, "checkpoints", name, f"{ladder.row.name}_seed{seed}")
-    os.makedirs(save_dir, exist_ok=True)
-    previous: Optional[dict] = None
-    records: List[dict] = []
     for budget in rungs(ladder):
+        if only is not None and budget not in only:
+            continue
         path = result_path(results, name, ladder.row.name, seed, budget)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                record = json.load(f)
-        else:
+        if not os.path.isfile(path):
+            save_dir = save_dir_of(ctx, name, seed, budget)
+            os.makedirs(save_dir, exist_ok=True)
             trained = train_rung(ctx, ladder, save_dir, budget, seed)
             env = trained.pop("env")
             scores = score_rung(ctx, ladder, save_dir, budget, env)
@@ -206,25 +235,23 @@ def run_ladder(ctx: quality.Context, name: str, results: str, seed: int) -> Opti
                       "finished": datetime.datetime.now().isoformat(timespec="seconds"), **quality.provenance(ctx.device)}
             write_json(path, record, sort_keys=True)
             log(f"{ladder.row.name} seed {seed} at {budget}: {ladder.metric} = {record[ladder.metric]}")
-        records.append(record)
-        found = budget_of(ladder, records)
+        found = measured_budget(results, name, seed)
         if found is not None:
             log(f"converged: B = {found} updates ({ladder.metric} " + ", ".join(
-                f"{r[ladder.metric]} at {r['updates']}" for r in records if r["updates"] >= found) + ")")
+                f"{r[ladder.metric]} at {r['updates']}" for r in seed_records(results, name, seed)
+                if r["updates"] >= found) + ")")
             return found
-        # keep only the checkpoints a later rung or the report may still need (the rung just scored)
-        if previous is not None:
-            stale = os.path.join(save_dir, f"checkpoint_u{previous['updates']}.pt")
-            if os.path.isfile(stale):
-                os.remove(stale)
-        previous = record
-    return None
+    return measured_budget(results, name, seed)
+
+
+def seed_records(results: str, name: str, seed: int) -> List[dict]:
+    ladder = LADDERS[name]
+    return [r for r in load_records(results, name) if r["seed"] == seed and r["row"] == ladder.row.name]
 
 
 def measured_budget(results: str, name: str, seed: int = 1) -> Optional[int]:
     """The first rung of the ladder whose metric is within the tolerance of the next one's (None: not yet)."""
-    ladder = LADDERS[name]
-    return budget_of(ladder, [r for r in load_records(results, name) if r["seed"] == seed and r["row"] == ladder.row.name])
+    return budget_of(LADDERS[name], seed_records(results, name, seed))
 
 
 def load_records(results: str, name: str) -> List[dict]:
@@ -240,10 +267,11 @@ def load_records(results: str, name: str) -> List[dict]:
 def render(results: str, names: Sequence[str]) -> str:
     lines = ["# Convergence budgets", "",
              "Written by `benchmarks/convergence.py` from its records in `docs/records/data/convergence/`: the baseline "
-             "of each suite trained up a ladder of budgets (one run, inverse-square-root schedule, so each rung is the "
-             "model a run to that budget gives); the budget B is the first rung whose metric is within the tolerance "
-             "of the next rung's.", ""]
-    for name in names:
+             "of each suite trained at a ladder of budgets, each rung its own run whose learning rate decays to ~0 at "
+             "that budget (a cosine); the budget B is the first rung whose metric is within the tolerance of the next "
+             "rung's. The retired ladders at the end climbed one inverse-square-root run instead (each rung is where "
+             "that run stopped), the suites' first settings; they show why the suites moved to a decaying schedule.", ""]
+    for name in sorted(names, key=lambda n: (LADDERS[n].retired, n)):
         ladder = LADDERS[name]
         records = load_records(results, name)
         unit = f"{ladder.tolerance:.0%} (relative)" if ladder.relative else f"{ladder.tolerance:g}"
@@ -281,7 +309,8 @@ def render(results: str, names: Sequence[str]) -> str:
         lines += ["", "Budget: " + "; ".join(verdicts) + ".", "",
                   "Losses are fairseq's, in bits per token. Training time is fairseq's own wall clock of the run so far, "
                   "on a machine shared with other work (each record holds its load average): a cost, not a speed "
-                  "measurement. The first rung's commands (each rung differs in `MAX_UPDATE` and `CHECKPOINT`):", "",
+                  "measurement. The first rung's commands (each rung differs in `MAX_UPDATE`, "
+                  + ("" if ladder.retired else "`SAVE_DIR`, ") + "`CHECKPOINT` and `OUT_DIR`):", "",
                   "```bash", quality.portable_command(quality.Context(data_root=os.path.join(os.path.dirname(REPO), "shared", "data"),
                                                                       work_dir="", quick=False), records[0]["train_command"]),
                   records[0]["evaluate_command"], "```", ""]
@@ -290,8 +319,12 @@ def render(results: str, names: Sequence[str]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--suite", choices=sorted(LADDERS), action="append",
+    climbable = sorted(name for name, ladder in LADDERS.items() if not ladder.retired)
+    parser.add_argument("--suite", choices=climbable, action="append",
                         help="ladder(s) to climb (repeatable; default: all)")
+    parser.add_argument("--rung", type=int, action="append",
+                        help="climb only this rung (repeatable): independent runs, so another process can train other "
+                             "rungs of the same ladder beside it (never the same one)")
     parser.add_argument("--seed", type=int, default=1, help="(default: %(default)s)")
     parser.add_argument("--data-root", default=os.path.join(os.path.dirname(REPO), "shared", "data"), help="the shared data")
     parser.add_argument("--work-dir", default=os.path.join(REPO, "work_dirs", "convergence"), help="(default: %(default)s)")
@@ -306,7 +339,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--allow-dirty", action="store_true", help="train with uncommitted changes (recorded)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, quality.stop_on_sigterm)
-    names = args.suite or sorted(LADDERS)
+    names = args.suite or climbable
     for option in ("first", "max_budget"):
         value = getattr(args, option)
         if value is not None and value < 1:
@@ -314,11 +347,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     overrides = {k: v for k, v in (("first", args.first), ("max_budget", args.max_budget)) if v is not None}
     for name in names:
         LADDERS[name] = dataclasses.replace(LADDERS[name], **overrides)
+        for rung in args.rung or ():
+            if rung not in rungs(LADDERS[name]):
+                parser.error(f"--rung {rung} is not a rung of the {name} ladder: expected one of "
+                             + ", ".join(map(str, rungs(LADDERS[name]))))
     if not args.report_only:
         require_committed(args.allow_dirty, "convergence runs")
         ctx = quality.Context(data_root=args.data_root, work_dir=args.work_dir, quick=False, device=args.device)
         for name in names:
-            budget = run_ladder(ctx, name, args.results, args.seed)
+            budget = run_ladder(ctx, name, args.results, args.seed, args.rung)
             log(f"{name}: " + (f"B = {budget}" if budget else "no rung converged up to --max-budget"))
     with atomic_output(args.output) as f:
         f.write(render(args.results, sorted(LADDERS)))

@@ -1,5 +1,5 @@
 """benchmarks/convergence.py: the ladder's arithmetic on known numbers, and a short real ladder on generated
-data whose rungs are exactly the models that runs straight to those budgets give."""
+data whose rungs are each their own run, decaying to its budget, trained side by side or in one process alike."""
 import json
 import os
 import random
@@ -53,7 +53,7 @@ def _run(tmp_path, work, results, *extra):
     return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
 
 
-def test_a_ladder_climbs_resumes_and_each_rung_is_the_run_to_that_budget(tmp_path):
+def test_a_ladder_climbs_resumes_and_each_rung_is_its_own_run_to_that_budget(tmp_path):
     _tiny_shakespeare(tmp_path / "data")
     work, results = tmp_path / "work", tmp_path / "results"
     first = _run(tmp_path, work, results, "--first", "2", "--max-budget", "4")
@@ -61,8 +61,14 @@ def test_a_ladder_climbs_resumes_and_each_rung_is_the_run_to_that_budget(tmp_pat
     records = [json.loads((results / "shakespeare8" / f"softmax_seed1_u{b}.json").read_text()) for b in (2, 4)]
     for budget, record in zip((2, 4), records):
         assert record["updates"] == budget and record["test_bits_per_character"] > 0
-        assert f"MAX_UPDATE={budget}" in record["train_command"] and "--decoder-layers 8" in record["train_command"]
+        command = record["train_command"]
+        assert f"MAX_UPDATE={budget}" in command and "--decoder-layers 8" in command
+        assert "LR_SCHEDULER=cosine" in command and "LR=5e-3" in command
+        assert f"/work/checkpoints/shakespeare8/softmax_seed1_u{budget} " in command
         assert record["git"] and record["threads"]
+        # the rung's run is over: only its kept checkpoint stays
+        assert sorted(p.name for p in (work / "checkpoints" / "shakespeare8" / f"softmax_seed1_u{budget}").glob("*.pt")) \
+            == [f"checkpoint_u{budget}.pt"]
     assert records[1]["valid_loss"] < records[0]["valid_loss"]
     report = (tmp_path / "convergence.md").read_text()
     assert "| 1 | 2 |" in report and "not converged by 4 updates" in report
@@ -72,16 +78,20 @@ def test_a_ladder_climbs_resumes_and_each_rung_is_the_run_to_that_budget(tmp_pat
     assert again.returncode == 0, again.stderr[-3000:]
     assert "training" not in again.stderr
 
-    # the rung at 4 (2 updates, stopped, resumed to 4) is the model of a run straight to 4 updates
-    straight = _run(tmp_path, tmp_path / "work_straight", tmp_path / "results_straight", "--first", "4", "--max-budget", "4")
-    assert straight.returncode == 0, straight.stderr[-3000:]
-    direct = json.loads((tmp_path / "results_straight" / "shakespeare8" / "softmax_seed1_u4.json").read_text())
+    # --rung 4 alone (as a second process beside the first would) trains only that rung, and the same model
+    alone = _run(tmp_path, tmp_path / "work_alone", tmp_path / "results_alone", "--first", "2", "--max-budget", "4",
+                 "--rung", "4")
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "results_alone" / "shakespeare8").iterdir()) == ["softmax_seed1_u4.json"]
+    direct = json.loads((tmp_path / "results_alone" / "shakespeare8" / "softmax_seed1_u4.json").read_text())
     assert direct["valid_loss"] == records[1]["valid_loss"]
     assert direct["test_bits_per_character"] == records[1]["test_bits_per_character"]
 
-    # a checkpoint already past a rung that has no result is refused (fairseq would train on from it)
+    # a rung's checkpoint already past its budget (another rung's, copied there) is refused, not trained on
     (results / "shakespeare8" / "softmax_seed1_u2.json").unlink()
-    (work / "checkpoints" / "shakespeare8" / "softmax_seed1" / "checkpoint_u2.pt").unlink(missing_ok=True)
+    rung2 = work / "checkpoints" / "shakespeare8" / "softmax_seed1_u2"
+    (rung2 / "checkpoint_u2.pt").unlink()
+    (rung2 / "checkpoint_last.pt").write_bytes((work / "checkpoints" / "shakespeare8" / "softmax_seed1_u4" / "checkpoint_u4.pt").read_bytes())
     refused = _run(tmp_path, work, results, "--first", "2", "--max-budget", "4")
     assert refused.returncode != 0 and "past the rung 2" in refused.stderr
 
@@ -90,6 +100,30 @@ def test_bad_budgets_are_one_line_errors(tmp_path):
     result = subprocess.run([sys.executable, SCRIPT, "--first", "0", "--report-only", "--output", str(tmp_path / "c.md")],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "--first must be a positive number of updates, got 0" in result.stderr
+    result = subprocess.run([sys.executable, SCRIPT, "--suite", "multi30k", "--rung", "3000", "--report-only",
+                             "--output", str(tmp_path / "c.md")], capture_output=True, text=True)
+    assert result.returncode == 2 and "--rung 3000 is not a rung of the multi30k ladder: expected one of 1000, 2000" \
+        in result.stderr
+    # the retired ladders are reported, never climbed
+    result = subprocess.run([sys.executable, SCRIPT, "--suite", "multi30k_inverse_sqrt", "--report-only",
+                             "--output", str(tmp_path / "c.md")], capture_output=True, text=True)
+    assert result.returncode == 2 and "invalid choice: 'multi30k_inverse_sqrt'" in result.stderr
+
+
+def test_the_report_shows_the_current_ladders_first_and_the_retired_ones_from_their_records(tmp_path):
+    results = tmp_path / "results"
+    for ladder, updates, value in (("multi30k_inverse_sqrt", 1000, 30.0), ("multi30k_inverse_sqrt", 2000, 31.5),
+                                   ("multi30k", 1000, 33.0)):
+        record = {"ladder": ladder, "row": "softmax", "seed": 1, "updates": updates, "test_sacrebleu": value,
+                  "valid_loss": 4.0, "train_seconds_total": 3600.0, "git": "abc1234", "cores": 2, "threads": 1,
+                  "finished": "2026-11-28T08:00:00", "train_command": "MAX_UPDATE=1000 recipes/multi30k/train.sh x",
+                  "evaluate_command": "recipes/multi30k/generate.sh x"}
+        (results / ladder).mkdir(parents=True, exist_ok=True)
+        (results / ladder / f"softmax_seed1_u{updates}.json").write_text(json.dumps(record))
+    report = convergence.render(str(results), sorted(convergence.LADDERS))
+    current, retired = report.index("33.000"), report.index("31.500")
+    assert current < retired and "(retired)" in report[retired - 2000:retired]
+    assert "| 1 | 1000 | 4.000 | 30.000 | +1.500 |" in report  # the retired rung's change to its next
 
 
 def _records(values, first=1000):
