@@ -31,6 +31,7 @@ import dataclasses
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -61,6 +62,9 @@ class Ladder:
     # B also needs 2B within the tolerance of 4B: a loss plateau before a model starts to use its context
     # (character LMs sit near 3.5 bits for hundreds of updates) would otherwise pass for convergence
     confirm: bool = False
+    # also score the average of the last N checkpoints, saved every budget / (4 N) updates (the last quarter of
+    # the run; the mFormer paper and HAT average the last ten): whether averaging helps, at every rung
+    average_last: int = 0
     # the retired ladders (shown in the report from their records, never climbed again) were one run up the
     # ladder with a schedule that ignores --max-update, each rung where that run stopped
     retired: bool = False
@@ -74,6 +78,7 @@ DEFAULT_RESULTS = os.path.join(REPO, "docs", "records", "data", "convergence")
 _MULTI30K = dict(row=quality.Row("softmax", "mixed_transformer_iwslt_de_en"), first=1000, max_budget=64000,
                  tolerance=0.5, relative=False, metric="test_sacrebleu", floor=quality.BLEU_FLOOR,
                  subsets=("valid", "test"))
+AVERAGED_SHARE = 4  # the averaged checkpoints span the last 1 / AVERAGED_SHARE of a rung's run
 _SHAKESPEARE8 = dict(row=quality.Row("softmax", "softmax_1head_lm"), max_budget=32000, tolerance=0.01, relative=True,
                      metric="valid_loss", floor=None, subsets=("test",), confirm=True)
 
@@ -85,7 +90,7 @@ def _inverse_sqrt(env: Dict[str, str], lr: str) -> Dict[str, str]:
 
 LADDERS = {
     "multi30k": Ladder(suite=dataclasses.replace(MULTI30K, env={**quality.CONVERGED_MULTI30K_ENV, "SUBSETS": "valid test"}),
-                       **_MULTI30K),
+                       average_last=10, **_MULTI30K),
     "shakespeare8": Ladder(suite=dataclasses.replace(SHAKESPEARE, model_args=quality.LM8_SIZES, env=quality.LM8_ENV),
                            first=1000, **_SHAKESPEARE8),
     # the first ladders: one inverse-square-root run each, which never anneals (the schedule the suites left)
@@ -150,12 +155,24 @@ def save_dir_of(ctx: quality.Context, ladder_name: str, seed: int, budget: int) 
     return os.path.join(ctx.work_dir, "checkpoints", ladder_name, f"{LADDERS[ladder_name].row.name}_seed{seed}_u{budget}")
 
 
+def save_interval(ladder: Ladder, budget: int) -> int:
+    """Updates between the checkpoints a rung averages (0: it averages none)."""
+    return max(1, budget // (AVERAGED_SHARE * ladder.average_last)) if ladder.average_last else 0
+
+
+def averaged_name(ladder: Ladder, budget: int) -> str:
+    return f"checkpoint_u{budget}_avg{ladder.average_last}.pt"
+
+
 def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int, seed: int) -> dict:
-    """Train up to ``budget`` updates (resuming from checkpoint_last.pt) and keep that checkpoint."""
+    """Train up to ``budget`` updates (resuming from checkpoint_last.pt) and keep that checkpoint (and the
+    average of the last ``average_last``)."""
     kept = os.path.join(save_dir, f"checkpoint_u{budget}.pt")
     suite, row = ladder.suite, ladder.row
+    interval = {"SAVE_INTERVAL_UPDATES": str(save_interval(ladder, budget)),
+                "KEEP_INTERVAL_UPDATES": str(ladder.average_last)} if ladder.average_last else {}
     env = quality.recipe_env(ctx, suite, {**suite.env, "MAX_UPDATE": str(budget), "SAVE_DIR": save_dir,
-                                          "SEED": str(seed)})
+                                          "SEED": str(seed), **interval})
     command = [f"recipes/{suite.recipe}/train.sh", row.arch, *suite.model_args, *row.args, *suite.train_args]
     last = os.path.join(save_dir, "checkpoint_last.pt")
     started = time.time()
@@ -168,10 +185,15 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
         if done < budget:
             log(f"{ladder.row.name} seed {seed}: training to {budget} updates (from {done})")
             ctx.run(suite.name, env, command, log_path=None)
+        if ladder.average_last:
+            ctx.run(suite.name, {}, [ctx.python, "recipes/lib/average_checkpoints.py", "--dir", save_dir,
+                                     "--last", str(ladder.average_last),
+                                     "--output", os.path.join(save_dir, averaged_name(ladder, budget))])
         with open(last, "rb") as f_in, atomic_output(kept, "wb") as f_out:
             shutil.copyfileobj(f_in, f_out)
-        for name in ("checkpoint_last.pt", "checkpoint_best.pt"):  # the run is over: the kept one is all it needs
-            if os.path.isfile(os.path.join(save_dir, name)):
+        # the run is over: what it keeps is all a report needs
+        for name in os.listdir(save_dir):
+            if name in ("checkpoint_last.pt", "checkpoint_best.pt") or re.fullmatch(r"checkpoint_\d+_\d+\.pt", name):
                 os.remove(os.path.join(save_dir, name))
     with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
         text = f.read()
@@ -181,7 +203,6 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
 
 def total_train_seconds(text: str) -> float:
     """The training time of the whole run so far: the sum over its resumed fairseq-train runs."""
-    import re
     return round(sum(float(s) for s in re.findall(r"done training in ([0-9.]+) seconds", text)), 1)
 
 
@@ -196,20 +217,27 @@ def valid_at(text: str, budget: int) -> dict:
 
 
 def score_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int, env: Dict[str, str]) -> dict:
+    """The rung's scores: ``SUBSET_KEY`` of its last checkpoint, ``avgN_SUBSET_KEY`` of the averaged one."""
     suite, row = ladder.suite, ladder.row
-    out = os.path.join(save_dir, f"score_u{budget}")
-    score_env = {**env, "CHECKPOINT": os.path.join(save_dir, f"checkpoint_u{budget}.pt"), "OUT_DIR": out,
-                 "SUBSETS": " ".join(ladder.subsets)}
-    score_env.pop("MAX_UPDATE", None)
-    evaluate_env, evaluate = quality.evaluation_command(suite, row, score_env)
-    ctx.run(suite.name, evaluate_env, evaluate)
-    scores = {"evaluate_command": quality.shell_line(evaluate_env, evaluate)}
-    for subset in ladder.subsets:
-        with open(os.path.join(out, f"score-{subset}.json"), encoding="utf-8") as f:
-            score = json.load(f)
-        for key, value in score.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                scores[f"{subset}_{key}"] = value
+    scores: Dict[str, object] = {}
+    checkpoints = [("", f"checkpoint_u{budget}.pt", f"score_u{budget}")]
+    if ladder.average_last:
+        prefix = f"avg{ladder.average_last}_"
+        checkpoints.append((prefix, averaged_name(ladder, budget), f"score_u{budget}_avg{ladder.average_last}"))
+    for prefix, checkpoint, folder in checkpoints:
+        out = os.path.join(save_dir, folder)
+        score_env = {**env, "CHECKPOINT": os.path.join(save_dir, checkpoint), "OUT_DIR": out,
+                     "SUBSETS": " ".join(ladder.subsets)}
+        score_env.pop("MAX_UPDATE", None)
+        evaluate_env, evaluate = quality.evaluation_command(suite, row, score_env)
+        ctx.run(suite.name, evaluate_env, evaluate)
+        scores[f"{prefix}evaluate_command"] = quality.shell_line(evaluate_env, evaluate)
+        for subset in ladder.subsets:
+            with open(os.path.join(out, f"score-{subset}.json"), encoding="utf-8") as f:
+                score = json.load(f)
+            for key, value in score.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    scores[f"{prefix}{subset}_{key}"] = value
     return scores
 
 
@@ -282,8 +310,9 @@ def render(results: str, names: Sequence[str]) -> str:
         if not records:
             lines += ["No rung has finished yet.", ""]
             continue
-        keys = [k for k in ("valid_loss", "valid_tokenized_bleu", "test_sacrebleu", "test_bits_per_character", "test_perplexity")
-                if any(k in r for r in records)]
+        scored = ("valid_tokenized_bleu", "test_sacrebleu", "test_bits_per_character", "test_perplexity")
+        averaged = [f"avg{ladder.average_last}_{k}" for k in scored] if ladder.average_last else []
+        keys = [k for k in ("valid_loss", *scored, *averaged) if any(k in r for r in records)]
         lines.append("| seed | updates | " + " | ".join(keys) + " | change to next rung | training time | revision | machine | date |")
         lines.append("|" + " --- |" * (len(keys) + 7))
         by_seed: Dict[int, List[dict]] = {}
@@ -308,8 +337,11 @@ def render(results: str, names: Sequence[str]) -> str:
                                                  f"not converged by {rows[-1]['updates']} updates"))
         lines += ["", "Budget: " + "; ".join(verdicts) + ".", "",
                   "Losses are fairseq's, in bits per token. Training time is fairseq's own wall clock of the run so far, "
-                  "on a machine shared with other work (each record holds its load average): a cost, not a speed "
-                  "measurement. The first rung's commands (each rung differs in `MAX_UPDATE`, "
+                  "on a machine shared with other work (each record holds its load average): a cost, not a speed measurement. "
+                  + (f"`avg{ladder.average_last}_` columns score the average of the last {ladder.average_last} "
+                     f"checkpoints, saved every budget / {AVERAGED_SHARE * ladder.average_last} updates (the run's last "
+                     f"1/{AVERAGED_SHARE}); the budget is decided on the last checkpoint. " if ladder.average_last else "")
+                  + "The first rung's commands (each rung differs in `MAX_UPDATE`, "
                   + ("" if ladder.retired else "`SAVE_DIR`, ") + "`CHECKPOINT` and `OUT_DIR`):", "",
                   "```bash", quality.portable_command(quality.Context(data_root=os.path.join(os.path.dirname(REPO), "shared", "data"),
                                                                       work_dir="", quick=False), records[0]["train_command"]),

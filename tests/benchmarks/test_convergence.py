@@ -139,3 +139,28 @@ def test_the_budget_is_the_first_rung_within_the_tolerance_and_a_plateau_needs_c
     assert not convergence.LADDERS["multi30k"].confirm and loss.confirm
     assert convergence.budget_of(loss, plateau[:2]) is None  # not before 4B confirms it
     assert convergence.budget_of(loss, plateau) == 8000
+
+
+def test_a_rung_also_scores_the_average_of_its_last_checkpoints(tmp_path, monkeypatch):
+    """With average_last (Multi30k's ladder: 10), a rung saves every budget / (4 N) updates and scores the
+    average of the last N beside its last checkpoint; only the two checkpoints stay."""
+    import torch
+
+    assert convergence.LADDERS["multi30k"].average_last == 10
+    assert convergence.save_interval(convergence.LADDERS["multi30k"], 8000) == 200
+    _tiny_shakespeare(tmp_path / "data")
+    ladder = convergence.dataclasses.replace(convergence.LADDERS["shakespeare8"], average_last=2)
+    monkeypatch.setitem(convergence.LADDERS, "shakespeare8", ladder)
+    work, results = tmp_path / "work", tmp_path / "results"
+    assert convergence.main(["--suite", "shakespeare8", "--first", "8", "--max-budget", "8", "--data-root",
+                             str(tmp_path / "data"), "--work-dir", str(work), "--results", str(results),
+                             "--output", str(tmp_path / "convergence.md"), "--allow-dirty"]) == 0
+    record = json.loads((results / "shakespeare8" / "softmax_seed1_u8.json").read_text())
+    assert "SAVE_INTERVAL_UPDATES=1 KEEP_INTERVAL_UPDATES=2" in record["train_command"]
+    assert record["avg2_test_bits_per_character"] > 0 and "checkpoint_u8_avg2.pt" in record["avg2_evaluate_command"]
+    rung = work / "checkpoints" / "shakespeare8" / "softmax_seed1_u8"
+    assert sorted(p.name for p in rung.glob("*.pt")) == ["checkpoint_u8.pt", "checkpoint_u8_avg2.pt"]
+    last, averaged = (torch.load(rung / name, map_location="cpu", weights_only=False)["model"]
+                      for name in ("checkpoint_u8.pt", "checkpoint_u8_avg2.pt"))
+    assert last.keys() == averaged.keys() and any(not torch.equal(last[k], averaged[k]) for k in last)
+    assert "avg2_test_bits_per_character" in (tmp_path / "convergence.md").read_text()
