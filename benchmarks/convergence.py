@@ -29,6 +29,7 @@ Every rung resumes: a rung with a result is skipped, an interrupted training res
 import argparse
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import re
@@ -241,35 +242,47 @@ def score_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
     return scores
 
 
+def climb_rung(ctx: quality.Context, name: str, results: str, seed: int, budget: int) -> dict:
+    """Train and score one rung and write its result (a rung with a result is read, not trained again)."""
+    ladder = LADDERS[name]
+    path = result_path(results, name, ladder.row.name, seed, budget)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    save_dir = save_dir_of(ctx, name, seed, budget)
+    os.makedirs(save_dir, exist_ok=True)
+    trained = train_rung(ctx, ladder, save_dir, budget, seed)
+    env = trained.pop("env")
+    scores = score_rung(ctx, ladder, save_dir, budget, env)
+    record = {"ladder": name, "row": ladder.row.name, "seed": seed, "updates": budget, **trained, **scores,
+              "finished": datetime.datetime.now().isoformat(timespec="seconds"), **quality.provenance(ctx.device)}
+    write_json(path, record, sort_keys=True)
+    log(f"{ladder.row.name} seed {seed} at {budget}: {ladder.metric} = {record[ladder.metric]}")
+    return record
+
+
 def run_ladder(ctx: quality.Context, name: str, results: str, seed: int,
-               only: Optional[Sequence[int]] = None) -> Optional[int]:
-    """Climb the ladder (or only the rungs ``only``); returns the converged budget B of every rung recorded so
-    far (other processes' included), or None when there is none yet."""
+               only: Optional[Sequence[int]] = None, jobs: int = 1) -> Optional[int]:
+    """Climb the ladder (or only the rungs ``only``), up to the first budget B that the rungs recorded so far
+    (other processes' included) show, and return it (None: none yet). ``jobs`` > 1: the rungs ``only``, that
+    many side by side (a lent GPU trains a whole ladder at once)."""
     ladder = LADDERS[name]
     if ladder.retired:
         raise SystemExit(f"error: the {name} ladder is retired: its records are reported, it is not climbed again")
     quality.prepare(ctx, ladder.suite)
-    for budget in rungs(ladder):
-        if only is not None and budget not in only:
-            continue
-        path = result_path(results, name, ladder.row.name, seed, budget)
-        if not os.path.isfile(path):
-            save_dir = save_dir_of(ctx, name, seed, budget)
-            os.makedirs(save_dir, exist_ok=True)
-            trained = train_rung(ctx, ladder, save_dir, budget, seed)
-            env = trained.pop("env")
-            scores = score_rung(ctx, ladder, save_dir, budget, env)
-            record = {"ladder": name, "row": ladder.row.name, "seed": seed, "updates": budget, **trained, **scores,
-                      "finished": datetime.datetime.now().isoformat(timespec="seconds"), **quality.provenance(ctx.device)}
-            write_json(path, record, sort_keys=True)
-            log(f"{ladder.row.name} seed {seed} at {budget}: {ladder.metric} = {record[ladder.metric]}")
-        found = measured_budget(results, name, seed)
-        if found is not None:
-            log(f"converged: B = {found} updates ({ladder.metric} " + ", ".join(
-                f"{r[ladder.metric]} at {r['updates']}" for r in seed_records(results, name, seed)
-                if r["updates"] >= found) + ")")
-            return found
-    return measured_budget(results, name, seed)
+    chosen = [b for b in rungs(ladder) if only is None or b in only]
+    if jobs > 1:
+        quality.run_parallel(ctx, (functools.partial(climb_rung, ctx, name, results, seed, b) for b in chosen), jobs)
+    for budget in [] if jobs > 1 else chosen:
+        climb_rung(ctx, name, results, seed, budget)
+        if measured_budget(results, name, seed) is not None:
+            break
+    found = measured_budget(results, name, seed)
+    if found is not None:
+        log(f"converged: B = {found} updates ({ladder.metric} " + ", ".join(
+            f"{r[ladder.metric]} at {r['updates']}" for r in seed_records(results, name, seed)
+            if r["updates"] >= found) + ")")
+    return found
 
 
 def seed_records(results: str, name: str, seed: int) -> List[dict]:
@@ -363,6 +376,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--results", default=DEFAULT_RESULTS,
                         help="one JSON per rung, committed (default: %(default)s)")
     parser.add_argument("--output", default=os.path.join(REPO, "docs", "records", "convergence.md"), help="the report (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="train the --rung rungs this many side by side (default: %(default)s: one after another, "
+                             "up to the first budget found)")
     parser.add_argument("--first", type=int, help="the first rung (default: the ladder's)")
     parser.add_argument("--max-budget", type=int, help="the last rung at most (default: the ladder's)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -376,6 +392,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         value = getattr(args, option)
         if value is not None and value < 1:
             parser.error(f"--{option.replace('_', '-')} must be a positive number of updates, got {value}")
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.jobs > 1 and not args.rung:
+        parser.error(f"--jobs {args.jobs} trains the rungs named by --rung side by side: name them (--rung 1000 --rung 2000 ...)")
     overrides = {k: v for k, v in (("first", args.first), ("max_budget", args.max_budget)) if v is not None}
     for name in names:
         LADDERS[name] = dataclasses.replace(LADDERS[name], **overrides)
@@ -387,8 +407,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         require_committed(args.allow_dirty, "convergence runs")
         ctx = quality.Context(data_root=args.data_root, work_dir=args.work_dir, quick=False, device=args.device)
         for name in names:
-            budget = run_ladder(ctx, name, args.results, args.seed, args.rung)
-            log(f"{name}: " + (f"B = {budget}" if budget else "no rung converged up to --max-budget"))
+            budget = run_ladder(ctx, name, args.results, args.seed, args.rung, args.jobs)
+            log(f"{name}: " + (f"B = {budget}" if budget else "no budget found yet (no rung within the tolerance of the next)"))
     with atomic_output(args.output) as f:
         f.write(render(args.results, sorted(LADDERS)))
     return 0

@@ -78,11 +78,12 @@ def test_a_ladder_climbs_resumes_and_each_rung_is_its_own_run_to_that_budget(tmp
     assert again.returncode == 0, again.stderr[-3000:]
     assert "training" not in again.stderr
 
-    # --rung 4 alone (as a second process beside the first would) trains only that rung, and the same model
-    alone = _run(tmp_path, tmp_path / "work_alone", tmp_path / "results_alone", "--first", "2", "--max-budget", "4",
-                 "--rung", "4")
+    # --rung 4 --rung 8 --jobs 2 (side by side, as on a lent GPU) trains only those rungs; rung 4 is the same model
+    alone = _run(tmp_path, tmp_path / "work_alone", tmp_path / "results_alone", "--first", "2", "--max-budget", "8",
+                 "--rung", "4", "--rung", "8", "--jobs", "2")
     assert alone.returncode == 0, alone.stderr[-3000:]
-    assert sorted(p.name for p in (tmp_path / "results_alone" / "shakespeare8").iterdir()) == ["softmax_seed1_u4.json"]
+    assert sorted(p.name for p in (tmp_path / "results_alone" / "shakespeare8").iterdir()) == [
+        "softmax_seed1_u4.json", "softmax_seed1_u8.json"]
     direct = json.loads((tmp_path / "results_alone" / "shakespeare8" / "softmax_seed1_u4.json").read_text())
     assert direct["valid_loss"] == records[1]["valid_loss"]
     assert direct["test_bits_per_character"] == records[1]["test_bits_per_character"]
@@ -104,6 +105,9 @@ def test_bad_budgets_are_one_line_errors(tmp_path):
                              "--output", str(tmp_path / "c.md")], capture_output=True, text=True)
     assert result.returncode == 2 and "--rung 3000 is not a rung of the multi30k ladder: expected one of 1000, 2000" \
         in result.stderr
+    result = subprocess.run([sys.executable, SCRIPT, "--suite", "multi30k", "--jobs", "3", "--report-only",
+                             "--output", str(tmp_path / "c.md")], capture_output=True, text=True)
+    assert result.returncode == 2 and "--jobs 3 trains the rungs named by --rung side by side" in result.stderr
     # the retired ladders are reported, never climbed
     result = subprocess.run([sys.executable, SCRIPT, "--suite", "multi30k_inverse_sqrt", "--report-only",
                              "--output", str(tmp_path / "c.md")], capture_output=True, text=True)

@@ -48,7 +48,7 @@ def test_gpu_checks_sh_names_what_is_missing(tmp_path):
     ({}, "WORK_DIR: the bench-quality work folder"),
     ({"WORK_DIR": "missing", "JOBS": "0"}, "JOBS=0: expected a positive number"),
     ({"WORK_DIR": "missing", "TIME_LIMIT": "9m"}, "TIME_LIMIT=9m: expected a positive number of seconds"),
-    ({"WORK_DIR": "missing", "BENCH": "supernet"}, "BENCH=supernet: expected quality or search"),
+    ({"WORK_DIR": "missing", "BENCH": "supernet"}, "BENCH=supernet: expected quality, search or convergence"),
     ({"WORK_DIR": "missing"}, "WORK_DIR=missing has no data-bin/"),
 ])
 def test_gpu_rows_sh_refuses_bad_settings_before_anything_runs(tmp_path, env, message):
@@ -108,3 +108,22 @@ def test_gpu_rows_sh_brings_bench_qualitys_records_back(tmp_path):
     assert (f"benchmarks/quality.py --work-dir {work} --records {records} --output {tmp_path / 'out' / 'results.md'} "
             "--device cuda --jobs 12 --allow-dirty --suites multi30k_converged") in (tmp_path / "out" / "quality.log").read_text()
     assert (unpack_rows(tmp_path / "out") / "records" / "multi30k_converged" / "softmax_seed2.json").is_file()
+
+
+def test_gpu_rows_sh_runs_a_ladders_rungs_side_by_side_and_brings_their_results_back(tmp_path):
+    """BENCH=convergence: benchmarks/convergence.py --device cuda --jobs JOBS with the rungs named; the rungs'
+    results come back in the archive's convergence_results/ (PYTHON=echo shows the command it runs)."""
+    work, results = tmp_path / "work", tmp_path / "convergence"
+    (work / "data-bin").mkdir(parents=True)
+    (results / "multi30k").mkdir(parents=True)
+    (results / "multi30k" / "softmax_seed1_u1000.json").write_text("{}")
+    clean = {k: v for k, v in os.environ.items() if k not in ("JOBS", "TIME_LIMIT", "BENCH")}
+    result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_rows.sh"), str(tmp_path / "out"),
+                             "--suite", "multi30k", "--rung", "1000", "--rung", "2000"],
+                            env={**clean, "WORK_DIR": str(work), "PYTHON": "echo", "BENCH": "convergence", "JOBS": "2",
+                                 "CONVERGENCE_RESULTS": str(results)}, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (f"benchmarks/convergence.py --work-dir {work} --results {results} --output {tmp_path / 'out' / 'convergence.md'} "
+            "--device cuda --jobs 2 --allow-dirty --suite multi30k --rung 1000 --rung 2000") \
+        in (tmp_path / "out" / "convergence.log").read_text()
+    assert (unpack_rows(tmp_path / "out") / "convergence_results" / "multi30k" / "softmax_seed1_u1000.json").is_file()
