@@ -66,9 +66,13 @@ def exit_with_launcher() -> None:
         import signal
 
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
-            return
-    except (OSError, AttributeError):
+        failed = libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0
+        reason = os.strerror(ctypes.get_errno()) if failed else ""
+    except (OSError, AttributeError) as error:
+        failed, reason = True, str(error)
+    if failed:  # the rank still trains; say that killing torchrun alone would leave it running
+        print(f"_rank_main: warning: cannot ask Linux to stop this rank when torchrun exits (prctl: {reason}): "
+              f"if you kill torchrun, kill rank process {os.getpid()} too", file=sys.stderr)
         return
     if launcher == 1 or os.getppid() != launcher:  # torchrun died before prctl
         sys.exit("_rank_main: torchrun has exited")

@@ -269,3 +269,22 @@ def test_the_rank_appends_its_options_once():
     assert "--ddp-backend" in _rank_main.rank_flags(["data-bin"], torchrun_env)
     with pytest.raises(SystemExit, match="RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set: run by torchrun"):
         _rank_main.rank_flags(user, {})
+
+
+def test_a_rank_that_cannot_follow_torchrun_says_so(monkeypatch, capsys):
+    """The rank asks Linux for SIGTERM when torchrun dies (prctl); where that is refused it trains on, and says
+    that killing torchrun alone would leave it running."""
+    import ctypes
+
+    class RefusingLibc:
+        def prctl(self, *args):
+            ctypes.set_errno(1)  # EPERM
+            return -1
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: RefusingLibc())
+    _rank_main.exit_with_launcher()
+    err = capsys.readouterr().err
+    assert f"cannot ask Linux to stop this rank when torchrun exits (prctl: {os.strerror(1)})" in err
+    assert f"kill rank process {os.getpid()} too" in err and err.count("\n") == 1
