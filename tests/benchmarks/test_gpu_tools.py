@@ -92,38 +92,29 @@ def test_gpu_rows_sh_runs_the_search_driver_and_brings_its_results_back(tmp_path
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["rows.tar.gz", "search.log"]  # a few files
 
 
-def test_gpu_rows_sh_brings_bench_qualitys_records_back(tmp_path):
-    """BENCH=quality (default): the rows finish into RECORDS on the device's copy of the checkout; the records come
-    back in OUT_DIR/records (PYTHON=echo shows the command it runs)."""
-    work, records = tmp_path / "work", tmp_path / "records"
-    (work / "data-bin").mkdir(parents=True)
-    (records / "multi30k_converged").mkdir(parents=True)
-    (records / "multi30k_converged" / "softmax_seed2.json").write_text("{}")
-    clean = {k: v for k, v in os.environ.items() if k not in ("JOBS", "TIME_LIMIT", "BENCH")}
-    result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_rows.sh"), str(tmp_path / "out"),
-                             "--suites", "multi30k_converged"],
-                            env={**clean, "WORK_DIR": str(work), "PYTHON": "echo", "RECORDS": str(records)},
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert (f"benchmarks/quality.py --work-dir {work} --records {records} --output {tmp_path / 'out' / 'results.md'} "
-            "--device cuda --jobs 12 --allow-dirty --suites multi30k_converged") in (tmp_path / "out" / "quality.log").read_text()
-    assert (unpack_rows(tmp_path / "out") / "records" / "multi30k_converged" / "softmax_seed2.json").is_file()
+DRIVERS = [  # BENCH, its results variable, the archive's folder, the driver's arguments, the command it runs
+    ("quality", "RECORDS", "records", ["--suites", "multi30k_converged"],
+     "benchmarks/quality.py --work-dir {work} --records {results} --output {out}/results.md --device cuda --jobs 2 "
+     "--allow-dirty --suites multi30k_converged"),
+    ("convergence", "CONVERGENCE_RESULTS", "convergence_results", ["--suite", "multi30k", "--rung", "1000", "--rung", "2000"],
+     "benchmarks/convergence.py --work-dir {work} --results {results} --output {out}/convergence.md --device cuda "
+     "--jobs 2 --allow-dirty --suite multi30k --rung 1000 --rung 2000"),
+]
 
 
-def test_gpu_rows_sh_runs_a_ladders_rungs_side_by_side_and_brings_their_results_back(tmp_path):
-    """BENCH=convergence: benchmarks/convergence.py --device cuda --jobs JOBS with the rungs named; the rungs'
-    results come back in the archive's convergence_results/ (PYTHON=echo shows the command it runs)."""
-    work, results = tmp_path / "work", tmp_path / "convergence"
+@pytest.mark.parametrize("bench, variable, folder, args, command", DRIVERS, ids=[d[0] for d in DRIVERS])
+def test_gpu_rows_sh_runs_its_driver_and_brings_the_results_back(tmp_path, bench, variable, folder, args, command):
+    """BENCH=quality (bench-quality's rows, into RECORDS) and BENCH=convergence (a ladder's rungs side by side,
+    into CONVERGENCE_RESULTS): the results written on the device's copy of the checkout come back in the
+    archive (PYTHON=echo shows the command it runs)."""
+    work, results, out = tmp_path / "work", tmp_path / "results", tmp_path / "out"
     (work / "data-bin").mkdir(parents=True)
     (results / "multi30k").mkdir(parents=True)
-    (results / "multi30k" / "softmax_seed1_u1000.json").write_text("{}")
+    (results / "multi30k" / "softmax_seed2.json").write_text("{}")
     clean = {k: v for k, v in os.environ.items() if k not in ("JOBS", "TIME_LIMIT", "BENCH")}
-    result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_rows.sh"), str(tmp_path / "out"),
-                             "--suite", "multi30k", "--rung", "1000", "--rung", "2000"],
-                            env={**clean, "WORK_DIR": str(work), "PYTHON": "echo", "BENCH": "convergence", "JOBS": "2",
-                                 "CONVERGENCE_RESULTS": str(results)}, capture_output=True, text=True)
+    result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_rows.sh"), str(out), *args],
+                            env={**clean, "WORK_DIR": str(work), "PYTHON": "echo", "BENCH": bench, "JOBS": "2",
+                                 variable: str(results)}, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert (f"benchmarks/convergence.py --work-dir {work} --results {results} --output {tmp_path / 'out' / 'convergence.md'} "
-            "--device cuda --jobs 2 --allow-dirty --suite multi30k --rung 1000 --rung 2000") \
-        in (tmp_path / "out" / "convergence.log").read_text()
-    assert (unpack_rows(tmp_path / "out") / "convergence_results" / "multi30k" / "softmax_seed1_u1000.json").is_file()
+    assert command.format(work=work, results=results, out=out) in (out / f"{bench}.log").read_text()
+    assert (unpack_rows(out) / folder / "multi30k" / "softmax_seed2.json").is_file()
