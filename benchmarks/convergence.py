@@ -66,6 +66,7 @@ class Ladder:
     # also score the average of the last N checkpoints, saved every budget / (4 N) updates (the last quarter of
     # the run; the mFormer paper and HAT average the last ten): whether averaging helps, at every rung
     average_last: int = 0
+    valid_metric: str = ""      # the validation score that decides whether averaging helps
     # the retired ladders (shown in the report from their records, never climbed again) were one run up the
     # ladder with a schedule that ignores --max-update, each rung where that run stopped
     retired: bool = False
@@ -91,7 +92,7 @@ def _inverse_sqrt(env: Dict[str, str], lr: str) -> Dict[str, str]:
 
 LADDERS = {
     "multi30k": Ladder(suite=dataclasses.replace(MULTI30K, env={**quality.CONVERGED_MULTI30K_ENV, "SUBSETS": "valid test"}),
-                       average_last=10, **_MULTI30K),
+                       average_last=10, valid_metric="valid_tokenized_bleu", **_MULTI30K),
     "shakespeare8": Ladder(suite=dataclasses.replace(SHAKESPEARE, model_args=quality.LM8_SIZES, env=quality.LM8_ENV),
                            first=1000, **_SHAKESPEARE8),
     # the first ladders: one inverse-square-root run each, which never anneals (the schedule the suites left)
@@ -283,6 +284,23 @@ def run_ladder(ctx: quality.Context, name: str, results: str, seed: int,
             f"{r[ladder.metric]} at {r['updates']}" for r in seed_records(results, name, seed)
             if r["updates"] >= found) + ")")
     return found
+
+
+def averaging_env(results: str, name: str, budget: int) -> Dict[str, str]:
+    """The recipe settings that make a row at ``budget`` train and score as the ladder's rung there did with
+    averaging (checkpoints every budget / (4 N) updates, generate.sh on the average of the last N), when that
+    rung's average beat its last checkpoint on the validation set; else none (the suites choose on validation)."""
+    ladder = LADDERS[name]
+    if not ladder.average_last:
+        return {}
+    record = next((r for r in seed_records(results, name, 1) if r["updates"] == budget), None)
+    averaged = f"avg{ladder.average_last}_{ladder.valid_metric}"
+    if record is None or averaged not in record:
+        return {}
+    helps = record[averaged] > record[ladder.valid_metric] if ladder.suite.higher_is_better \
+        else record[averaged] < record[ladder.valid_metric]
+    return {"SAVE_INTERVAL_UPDATES": str(save_interval(ladder, budget)), "KEEP_INTERVAL_UPDATES": str(ladder.average_last),
+            "AVERAGE_LAST": str(ladder.average_last)} if helps else {}
 
 
 def seed_records(results: str, name: str, seed: int) -> List[dict]:

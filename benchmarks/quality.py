@@ -589,7 +589,11 @@ def recipe_env(ctx: Context, suite: Suite, extra: Optional[Dict[str, str]] = Non
 def suite_env(ctx: Context, suite: Suite) -> Dict[str, str]:
     env = dict(suite.env)
     if suite.budget_from and not ctx.quick:
-        env["MAX_UPDATE"] = str(convergence_budget(suite.budget_from))
+        from benchmarks import convergence
+
+        budget = convergence_budget(suite.budget_from)
+        # B, and checkpoint averaging where the ladder's rung at B showed it helps on the validation set
+        env.update(MAX_UPDATE=str(budget), **convergence.averaging_env(convergence.DEFAULT_RESULTS, suite.budget_from, budget))
     return {**env, **(suite.quick_env if ctx.quick else {})}
 
 
@@ -1433,6 +1437,18 @@ def render_suite(suite: Suite, results: Dict[str, dict], plot: Optional[str],
     return lines
 
 
+def budget_sentence(ctx: Context, suite: Suite, result: dict) -> str:
+    """What a suite's rows trained for (their settings, as a finished row records them)."""
+    env = result["settings"]["env"]
+    return (f"Budget: {env['MAX_UPDATE']} updates of up to {env['MAX_TOKENS']} tokens"
+            + (f" (the convergence budget measured by `benchmarks/convergence.py --suite {suite.budget_from}`)"
+               if suite.budget_from and not ctx.quick else "") + f", on {result['cores']} CPU cores. "
+            + (f"Scored with the average of the last {env['AVERAGE_LAST']} checkpoints (saved every "
+               f"{env['SAVE_INTERVAL_UPDATES']} updates), which beat the last one on the validation set at this "
+               "budget ([convergence.md](convergence.md)). " if env.get("AVERAGE_LAST") else "")
+            + (f"Shared sizes: `{' '.join(suite.model_args)}`." if suite.model_args else "")).rstrip()
+
+
 def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[References]) -> List[str]:
     """A suite trained with several seeds: per row the metric of every seed, mean and spread, the verdict
     against the baseline on the concatenated seeds and per seed, parameters, FLOPs, time and decoding speed."""
@@ -1449,12 +1465,7 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
         return lines + ["No row finished yet.", ""]
     baseline = suite_baseline(suite)
     if finished:
-        any_result = next(iter(finished.values()))[0]
-        env = any_result["settings"]["env"]
-        lines += [f"Budget: {env['MAX_UPDATE']} updates of up to {env['MAX_TOKENS']} tokens"
-                  + (f" (the convergence budget measured by `benchmarks/convergence.py --suite {suite.budget_from}`)"
-                     if suite.budget_from and not ctx.quick else "") + f", on {any_result['cores']} CPU cores. "
-                  + (f"Shared sizes: `{' '.join(suite.model_args)}`." if suite.model_args else ""), ""]
+        lines += [budget_sentence(ctx, suite, next(iter(finished.values()))[0]), ""]
     else:
         lines += ["No row has finished training yet (the decoding cost needs none).", ""]
     lines += [f"Verdicts against `{baseline}`: the paired bootstrap of the verdict rules below on the seeds' test items "

@@ -168,3 +168,38 @@ def test_a_rung_also_scores_the_average_of_its_last_checkpoints(tmp_path, monkey
                       for name in ("checkpoint_u8.pt", "checkpoint_u8_avg2.pt"))
     assert last.keys() == averaged.keys() and any(not torch.equal(last[k], averaged[k]) for k in last)
     assert "avg2_test_bits_per_character" in (tmp_path / "convergence.md").read_text()
+
+
+def test_rows_at_the_budget_average_their_checkpoints_only_where_the_ladder_saw_it_help_on_validation(tmp_path, monkeypatch):
+    from benchmarks import quality
+
+    results = tmp_path / "results"
+    (results / "multi30k").mkdir(parents=True)
+    averaged_valid = {1000: 30.0, 2000: 33.0, 4000: 36.5}  # the last checkpoint's valid BLEU: 31, 34, 36
+    for updates, test, valid in ((1000, 30.0, 31.0), (2000, 33.0, 34.0), (4000, 33.3, 36.0)):
+        record = {"row": "softmax", "seed": 1, "updates": updates, "test_sacrebleu": test,
+                  "valid_tokenized_bleu": valid, "avg10_valid_tokenized_bleu": averaged_valid[updates]}
+        (results / "multi30k" / f"softmax_seed1_u{updates}.json").write_text(json.dumps(record))
+    assert convergence.measured_budget(str(results), "multi30k") == 2000
+    assert convergence.averaging_env(str(results), "multi30k", 1000) == {}  # 30.0 < 31.0: the last one
+    assert convergence.averaging_env(str(results), "multi30k", 2000) == {}  # 33.0 < 34.0
+    assert convergence.averaging_env(str(results), "multi30k", 4000) == {
+        "SAVE_INTERVAL_UPDATES": "100", "KEEP_INTERVAL_UPDATES": "10", "AVERAGE_LAST": "10"}
+    assert convergence.averaging_env(str(results), "multi30k", 8000) == {}  # no rung there
+    assert convergence.averaging_env(str(results), "shakespeare8", 1000) == {}  # a ladder without averaging
+    # the rows of the suite at B train and score as that rung did
+    monkeypatch.setattr(convergence, "DEFAULT_RESULTS", str(results))
+    (results / "multi30k" / "softmax_seed1_u2000.json").write_text(json.dumps(
+        {"row": "softmax", "seed": 1, "updates": 2000, "test_sacrebleu": 33.0, "valid_tokenized_bleu": 34.0,
+         "avg10_valid_tokenized_bleu": 34.2}))
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False)
+    env = quality.suite_env(ctx, quality.SUITES["multi30k_converged"])
+    assert env["MAX_UPDATE"] == "2000" and env["AVERAGE_LAST"] == "10" and env["SAVE_INTERVAL_UPDATES"] == "50"
+    assert env["LR_SCHEDULER"] == "cosine"
+    # and the report says so
+    sentence = quality.budget_sentence(ctx, quality.SUITES["multi30k_converged"], {"settings": {"env": env}, "cores": 2})
+    assert sentence.startswith("Budget: 2000 updates of up to 4096 tokens (the convergence budget measured by")
+    assert "Scored with the average of the last 10 checkpoints (saved every 50 updates)" in sentence
+    plain = quality.budget_sentence(ctx, quality.SUITES["shakespeare8"], {"settings": {"env": {"MAX_UPDATE": "8", "MAX_TOKENS": "4096"}}, "cores": 2})
+    assert plain == ("Budget: 8 updates of up to 4096 tokens (the convergence budget measured by `benchmarks/convergence.py "
+                     "--suite shakespeare8`), on 2 CPU cores.")
