@@ -7,8 +7,9 @@ Every from-scratch training runs at the convergence budget B that ``benchmarks/c
 settings, exactly as ``benchmarks/quality.py`` reads it (a one-line error until B is measured). The trainings
 go through bench-quality's ``run_row`` in ``--quality-work-dir``: the hand-written layouts (softmax, cosFormer
 in the encoder, mFormer, cosFormer everywhere) *are* bench-quality's ``multi30k_converged`` rows (same command,
-data and seeds, the same result file), so each is trained once for both reports. Scored with
-``checkpoint_best.pt`` as those rows are: no checkpoint averaging (the paper averages the last ten).
+data and seeds, the same result file), so each is trained once for both reports. Scored as those rows are:
+``checkpoint_best.pt``, or the average of the last ten checkpoints (as the paper) where the convergence
+ladder's rung at B showed averaging beating the last checkpoint on the validation set.
 
 Stages, each resumable (a finished stage is read back from ``--results``, committed; checkpoints stay in the
 work folders), each recording its revision, machine and time:
@@ -204,7 +205,9 @@ def require_supernet(checkpoint: str) -> str:
 
 def train_supernet(ctx: Context, results: str, updates: int) -> dict:
     """supernet_ranking.py's supernet stage over this search's space, with the converged settings."""
-    env = {k: v for k, v in quality.suite_env(ctx, CONVERGED).items() if k not in ("GEN_EXTRA_ARGS", "SUBSETS")}
+    # (not the rows' checkpoint averaging: the stages read the supernet's last checkpoint)
+    unused = ("GEN_EXTRA_ARGS", "SUBSETS", "SAVE_INTERVAL_UPDATES", "KEEP_INTERVAL_UPDATES", "AVERAGE_LAST")
+    env = {k: v for k, v in quality.suite_env(ctx, CONVERGED).items() if k not in unused}
     return supernet_ranking.train_supernet(ctx, results, updates, space=SPACE, train_env=env)
 
 
@@ -703,8 +706,9 @@ def render(ctx: Optional[Context], results: str, command: str, plot_path: Option
     planned = plan(results)
     lines += [f"* Every from-scratch row: {', '.join(map(str, updates)) or 'B'} updates (the convergence budget B of "
               "`benchmarks/convergence.py --suite multi30k`), bench-quality's `multi30k_converged` settings; the "
-              "hand-written layouts are that suite's rows (the same trainings). Scored with `checkpoint_best.pt`, beam 5: "
-              "no checkpoint averaging (the paper averages the last ten).",
+              "hand-written layouts are that suite's rows (the same trainings). Scored as those rows are, beam 5: "
+              "`checkpoint_best.pt`, or the average of the last ten checkpoints where the convergence ladder showed "
+              "averaging helping softmax on the validation set at B.",
               f"* Planned: {count(len(distinct(planned)), 'distinct architecture')}, "
               f"{count(training_count(planned), 'training')}; {count(sum(len(r) for r in runs.values()), 'training')} done."]
     lines += collection_lines(results)
