@@ -79,6 +79,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--load", type=int, default=2, help="busy processes during the second run (default: %(default)s)")
     parser.add_argument("--load-on-core", action="store_true", help="pin the busy processes to the measuring core")
     parser.add_argument("--tolerance", type=float, default=0.05, help="agreement bound on the relative latency (default: %(default)s)")
+    parser.add_argument("--in-turn", action="store_true",
+                        help="measure a run's architectures with their processes taken in turn (the first process of "
+                             "each, then the second of each, ...: latency.measure_in_turn), so that each one's "
+                             "processes spread over the whole run; a run is then written when it is complete")
     parser.add_argument("--output", required=True, help="the JSON report")
     add_latency_options(parser)
     args = parser.parse_args(argv)
@@ -89,7 +93,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from fairseq_plugins.modules import AttentionConfigError
     from fairseq_plugins.provenance import load_average
     from fairseq_plugins.search.collect import distinct_samples, file_sha256, machine
-    from fairseq_plugins.search.latency import LatencySettings, measure_subnetwork
+    from fairseq_plugins.search.latency import LatencySettings, measure_subnetworks
     from fairseq_plugins.search.space import SearchSpace
     from fairseq_plugins.search.subnetworks import load_supernet, reference_architecture
 
@@ -108,7 +112,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     inputs = {"checkpoint_sha256": file_sha256(args.checkpoint), "space": space.to_dict(), "n": args.n, "seed": args.seed,
               "load": args.load, "load_on_core": args.load_on_core, "latency": asdict(settings), "device": args.device,
-              "reference": reference.to_dict(), "machine": machine()}
+              "reference": reference.to_dict(), "machine": machine(),
+              "order": "in_turn" if args.in_turn else "one_after_another"}
     report = {"inputs": inputs, "runs": [[], []]}
     if os.path.isfile(args.output):
         with open(args.output, encoding="utf-8") as f:
@@ -124,16 +129,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         done = len(report["runs"][run])
         if done == len(architectures):
             continue
+        # one after another: each architecture written as it is measured; in turn: the whole run at once
+        groups = [architectures] if args.in_turn else [[a] for a in architectures[done:]]
         with Load(load, settings.cores()[0] if args.load_on_core else None):
-            for architecture in architectures[done:]:
-                measured = measure_subnetwork(model, task.target_dictionary, architecture, reference, settings, args.device)
-                report["runs"][run].append({"architecture": architecture.to_dict(), "load_processes": load,
-                                            "load_average": load_average(), **measured})
+            for group in groups:
+                for architecture, measured in zip(group, measure_subnetworks(model, task.target_dictionary, group, reference,
+                                                                             settings, args.device)):
+                    report["runs"][run].append({"architecture": architecture.to_dict(), "load_processes": load,
+                                                "load_average": load_average(), **measured})
+                    print(f"[agreement] run {run + 1} ({load} busy): {len(report['runs'][run])}/{len(architectures)} "
+                          f"{measured['latency_ms']:.1f} ms, {measured['relative_latency']:.4f}x (ratios spread "
+                          f"{measured['ratio_range']:.3f}, between processes {measured['process_range']:.3f})",
+                          file=sys.stderr, flush=True)
                 write_json(args.output, report)
-                print(f"[agreement] run {run + 1} ({load} busy): {len(report['runs'][run])}/{len(architectures)} "
-                      f"{measured['latency_ms']:.1f} ms, {measured['relative_latency']:.4f}x "
-                      f"(ratios spread {measured['ratio_range']:.3f}, between processes {measured['process_range']:.3f})",
-                      file=sys.stderr, flush=True)
     first, second = report["runs"]
     report["summary"] = {
         "architectures": len(first),

@@ -40,6 +40,7 @@ every run ends with ``torch.cuda.synchronize``; the ``processes`` parts then run
 process (the same sharing of rounds and the same medians; ``process_range`` is then the spread between
 those parts), the protocol is otherwise the same.
 """
+import functools
 import multiprocessing
 import os
 import statistics
@@ -399,15 +400,6 @@ def process_settings(settings: LatencySettings) -> List[LatencySettings]:
     return [replace(settings, rounds=rounds, processes=1) for rounds in settings.process_rounds()]
 
 
-def measure_here(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictionary, settings: LatencySettings,
-                 device: str = "cpu", work: Sequence[str] = ()) -> Dict:
-    """The protocol in this process, its ``processes`` parts one after another (``measure`` runs each part
-    in a pinned child of its own on the CPU), on the workloads ``work`` (names of ``WORKLOADS``; default:
-    ``workloads`` of the candidate)."""
-    return assemble([time_workloads(build_candidate, build_reference, dictionary, part, device, work)
-                     for part in process_settings(settings)], settings, device)
-
-
 def _child(connection, build_candidate, build_reference, dictionary, settings: LatencySettings, device: str,
            work: Sequence[str]):
     try:
@@ -445,6 +437,12 @@ def time_in_child(build_candidate: ModelBuilder, build_reference: ModelBuilder, 
     return answer["part"]
 
 
+def check_work(work: Sequence[str]):
+    unknown = [name for name in work if name not in WORKLOADS]
+    if unknown:
+        raise LatencyError(f"unknown workload {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
+
+
 def measure(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictionary, settings: LatencySettings,
             device: str = "cpu", work: Sequence[str] = ()) -> Dict:
     """The latency of the model ``build_candidate`` returns, relative to ``build_reference``'s (module
@@ -452,21 +450,41 @@ def measure(build_candidate: ModelBuilder, build_reference: ModelBuilder, dictio
     ``settings.processes`` forked child processes, one after another, each pinned to ``settings.cores()``
     with ``settings.threads`` threads and timing its share of the rounds (the builders run there: the
     sub-networks are built in each child, not in this process); ``assemble``'s record of them."""
+    return measure_in_turn([(build_candidate, build_reference)], dictionary, settings, device, work)[0]
+
+
+def measure_in_turn(builders: Sequence[Tuple[ModelBuilder, ModelBuilder]], dictionary, settings: LatencySettings,
+                    device: str = "cpu", work: Sequence[str] = ()) -> List[Dict]:
+    """``measure`` of several (candidate, reference) builders with their measuring processes taken in turn:
+    the first process of every candidate, then the second of every one, and so on. Each candidate's processes
+    then spread over the whole measurement instead of following one another, so that a change of the
+    machine's speed slower than one process (docs/records/latency_agreement.md: minutes, on a shared VM)
+    weighs on every candidate alike. One record per candidate, in order."""
     settings.check()
-    unknown = [name for name in work if name not in WORKLOADS]
-    if unknown:
-        raise LatencyError(f"unknown workload {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
-    if torch.device(device).type != "cpu":
-        return measure_here(build_candidate, build_reference, dictionary, settings, device, work)
-    return assemble([time_in_child(build_candidate, build_reference, dictionary, part, device, work)
-                     for part in process_settings(settings)], settings, device)
+    check_work(work)
+    on_cpu = torch.device(device).type == "cpu"
+    # (on CUDA in this process: a CUDA context does not survive a fork)
+    run_part = time_in_child if on_cpu else time_workloads
+    parts: List[List[Dict]] = [[] for _ in builders]
+    for part_settings in process_settings(settings):
+        for index, (build_candidate, build_reference) in enumerate(builders):
+            parts[index].append(run_part(build_candidate, build_reference, dictionary, part_settings, device, work))
+    return [assemble(candidate_parts, settings, device) for candidate_parts in parts]
 
 
 def measure_subnetwork(model, dictionary, architecture, reference, settings: LatencySettings, device: str = "cpu") -> Dict:
     """``measure`` of two architectures of a loaded supernet (their exported sub-networks, as ``export`` writes
     them); the record names the reference."""
-    record = measure(lambda: model.subnetwork(architecture), lambda: model.subnetwork(reference), dictionary, settings, device)
-    return {**record, "reference": reference.to_dict()}
+    return measure_subnetworks(model, dictionary, [architecture], reference, settings, device)[0]
+
+
+def measure_subnetworks(model, dictionary, architectures, reference, settings: LatencySettings,
+                        device: str = "cpu") -> List[Dict]:
+    """``measure_in_turn`` of several architectures of a loaded supernet against one reference."""
+    builders = [(functools.partial(model.subnetwork, architecture), functools.partial(model.subnetwork, reference))
+                for architecture in architectures]
+    return [{**record, "reference": reference.to_dict()}
+            for record in measure_in_turn(builders, dictionary, settings, device)]
 
 
 def default_reference(model):

@@ -59,3 +59,10 @@ def test_two_runs_one_under_load_are_reported_and_resumed(tmp_path, capsys):
     assert "measured with other settings (n)" in capsys.readouterr().err
     assert latency_agreement.main(argv[:-2] + ["--processes", "0", "--output", report]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == "error: --processes: expected at least 1, got 0"
+    # --in-turn: a run's architectures measured with their processes in turn, the same report
+    in_turn = str(tmp_path / "in_turn.json")
+    assert latency_agreement.main(argv[:-2] + ["--in-turn", "--output", in_turn]) == 0
+    stored = json.loads(open(in_turn).read())
+    assert stored["inputs"]["order"] == "in_turn" and [len(r) for r in stored["runs"]] == [3, 3]
+    assert [r["architecture"] for r in stored["runs"][0]] == [r["architecture"] for r in first]
+    assert all(len(set(r["pids"])) == 2 for r in stored["runs"][0] + stored["runs"][1])

@@ -195,6 +195,36 @@ def test_each_process_is_a_fresh_child_and_the_relative_latency_is_their_median(
     assert record["rounds"] == 7 and record["processes"] == 3  # the settings of the whole measurement
 
 
+def test_several_candidates_take_their_processes_in_turn(tmp_path, monkeypatch):
+    """measure_in_turn: the first process of every candidate, then the second of every one (each candidate's
+    processes spread over the whole measurement); each candidate's record is its own processes' medians."""
+    monkeypatch.setitem(latency.WORKLOADS, "counted", CountedWork)
+    log = tmp_path / "builders.log"
+
+    def build(name, model):
+        def built():
+            with open(log, "a") as f:
+                f.write(f"{name} {os.getpid()}\n")
+            return model
+        return built
+
+    settings = LatencySettings(warmup=0, repeats=2, rounds=4, processes=2, trim=0.0)
+    records = latency.measure_in_turn([(build(name, Counted()), build("reference", torch.nn.Module())) for name in "abc"],
+                                      None, settings, work=("counted",))
+    built = [line.split() for line in log.read_text().splitlines()]
+    assert [name for name, _ in built[::2]] == ["a", "b", "c", "a", "b", "c"]  # each child builds its candidate first
+    assert all(name == "reference" for name, _ in built[1::2])
+    children = [int(pid) for _, pid in built[::2]]
+    assert [r["pids"] for r in records] == [[children[i], children[i + 3]] for i in range(3)]
+    for record in records:
+        measured = record["counted"]
+        assert [p["rounds"] for p in measured["per_process"]] == [2, 2]
+        assert measured["relative_latency"] == statistics.median(p["relative_latency"] for p in measured["per_process"])
+    with pytest.raises(latency.LatencyError, match="unknown workload nothing"):
+        latency.measure_in_turn([(build("a", Counted()), build("reference", torch.nn.Module()))], None, settings,
+                                work=("nothing",))
+
+
 # the choices of a side, the same in the encoder, the decoder and the language model
 SIDE = """
   embed_dim: [8, 16]
