@@ -774,6 +774,9 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False, seed: int
         log(f"{label}: done before")
         # a row finished before the paired test gets its items without training again
         return previous if has_test_items(previous) else rescore_row(ctx, suite, row, seed)
+    if not force and keeps_records(ctx, suite) and os.path.isfile(record_path(ctx, suite, row, seed)):
+        log(f"{label}: its record ({relative(record_path(ctx, suite, row, seed))}) has other settings or data: trained "
+            "again, the record replaced when it finishes")
     save_dir = row_dir(ctx, suite, row, seed)
     # An unfinished row starts again from scratch (fairseq would resume from checkpoint_last.pt): its
     # training time is then that of one uninterrupted run. Resuming is per row.

@@ -887,14 +887,20 @@ def test_a_report_that_would_drop_rows_it_shows_is_not_written_unless_asked(tmp_
     assert "No row finished yet" in report.read_text() and "| softmax_1head |" not in report.read_text()
 
 
-def test_a_record_that_is_not_json_is_a_one_line_error_never_taken_as_missing(tmp_path):
+def _record_of_first_row(tmp_path, suite_name, text):
+    """A context with records in tmp_path, and ``text`` as the record of the suite's first row."""
     ctx = quality.Context(data_root=str(tmp_path / "data"), work_dir=str(tmp_path / "work"), quick=False,
                           records=str(tmp_path / "records"))
-    suite = quality.SUITES["grimm"]
+    suite = quality.SUITES[suite_name]
     path = quality.record_path(ctx, suite, suite.rows[0])
     os.makedirs(os.path.dirname(path))
     with open(path, "w", encoding="utf-8") as f:
-        f.write('{\n<<<<<<< HEAD\n "seed": 1\n=======\n "seed": 2\n>>>>>>> other\n}\n')  # a merge conflict
+        f.write(text)
+    return ctx, suite
+
+
+def test_a_record_that_is_not_json_is_a_one_line_error_never_taken_as_missing(tmp_path):
+    ctx, suite = _record_of_first_row(tmp_path, "grimm", '{\n<<<<<<< HEAD\n "seed": 1\n=======\n "seed": 2\n>>>>>>> other\n}\n')
     with pytest.raises(SystemExit, match=r"^error: .*softmax_1head.json: not valid JSON \(.*\): repair it") as error:
         quality.load_result(ctx, suite, suite.rows[0])
     assert "\n" not in str(error.value)
@@ -907,13 +913,8 @@ def test_rows_of_a_suite_whose_budget_is_no_longer_measured_are_stale_not_a_fail
     from benchmarks import convergence
 
     monkeypatch.setattr(convergence, "DEFAULT_RESULTS", str(tmp_path / "no-ladder-records"))
-    ctx = quality.Context(data_root=str(tmp_path / "data"), work_dir=str(tmp_path / "work"), quick=False,
-                          records=str(tmp_path / "records"))
-    suite = quality.SUITES["shakespeare8"]
-    path = quality.record_path(ctx, suite, suite.rows[0])
-    os.makedirs(os.path.dirname(path))
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump({"fingerprint": "0" * 16, "settings": {"env": {"MAX_UPDATE": "8000"}}}, f)
+    ctx, suite = _record_of_first_row(tmp_path, "shakespeare8",
+                                      json.dumps({"fingerprint": "0" * 16, "settings": {"env": {"MAX_UPDATE": "8000"}}}))
     assert quality.load_result(ctx, suite, suite.rows[0]) is None and quality.load_results(ctx, suite) == {}
     section = quality.render(ctx, [suite, quality.SUITES["grimm"]], None, "python benchmarks/quality.py --report-only")
     assert "convergence budget is not measured yet" in section and "### " + quality.SUITES["grimm"].title in section
