@@ -1,5 +1,6 @@
 """Helpers the benchmark scripts share (peak-RSS marks of a process, glibc's malloc held fixed, time cells,
 fairseq's log fields), so that no script imports another's private names."""
+import json
 import os
 import re
 import resource
@@ -73,3 +74,16 @@ def pipe_fields(line: str) -> Dict[str, float]:
         if match:
             values[match.group(1)] = float(match.group(2))
     return values
+
+
+def read_json(path: str, default=None):
+    """A JSON file of ours (a result, a record; ``default`` where there is none). One that is not JSON (a merge
+    conflict in committed records, a hand edit) is a one-line error, never taken as missing (and overwritten)."""
+    if not os.path.isfile(path):
+        return default
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as error:
+            raise SystemExit(f"error: {path}: not valid JSON ({error}): repair it (git checkout it, or resolve its "
+                             "merge conflict), or remove it") from None

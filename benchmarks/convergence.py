@@ -19,8 +19,14 @@ first b whose metric is within the tolerance of 2b's.
   loss, confirmed at 4B; test bits per character recorded.
 
 Every rung resumes: a rung with a result is skipped, an interrupted training resumes from its
-``checkpoint_last.pt``. Run it from a separate clone at a committed revision, niced, with
-``OMP_NUM_THREADS=1`` (the result then does not depend on the machine's load).
+``checkpoint_last.pt`` (the time fairseq's checkpoints carry across runs is the rung's training time). A
+rung's record holds its settings (fingerprint) and the data's; one of other settings is an error, never
+reused, and so is a rung folder started with other settings. One process at a time climbs a rung (a lock in
+its folder): a second one that reaches it waits and reads its result; processes that start together prepare
+the data one after the other. The budget is decided only once every rung below it has its record. Records
+name the machine's folders as ``<work-dir>``, ``<data-root>``, ``<checkout>``. Run it from a separate clone
+at a committed revision, niced, with ``OMP_NUM_THREADS=1`` (the result then does not depend on the
+machine's load).
 
     OMP_NUM_THREADS=1 nice python benchmarks/convergence.py --suite multi30k
     OMP_NUM_THREADS=1 nice python benchmarks/convergence.py --suite multi30k --rung 8000   # beside it
@@ -43,9 +49,9 @@ if __package__ in (None, ""):  # run by path: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import quality  # noqa: E402
-from benchmarks.common import pipe_fields  # noqa: E402
+from benchmarks.common import pipe_fields, read_json  # noqa: E402
 from benchmarks.provenance import REPO, require_committed  # noqa: E402
-from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
+from fairseq_plugins.files import atomic_output, exclusive_lock, write_json  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,12 +131,8 @@ def result_path(results: str, ladder_name: str, row: str, seed: int, budget: int
 
 def checkpoint_updates(path: str) -> int:
     """The number of updates a fairseq checkpoint was saved at (0 when there is none)."""
-    if not os.path.isfile(path):
-        return 0
-    from fairseq import checkpoint_utils
-
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)
-    return int(state["optimizer_history"][-1]["num_updates"])
+    state = checkpoint_state(path)
+    return int(state["optimizer_history"][-1]["num_updates"]) if state is not None else 0
 
 
 def converged(ladder: Ladder, value: float, doubled: float) -> bool:
@@ -141,13 +143,16 @@ def converged(ladder: Ladder, value: float, doubled: float) -> bool:
 
 
 def budget_of(ladder: Ladder, records: Sequence[dict]) -> Optional[int]:
-    """The budget B of one seed's rungs (in ladder order): the first b within the tolerance of 2b (and 2b of
-    4b with ``confirm``); None while no rung qualifies."""
+    """The budget B of one seed's rungs: the first rung b of the ladder within the tolerance of 2b (and 2b of
+    4b with ``confirm``); None while no rung qualifies, and while a rung below a qualifying one (or one that
+    decides it) has no record yet: rungs climbed side by side finish in any order, and a lower rung still to
+    come could be B (a budget once measured never moves)."""
     by_updates = {r["updates"]: r[ladder.metric] for r in records}
-    for b in sorted(by_updates):
+    for b in rungs(ladder):
         steps = [b, 2 * b] + ([4 * b] if ladder.confirm else [])
-        if all(u in by_updates for u in steps) and all(
-                converged(ladder, by_updates[u], by_updates[2 * u]) for u in steps[:-1]):
+        if not all(u in by_updates for u in steps):
+            return None
+        if all(converged(ladder, by_updates[u], by_updates[2 * u]) for u in steps[:-1]):
             return b
     return None
 
@@ -162,6 +167,48 @@ def save_interval(ladder: Ladder, budget: int) -> int:
     return max(1, budget // (AVERAGED_SHARE * ladder.average_last)) if ladder.average_last else 0
 
 
+def interval_env(ladder: Ladder, budget: int) -> Dict[str, str]:
+    """The recipe settings that save (and keep) the checkpoints a rung at ``budget`` averages."""
+    return {"SAVE_INTERVAL_UPDATES": str(save_interval(ladder, budget)),
+            "KEEP_INTERVAL_UPDATES": str(ladder.average_last)} if ladder.average_last else {}
+
+
+def rung_settings(ladder: Ladder, seed: int, budget: int) -> dict:
+    """Everything that decides a rung's model and scores (its fingerprint): the suite's settings, the row, the
+    budget, the seed, the checkpoints it averages and what it scores; not the machine's folders nor the device
+    (the data is checked apart, where it is prepared)."""
+    suite, row = ladder.suite, ladder.row
+    return {"arch": row.arch, "args": [*suite.model_args, *row.args, *suite.train_args],
+            "env": {**suite.env, "MAX_UPDATE": str(budget), "SEED": str(seed), **interval_env(ladder, budget)},
+            "average_last": ladder.average_last, "subsets": list(ladder.subsets)}
+
+
+def differences(recorded: dict, current: dict, prefix: str = "") -> List[str]:
+    """``key: recorded -> current`` for every setting that differs (nested keys joined by dots)."""
+    changed = []
+    for key in sorted(set(recorded) | set(current)):
+        old, new = recorded.get(key), current.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            changed += differences(old, new, f"{prefix}{key}.")
+        elif old != new:
+            changed.append(f"{prefix}{key}: {old} -> {new}")
+    return changed
+
+
+def is_current(ladder: Ladder, record: dict) -> bool:
+    """Whether a rung's record was climbed with the ladder's current settings (a record of before fingerprints
+    is taken as it is)."""
+    return "fingerprint" not in record or \
+        record["fingerprint"] == quality.fingerprint(rung_settings(ladder, record["seed"], record["updates"]))
+
+
+def other_settings(path: str, recorded: dict, settings: dict, what: str, remedy: str) -> SystemExit:
+    """The error for a rung's record or run folder of other settings: never reused, nor overwritten silently."""
+    changed = differences(recorded, settings) or ["the fingerprint"]
+    return SystemExit(f"error: {path}: {what} with other settings ({'; '.join(changed[:4])}"
+                      f"{'; ...' if len(changed) > 4 else ''}): {remedy}")
+
+
 def averaged_name(ladder: Ladder, budget: int) -> str:
     return f"checkpoint_u{budget}_avg{ladder.average_last}.pt"
 
@@ -171,13 +218,21 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
     average of the last ``average_last``)."""
     kept = os.path.join(save_dir, f"checkpoint_u{budget}.pt")
     suite, row = ladder.suite, ladder.row
-    interval = {"SAVE_INTERVAL_UPDATES": str(save_interval(ladder, budget)),
-                "KEEP_INTERVAL_UPDATES": str(ladder.average_last)} if ladder.average_last else {}
     env = quality.recipe_env(ctx, suite, {**suite.env, "MAX_UPDATE": str(budget), "SAVE_DIR": save_dir,
-                                          "SEED": str(seed), **interval})
+                                          "SEED": str(seed), **interval_env(ladder, budget)})
     command = [f"recipes/{suite.recipe}/train.sh", row.arch, *suite.model_args, *row.args, *suite.train_args]
     last = os.path.join(save_dir, "checkpoint_last.pt")
     started = time.time()
+    # the settings the run in this folder started with: a resumed run must be the same run
+    settings, settings_file = rung_settings(ladder, seed, budget), os.path.join(save_dir, "rung.json")
+    if os.path.isfile(settings_file):
+        with open(settings_file, encoding="utf-8") as f:
+            started_with = json.load(f)
+        if started_with != settings:
+            raise other_settings(settings_file, started_with, settings, "this rung's run started",
+                                 f"remove {save_dir} to train the rung again with the current settings")
+    elif not os.path.isfile(last) and not os.path.isfile(kept):  # (a folder of before rung.json: taken as it is)
+        write_json(settings_file, settings, sort_keys=True)
     if not os.path.isfile(kept):
         # fairseq-train resumed at its --max-update trains one more update: never start it there
         done = checkpoint_updates(last)
@@ -200,12 +255,33 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
     with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
         text = f.read()
     return {"train_command": quality.shell_line(env, command), "env": env, "stage_seconds": round(time.time() - started, 1),
-            "train_seconds_total": total_train_seconds(text), **valid_at(text, budget)}
+            "train_seconds_total": total_train_seconds(kept, text), **valid_at(text, budget)}
 
 
-def total_train_seconds(text: str) -> float:
-    """The training time of the whole run so far: the sum over its resumed fairseq-train runs."""
-    return round(sum(float(s) for s in re.findall(r"done training in ([0-9.]+) seconds", text)), 1)
+def checkpoint_state(path: str) -> Optional[dict]:
+    """A fairseq checkpoint's contents (None when there is none); a damaged one (a run killed while fairseq
+    copied it) is a one-line error."""
+    if not os.path.isfile(path):
+        return None
+    from fairseq import checkpoint_utils
+
+    try:
+        return checkpoint_utils.load_checkpoint_to_cpu(path)
+    except Exception as error:  # (torch.load's errors on a truncated file vary: EOFError, RuntimeError, ...)
+        raise SystemExit(f"error: {path}: not a readable fairseq checkpoint ({type(error).__name__}: "
+                         f"{str(error).splitlines()[0] if str(error) else 'no detail'}); remove its folder to train "
+                         "the rung again") from None
+
+
+def total_train_seconds(checkpoint: str, log_text: str) -> float:
+    """The training time of the whole run: fairseq's cumulative training time, which its checkpoints carry
+    across resumed runs (an interrupted run's time up to its last checkpoint counts); else the sum of the
+    ``done training`` lines of the log (those of interrupted runs are missing there)."""
+    state = checkpoint_state(checkpoint)
+    seconds = ((state or {}).get("extra_state") or {}).get("previous_training_time")
+    if seconds is None:
+        seconds = sum(float(s) for s in re.findall(r"done training in ([0-9.]+) seconds", log_text))
+    return round(float(seconds), 1)
 
 
 def valid_at(text: str, budget: int) -> dict:
@@ -243,21 +319,49 @@ def score_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
     return scores
 
 
+def recorded_rung(ctx: quality.Context, name: str, path: str, settings: dict) -> Optional[dict]:
+    """The rung's record (None: none yet); one of other settings or data is an error (never reused as the
+    current ladder's rung, never overwritten)."""
+    record = read_json(path)
+    if record is None:
+        return None
+    remedy = (f"the {name} ladder changed since; retire its records (a new ladder name) or remove this record "
+              "and the rung's folder to climb it again")
+    if not is_current(LADDERS[name], record):
+        raise other_settings(path, record.get("settings", {}), settings, "this rung was climbed", remedy)
+    data = quality.data_fingerprint(quality.data_bin(ctx, LADDERS[name].suite))
+    if record.get("data", data) != data:
+        raise SystemExit(f"error: {path}: this rung was climbed on other data (fingerprint {record['data']}, the "
+                         f"prepared data's is {data}): {remedy}")
+    return record
+
+
 def climb_rung(ctx: quality.Context, name: str, results: str, seed: int, budget: int) -> dict:
-    """Train and score one rung and write its result (a rung with a result is read, not trained again)."""
+    """Train and score one rung and write its result (a rung with a result is read, not trained again). One
+    process at a time climbs a rung: another one that reaches it waits, then reads its result."""
     ladder = LADDERS[name]
     path = result_path(results, name, ladder.row.name, seed, budget)
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+    settings = rung_settings(ladder, seed, budget)
+    record = recorded_rung(ctx, name, path, settings)
+    if record is not None:
+        return record
     save_dir = save_dir_of(ctx, name, seed, budget)
-    os.makedirs(save_dir, exist_ok=True)
-    trained = train_rung(ctx, ladder, save_dir, budget, seed)
-    env = trained.pop("env")
-    scores = score_rung(ctx, ladder, save_dir, budget, env)
-    record = {"ladder": name, "row": ladder.row.name, "seed": seed, "updates": budget, **trained, **scores,
-              "finished": datetime.datetime.now().isoformat(timespec="seconds"), **quality.provenance(ctx.device)}
-    write_json(path, record, sort_keys=True)
+    with exclusive_lock(os.path.join(save_dir, "rung.lock"), on_wait=lambda: log(
+            f"{ladder.row.name} seed {seed} at {budget}: another process is climbing this rung: waiting for it")):
+        record = recorded_rung(ctx, name, path, settings)  # (the process waited for has finished it)
+        if record is not None:
+            return record
+        trained = train_rung(ctx, ladder, save_dir, budget, seed)
+        env = trained.pop("env")
+        scores = score_rung(ctx, ladder, save_dir, budget, env)
+        record = {"ladder": name, "row": ladder.row.name, "seed": seed, "updates": budget, **trained, **scores,
+                  "settings": settings, "fingerprint": quality.fingerprint(settings),
+                  "data": quality.data_fingerprint(quality.data_bin(ctx, ladder.suite)),
+                  "finished": datetime.datetime.now().isoformat(timespec="seconds"), **quality.provenance(ctx.device)}
+        # committed: the machine's folders as placeholders (<work-dir>, <data-root>, <checkout>); the settings,
+        # which name none, as they are
+        record = {**quality.portable_record(ctx, record), "settings": settings}
+        write_json(path, record, sort_keys=True)
     log(f"{ladder.row.name} seed {seed} at {budget}: {ladder.metric} = {record[ladder.metric]}")
     return record
 
@@ -299,13 +403,14 @@ def averaging_env(results: str, name: str, budget: int) -> Dict[str, str]:
         return {}
     helps = record[averaged] > record[ladder.valid_metric] if ladder.suite.higher_is_better \
         else record[averaged] < record[ladder.valid_metric]
-    return {"SAVE_INTERVAL_UPDATES": str(save_interval(ladder, budget)), "KEEP_INTERVAL_UPDATES": str(ladder.average_last),
-            "AVERAGE_LAST": str(ladder.average_last)} if helps else {}
+    return {**interval_env(ladder, budget), "AVERAGE_LAST": str(ladder.average_last)} if helps else {}
 
 
 def seed_records(results: str, name: str, seed: int) -> List[dict]:
+    """The seed's rungs climbed with the ladder's current settings (a budget is never measured on others)."""
     ladder = LADDERS[name]
-    return [r for r in load_records(results, name) if r["seed"] == seed and r["row"] == ladder.row.name]
+    return [r for r in load_records(results, name)
+            if r["seed"] == seed and r["row"] == ladder.row.name and is_current(ladder, r)]
 
 
 def measured_budget(results: str, name: str, seed: int = 1) -> Optional[int]:
@@ -315,11 +420,8 @@ def measured_budget(results: str, name: str, seed: int = 1) -> Optional[int]:
 
 def load_records(results: str, name: str) -> List[dict]:
     folder = os.path.join(results, name)
-    records = []
-    for file in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        if file.endswith(".json"):
-            with open(os.path.join(folder, file), encoding="utf-8") as f:
-                records.append(json.load(f))
+    records = [read_json(os.path.join(folder, file)) for file in (sorted(os.listdir(folder)) if os.path.isdir(folder) else [])
+               if file.endswith(".json")]
     return sorted(records, key=lambda r: (r["row"], r["seed"], r["updates"]))
 
 
@@ -332,12 +434,16 @@ def render(results: str, names: Sequence[str]) -> str:
              "that run stopped), the suites' first settings; they show why the suites moved to a decaying schedule.", ""]
     for name in sorted(names, key=lambda n: (LADDERS[n].retired, n)):
         ladder = LADDERS[name]
-        records = load_records(results, name)
+        every = load_records(results, name)
+        records = [r for r in every if is_current(ladder, r)]
         unit = f"{ladder.tolerance:.0%} (relative)" if ladder.relative else f"{ladder.tolerance:g}"
         lines += [f"## {ladder.suite.title}: {ladder.row.name} ({ladder.row.arch} {' '.join(ladder.suite.model_args)})", "",
                   f"Decision: `{ladder.metric}` within {unit} of the next rung's"
                   + (", and the next rung's within it of the one after (a plateau is not convergence)" if ladder.confirm else "")
                   + (f", once it has reached {ladder.floor:g}" if ladder.floor is not None else "") + ".", ""]
+        if len(records) < len(every):
+            lines += [f"{len(every) - len(records)} rung record(s) climbed with other settings are not shown "
+                      f"(`{os.path.join(os.path.basename(results.rstrip(os.sep)), name)}/`; the ladder changed since).", ""]
         if not records:
             lines += ["No rung has finished yet.", ""]
             continue
@@ -352,8 +458,9 @@ def render(results: str, names: Sequence[str]) -> str:
         verdicts = []
         for seed, rows in by_seed.items():
             found = budget_of(ladder, rows)
-            for i, record in enumerate(rows):
-                following = rows[i + 1] if i + 1 < len(rows) else None
+            by_updates = {record["updates"]: record for record in rows}
+            for record in rows:
+                following = by_updates.get(2 * record["updates"])  # the next rung (one side by side may be missing)
                 if following is None:
                     change = "(no next rung yet)"
                 else:
@@ -364,15 +471,17 @@ def render(results: str, names: Sequence[str]) -> str:
                 lines.append(f"| {seed} | {record['updates']} | " + " | ".join(cells) +
                              f" | {change} | {record.get('train_seconds_total', 0) / 3600:.2f} h | {record['git']} | "
                              f"{record['cores']} cores, {record['threads']} | {record['finished'][:10]} |")
+            to_climb = [str(b) for b in rungs(ladder) if b < rows[-1]["updates"] and b not in by_updates]
             verdicts.append(f"seed {seed}: " + (f"converged at B = {found} updates" if found else
-                                                 f"not converged by {rows[-1]['updates']} updates"))
+                                                 f"not decided before rungs {', '.join(to_climb)} are climbed" if to_climb
+                                                 else f"not converged by {rows[-1]['updates']} updates"))
         lines += ["", "Budget: " + "; ".join(verdicts) + ".", "",
                   "Losses are fairseq's, in bits per token. Training time is fairseq's own wall clock of the run so far, "
                   "on a machine shared with other work (each record holds its load average): a cost, not a speed measurement. "
                   + (f"`avg{ladder.average_last}_` columns score the average of the last {ladder.average_last} "
                      f"checkpoints, saved every budget / {AVERAGED_SHARE * ladder.average_last} updates (the run's last "
                      f"1/{AVERAGED_SHARE}); the budget is decided on the last checkpoint. " if ladder.average_last else "")
-                  + "The first rung's commands (each rung differs in `MAX_UPDATE`, "
+                  + "The first rung's commands (`<work-dir>`: the run's `--work-dir`; each rung differs in `MAX_UPDATE`, "
                   + ("" if ladder.retired else "`SAVE_DIR`, ") + "`CHECKPOINT` and `OUT_DIR`):", "",
                   "```bash", quality.portable_command(quality.Context(data_root=os.path.join(os.path.dirname(REPO), "shared", "data"),
                                                                       work_dir="", quick=False), records[0]["train_command"]),
@@ -387,7 +496,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="ladder(s) to climb (repeatable; default: all)")
     parser.add_argument("--rung", type=int, action="append",
                         help="climb only this rung (repeatable): independent runs, so another process can train other "
-                             "rungs of the same ladder beside it (never the same one)")
+                             "rungs of the same ladder beside it (one that reaches a rung under way waits for it)")
     parser.add_argument("--seed", type=int, default=1, help="(default: %(default)s)")
     parser.add_argument("--data-root", default=os.path.join(os.path.dirname(REPO), "shared", "data"), help="the shared data")
     parser.add_argument("--work-dir", default=os.path.join(REPO, "work_dirs", "convergence"), help="(default: %(default)s)")
@@ -423,7 +532,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              + ", ".join(map(str, rungs(LADDERS[name]))))
     if not args.report_only:
         require_committed(args.allow_dirty, "convergence runs")
-        ctx = quality.Context(data_root=args.data_root, work_dir=args.work_dir, quick=False, device=args.device)
+        # absolute: the recipes run from the checkout, this process from wherever it was started
+        ctx = quality.Context(data_root=os.path.abspath(args.data_root), work_dir=os.path.abspath(args.work_dir),
+                              quick=False, device=args.device)
         for name in names:
             budget = run_ladder(ctx, name, args.results, args.seed, args.rung, args.jobs)
             log(f"{name}: " + (f"B = {budget}" if budget else "no budget found yet (no rung within the tolerance of the next)"))

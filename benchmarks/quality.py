@@ -87,14 +87,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 if __package__ in (None, ""):  # run by path, not as python -m benchmarks.quality: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import pipe_fields  # noqa: E402
+from benchmarks.common import pipe_fields, read_json  # noqa: E402
 from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import (REPO, available_cores, cpu_model, git_revision, is_dirty,  # noqa: E402
                                    load_average, measured_revision, require_committed)
 from data_prep.common import PrepError, read_lines, write_lines  # noqa: E402
 from data_prep.syntax_hints import info_path, read_summary  # noqa: E402
 from fairseq_plugins.data.syntax_hints import hint_dataset_prefix  # noqa: E402
-from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
+from fairseq_plugins.files import atomic_output, exclusive_lock, write_json  # noqa: E402
 
 
 def recipe_variables() -> frozenset:
@@ -474,8 +474,21 @@ def data_available(ctx: Context, suite: Suite) -> bool:
     return all(os.path.isfile(os.path.join(ctx.data_root, name)) for name in SHARED_FILES[suite.dataset])
 
 
+def preparation_lock(ctx: Context, suite: Suite):
+    """Held while the suite's data set is prepared in the work folder: a second process that prepares it at the
+    same time (a convergence rung started beside another, a second run) waits, then finds it prepared
+    (data_prep would stop it with an error: one preparation per folder)."""
+    return exclusive_lock(os.path.join(ctx.work_dir, "data", f"{suite.dataset}.lock"), on_wait=lambda: log(
+        f"{suite.dataset}: another process is preparing this data in {ctx.work_dir}: waiting for it"))
+
+
 def prepare(ctx: Context, suite: Suite) -> str:
     """Binarise the suite's data (data_prep is idempotent: a second call does nothing)."""
+    with preparation_lock(ctx, suite):
+        return _prepare(ctx, suite)
+
+
+def _prepare(ctx: Context, suite: Suite) -> str:
     dest, work = data_bin(ctx, suite), os.path.join(ctx.work_dir, "data", suite.dataset)
     if suite.dataset not in SHARED_FILES:
         raise ValueError(suite.name)
@@ -555,7 +568,7 @@ def save_preparation_commands(ctx: Context, suite: Suite, append: bool = True):
     if keeps_records(ctx, suite):
         places.append((suite_record(ctx, suite, "preparation.json"), portable_record(ctx, ran)))
     for path, new in places:
-        commands = _read_json(path, [])
+        commands = read_json(path, [])
         if commands and not append:
             continue
         added = [c for c in new if c not in commands]
@@ -565,11 +578,11 @@ def save_preparation_commands(ctx: Context, suite: Suite, append: bool = True):
 
 def load_preparation_commands(ctx: Context, suite: Suite) -> List[str]:
     """The records' commands, else the work folder's (copied into the records first)."""
-    commands = _read_json(os.path.join(ctx.work_dir, "results", suite.name, "preparation.json"), [])
+    commands = read_json(os.path.join(ctx.work_dir, "results", suite.name, "preparation.json"), [])
     if not keeps_records(ctx, suite):
         return commands
     path = suite_record(ctx, suite, "preparation.json")
-    kept = _read_json(path, [])
+    kept = read_json(path, [])
     if not kept and commands:
         kept = portable_record(ctx, commands)
         write_json(path, kept)
@@ -626,13 +639,13 @@ def row_settings(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> dict:
     settings = {"suite": suite.name, "row": row.name, "arch": row.arch,
                 "args": list(suite.model_args + row.args + suite.train_args), "env": {**suite_env(ctx, suite), **dict(row.env)},
                 "syntax_hints": row.syntax_hints, "quick": ctx.quick,
-                "data": _data_fingerprint(data_bin(ctx, suite))}
+                "data": data_fingerprint(data_bin(ctx, suite))}
     if seed != 1:  # (seed 1's settings are those of the rows of before seeds, which stay valid)
         settings["seed"] = seed
     return settings
 
 
-def _data_fingerprint(path: str) -> str:
+def data_fingerprint(path: str) -> str:
     """The prepared data's dictionaries and preparation settings. A preparation that names its input file by
     its path (data_prep.enwik8, data_prep.text_files: ``source``, beside the input's SHA-256) counts without
     it: the same data prepared on another machine, or from another checkout, is the same data."""
@@ -691,13 +704,6 @@ def suite_record(ctx: Context, suite: Suite, name: str) -> str:
 
 def record_path(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> str:
     return suite_record(ctx, suite, f"{row.name}{_seed_suffix(seed)}.json")
-
-
-def _read_json(path: str, default=None):
-    if not os.path.isfile(path):
-        return default
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def machine_folders(ctx: Context) -> List[Tuple[str, str]]:
@@ -768,6 +774,9 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False, seed: int
         log(f"{label}: done before")
         # a row finished before the paired test gets its items without training again
         return previous if has_test_items(previous) else rescore_row(ctx, suite, row, seed)
+    if not force and keeps_records(ctx, suite) and os.path.isfile(record_path(ctx, suite, row, seed)):
+        log(f"{label}: its record ({relative(record_path(ctx, suite, row, seed))}) has other settings or data: trained "
+            "again, the record replaced when it finishes")
     save_dir = row_dir(ctx, suite, row, seed)
     # An unfinished row starts again from scratch (fairseq would resume from checkpoint_last.pt): its
     # training time is then that of one uninterrupted run. Resuming is per row.
@@ -850,7 +859,7 @@ def measure_decode_cost(ctx: Context, suite: Suite, rows: Sequence[Row], command
     # (the model's context, not the budget: measurable before the convergence budget is)
     positions = int({**suite.env, **(suite.quick_env if ctx.quick else {})}["TOKENS_PER_SAMPLE"])
     path = decode_cost_path(ctx, suite)
-    stored = _read_json(path, {})
+    stored = read_json(path, {})
     for row in rows:
         log(f"{suite.name}/{row.name}: decoding cost per token after {positions - 1} tokens, beside {baseline}")
         cost = next_token_cost(data_bin(ctx, suite), decode_layout(suite, row), reference, positions)
@@ -859,7 +868,7 @@ def measure_decode_cost(ctx: Context, suite: Suite, rows: Sequence[Row], command
                             "finished": datetime.datetime.now().isoformat(timespec="seconds"), **machine}
         write_json(path, stored, sort_keys=True)
         if keeps_records(ctx, suite):  # (a new measurement replaces the recorded one)
-            kept = _read_json(suite_record(ctx, suite, "decode_cost.json"), {})
+            kept = read_json(suite_record(ctx, suite, "decode_cost.json"), {})
             kept[row.name] = portable_record(ctx, stored[row.name])
             write_json(suite_record(ctx, suite, "decode_cost.json"), kept, sort_keys=True)
 
@@ -867,11 +876,11 @@ def measure_decode_cost(ctx: Context, suite: Suite, rows: Sequence[Row], command
 def stored_decode_cost(ctx: Context, suite: Suite) -> Dict[str, dict]:
     """Every measured row's decoding cost: the records', and the work folder's for rows the records lack
     (copied into them first)."""
-    measured = _read_json(decode_cost_path(ctx, suite), {})
+    measured = read_json(decode_cost_path(ctx, suite), {})
     if not keeps_records(ctx, suite):
         return measured
     path = suite_record(ctx, suite, "decode_cost.json")
-    kept = _read_json(path, {})
+    kept = read_json(path, {})
     missing = {name: portable_record(ctx, cost) for name, cost in measured.items() if name not in kept}
     if missing:
         kept.update(missing)
@@ -934,7 +943,7 @@ def rescore_row(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> Optional
     if kept is not None and has_test_items(kept):
         return kept
     path = result_path(ctx, suite, row, seed)
-    result = _read_json(path)
+    result = read_json(path)
     if result is None:
         return kept  # (a record without the items, and no checkpoint here to score again)
     if result.get("fingerprint") != fingerprint(row_settings(ctx, suite, row, seed)):
@@ -1005,10 +1014,10 @@ def scored_references(ctx: Context, suite: Suite) -> References:
     if os.path.isfile(path):
         references = References(tuple(read_lines(path)), bool(_prepared_settings(folder).get("lowercase")))
         stored = {"source": portable_record(ctx, path), "lowercase": references.lowercase, "lines": list(references.lines)}
-        if record and _read_json(record) != stored:
+        if record and read_json(record) != stored:
             write_json(record, stored)
         return references
-    stored = _read_json(record) if record else None
+    stored = read_json(record) if record else None
     if stored is None:
         raise SystemExit(f"error: {path} is missing" + (f" and so is {relative(record)}" if record else "")
                          + ": the preparation writes the test references there")
@@ -1277,17 +1286,22 @@ def load_result(ctx: Context, suite: Suite, row: Row, seed: int = 1, trust_recor
     where this machine has not prepared the suite's data (a report rendered from the records alone), the data
     fingerprint the row recorded is taken as it is and every other setting is still checked, unless
     ``trust_recorded_data`` is False (a run about to train: its data is prepared, and checked)."""
+    if not budget_measured(ctx, suite):  # (no settings yet: a row trained at a budget no longer measured is stale)
+        return None
     current = None
     for path in result_files(ctx, suite, row, seed):
-        result = _read_json(path)
+        result = read_json(path)
         if result is None:
             continue
-        if current is None:  # (only for a row with a file: a suite before its budget has no settings yet)
+        if current is None:
             current = row_settings(ctx, suite, row, seed)
         settings = current if data_prepared(ctx, suite) or not trust_recorded_data else \
             {**current, "data": result.get("settings", {}).get("data", current["data"])}
         if result.get("fingerprint") == fingerprint(settings):
             if path == result_path(ctx, suite, row, seed):
+                if keeps_records(ctx, suite) and os.path.isfile(record_path(ctx, suite, row, seed)):
+                    log(f"{suite.name}/{row.name}" + (f" seed {seed}" if seed != 1 else "") + ": the work folder's "
+                        f"result replaces its record of other settings ({relative(record_path(ctx, suite, row, seed))})")
                 keep_record(ctx, suite, row, seed, result)
             return result
     return None

@@ -2,10 +2,11 @@
 renamed): the one implementation for the package, data_prep/, recipes/lib/ and
 benchmarks/."""
 import contextlib
+import fcntl
 import json
 import os
 import shutil
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Optional
 
 
 @contextlib.contextmanager
@@ -43,6 +44,25 @@ def atomic_directory(path: str) -> Iterator[str]:
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str, on_wait: Optional[Callable[[], None]] = None):
+    """Hold an exclusive ``fcntl.flock`` on the file ``path`` (created where missing) for the block: one holder
+    at a time, across processes and threads; released when the block ends or the process does (also when it is
+    killed). ``on_wait`` is called once where another holder makes this one wait (to say so)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 class TextFileError(ValueError):

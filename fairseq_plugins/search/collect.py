@@ -20,7 +20,6 @@ continues with ``--processes 1``.
 """
 import contextlib
 import datetime
-import fcntl
 import json
 import os
 import platform
@@ -29,7 +28,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from ..files import TextFileError, atomic_output, read_text
+from ..files import TextFileError, atomic_output, exclusive_lock, read_text
 from ..provenance import available_cores, cpu_model, git_revision, load_average
 from ..models.architecture import Architecture
 from ..modules import AttentionConfigError
@@ -94,13 +93,8 @@ def read_collection(path: str) -> Tuple[dict, List[dict]]:
 def output_lock(output: str):
     """One writer of ``output`` at a time (``fcntl.flock`` on ``<output>.lock``, released when the process
     ends, also when it is killed): two collections into the same file at once read and rewrite it in turn."""
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with open(output + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with exclusive_lock(output + ".lock"):
+        yield
 
 
 def continued_records(output: str, settings: dict) -> List[dict]:

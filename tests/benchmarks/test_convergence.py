@@ -47,9 +47,10 @@ def _tiny_shakespeare(root):
 
 
 def _run(tmp_path, work, results, *extra):
+    # (the work folder relative to where it runs, not to the checkout the recipes run from)
     command = [sys.executable, SCRIPT, "--suite", "shakespeare8", "--data-root", str(tmp_path / "data"),
-               "--work-dir", str(work), "--results", str(results), "--output", str(tmp_path / "convergence.md"),
-               "--allow-dirty", *extra]
+               "--work-dir", os.path.relpath(work, tmp_path), "--results", str(results), "--output",
+               str(tmp_path / "convergence.md"), "--allow-dirty", *extra]
     return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
 
 
@@ -64,8 +65,10 @@ def test_a_ladder_climbs_resumes_and_each_rung_is_its_own_run_to_that_budget(tmp
         command = record["train_command"]
         assert f"MAX_UPDATE={budget}" in command and "--decoder-layers 8" in command
         assert "LR_SCHEDULER=cosine" in command and "LR=5e-3" in command
-        assert f"/work/checkpoints/shakespeare8/softmax_seed1_u{budget} " in command
-        assert record["git"] and record["threads"]
+        # committed: the machine's folders as placeholders
+        assert f"SAVE_DIR=<work-dir>/checkpoints/shakespeare8/softmax_seed1_u{budget} " in command
+        assert str(tmp_path) not in json.dumps(record) and record["fingerprint"] and record["data"]
+        assert record["git"] and record["threads"] and record["train_seconds_total"] > 0
         # the rung's run is over: only its kept checkpoint stays
         assert sorted(p.name for p in (work / "checkpoints" / "shakespeare8" / f"softmax_seed1_u{budget}").glob("*.pt")) \
             == [f"checkpoint_u{budget}.pt"]
@@ -203,3 +206,99 @@ def test_rows_at_the_budget_average_their_checkpoints_only_where_the_ladder_saw_
     plain = quality.budget_sentence(ctx, quality.SUITES["shakespeare8"], {"settings": {"env": {"MAX_UPDATE": "8", "MAX_TOKENS": "4096"}}, "cores": 2})
     assert plain == ("Budget: 8 updates of up to 4096 tokens (the convergence budget measured by `benchmarks/convergence.py "
                      "--suite shakespeare8`), on 2 CPU cores.")
+
+
+def test_the_budget_waits_for_every_rung_below_it_and_the_change_is_to_the_next_rung(tmp_path):
+    """Rungs climbed side by side finish in any order: a budget is never measured while a lower rung could
+    still be it, and the report compares each rung with the one at twice its budget."""
+    bleu = convergence.LADDERS["multi30k"]
+    gap = [r for r in _records([20.0, 30.0, 34.0, 34.2, 34.3]) if r["updates"] != 2000]  # 2000 still climbing
+    assert convergence.budget_of(bleu, gap) is None
+    assert convergence.budget_of(bleu, _records([20.0, 30.0, 34.0, 34.2, 34.3])) == 4000
+    results = tmp_path / "results"
+    (results / "multi30k").mkdir(parents=True)
+    for record in gap:
+        record = {**record, "row": "softmax", "seed": 1, "git": "abc1234", "cores": 2, "threads": 1,
+                  "finished": "2026-11-28T08:00:00", "train_command": "x", "evaluate_command": "y"}
+        (results / "multi30k" / f"softmax_seed1_u{record['updates']}.json").write_text(json.dumps(record))
+    assert convergence.measured_budget(str(results), "multi30k") is None
+    report = convergence.render(str(results), ["multi30k"])
+    assert "| 1 | 1000 |" in report and "| 20.000 | (no next rung yet) |" in report  # not +14.0 to 4000
+    assert "| 4000 |" in report and "| 34.000 | +0.200 (within) |" in report
+    assert "seed 1: not decided before rungs 2000 are climbed" in report
+
+
+def test_a_rung_of_other_settings_is_an_error_never_reused_and_never_a_budget(tmp_path, monkeypatch):
+    ladder = convergence.LADDERS["shakespeare8"]
+    ctx = convergence.quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False)
+    results = tmp_path / "results"
+    (results / "shakespeare8").mkdir(parents=True)
+    old = convergence.rung_settings(ladder, 1, 1000)
+    old = {**old, "env": {**old["env"], "LR": "2e-3"}}
+    path = results / "shakespeare8" / "softmax_seed1_u1000.json"
+    path.write_text(json.dumps({"row": "softmax", "seed": 1, "updates": 1000, "valid_loss": 1.5, "settings": old,
+                                "fingerprint": convergence.quality.fingerprint(old)}))
+    assert not convergence.is_current(ladder, json.loads(path.read_text()))
+    assert convergence.seed_records(str(results), "shakespeare8", 1) == []
+    train_rung = convergence.train_rung
+    monkeypatch.setattr(convergence, "train_rung", lambda *args: pytest.fail("climbed a recorded rung again"))
+    with pytest.raises(SystemExit, match=r"softmax_seed1_u1000.json: this rung was climbed with other settings "
+                                         r"\(env.LR: 2e-3 -> 5e-3\): the shakespeare8 ladder changed since") as error:
+        convergence.climb_rung(ctx, "shakespeare8", str(results), 1, 1000)
+    assert "\n" not in str(error.value)
+    assert "1 rung record(s) climbed with other settings are not shown" in convergence.render(str(results), ["shakespeare8"])
+    # a record of before fingerprints is taken as it is; a record that is not JSON is a one-line error
+    path.write_text(json.dumps({"row": "softmax", "seed": 1, "updates": 1000, "valid_loss": 1.5}))
+    assert convergence.climb_rung(ctx, "shakespeare8", str(results), 1, 1000)["valid_loss"] == 1.5
+    path.write_text('{"row": "softmax",')
+    with pytest.raises(SystemExit, match="softmax_seed1_u1000.json: not valid JSON"):
+        convergence.measured_budget(str(results), "shakespeare8")
+    # a rung's run folder started with other settings is not resumed
+    save_dir = tmp_path / "work" / "checkpoints" / "shakespeare8" / "softmax_seed1_u2000"
+    save_dir.mkdir(parents=True)
+    (save_dir / "rung.json").write_text(json.dumps({**convergence.rung_settings(ladder, 1, 2000), "arch": "other"}))
+    monkeypatch.setattr(convergence.quality.Context, "run", lambda *args, **kwargs: pytest.fail("trained"))
+    with pytest.raises(SystemExit, match=r"rung.json: this rung's run started with other settings \(arch: other -> "
+                                         r"softmax_1head_lm\): remove .*softmax_seed1_u2000 to train the rung again"):
+        train_rung(ctx, ladder, str(save_dir), 2000, 1)
+
+
+def test_a_process_that_reaches_a_rung_under_way_waits_for_it_and_reads_its_result(tmp_path, monkeypatch):
+    """`--rung 8000` beside a climb of the whole ladder: the climb that reaches 8000 while the other process
+    trains it waits (the rung's lock), then takes its record instead of training in the same folder."""
+    import threading
+
+    ctx = convergence.quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False)
+    results = tmp_path / "results"
+    path = convergence.result_path(str(results), "shakespeare8", "softmax", 1, 1000)
+    save_dir = convergence.save_dir_of(ctx, "shakespeare8", 1, 1000)
+    waiting, climbed = threading.Event(), []
+    monkeypatch.setattr(convergence, "log", lambda message: waiting.set() if "waiting for it" in message else None)
+    monkeypatch.setattr(convergence, "train_rung", lambda *args: pytest.fail("trained a rung under way"))
+    with convergence.exclusive_lock(os.path.join(save_dir, "rung.lock")):  # (the other process, training it)
+        second = threading.Thread(target=lambda: climbed.append(
+            convergence.climb_rung(ctx, "shakespeare8", str(results), 1, 1000)))
+        second.start()
+        assert waiting.wait(60), "the second climb did not wait"
+        os.makedirs(os.path.dirname(path))
+        with open(path, "w", encoding="utf-8") as f:  # (the other process finishes the rung)
+            json.dump({"row": "softmax", "seed": 1, "updates": 1000, "valid_loss": 1.25}, f)
+    second.join(60)
+    assert not second.is_alive() and climbed == [{"row": "softmax", "seed": 1, "updates": 1000, "valid_loss": 1.25}]
+
+
+def test_the_training_time_is_fairseqs_cumulative_time_across_resumed_runs(tmp_path, monkeypatch):
+    log = "x | fairseq_cli.train | done training in 10.0 seconds\n"  # (the run killed before it left no line)
+    monkeypatch.setattr(convergence, "checkpoint_state", lambda path: {"extra_state": {"previous_training_time": 3600.04}})
+    assert convergence.total_train_seconds("checkpoint_u8.pt", log) == 3600.0
+    monkeypatch.setattr(convergence, "checkpoint_state", lambda path: {"extra_state": {}})
+    assert convergence.total_train_seconds("checkpoint_u8.pt", log) == 10.0
+
+
+def test_a_damaged_checkpoint_is_a_one_line_error(tmp_path):
+    damaged = tmp_path / "checkpoint_last.pt"
+    damaged.write_bytes(b"PK\x03\x04 cut off while fairseq copied it")
+    with pytest.raises(SystemExit, match=r"checkpoint_last.pt: not a readable fairseq checkpoint \(") as error:
+        convergence.checkpoint_updates(str(damaged))
+    assert "\n" not in str(error.value)
+    assert convergence.checkpoint_updates(str(tmp_path / "none.pt")) == 0

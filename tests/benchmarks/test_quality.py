@@ -787,7 +787,7 @@ def test_the_data_fingerprint_is_the_same_data_wherever_it_was_read_from(tmp_pat
         folder.mkdir()
         (folder / "dict.txt").write_text("a 1\n")
         (folder / "prepare.json").write_text(json.dumps({"dataset": "shakespeare", "sha256": "abc", **settings}))
-        return quality._data_fingerprint(str(folder))
+        return quality.data_fingerprint(str(folder))
 
     here = prepared("here", source="/work/shared/data/tiny_shakespeare/input.txt")
     assert prepared("there", source="/elsewhere/data/tiny_shakespeare/input.txt") == here
@@ -885,3 +885,56 @@ def test_a_report_that_would_drop_rows_it_shows_is_not_written_unless_asked(tmp_
     assert report.read_text() == old
     quality.main(args + ["--drop-rows"])
     assert "No row finished yet" in report.read_text() and "| softmax_1head |" not in report.read_text()
+
+
+def _record_of_first_row(tmp_path, suite_name, text):
+    """A context with records in tmp_path, and ``text`` as the record of the suite's first row."""
+    ctx = quality.Context(data_root=str(tmp_path / "data"), work_dir=str(tmp_path / "work"), quick=False,
+                          records=str(tmp_path / "records"))
+    suite = quality.SUITES[suite_name]
+    path = quality.record_path(ctx, suite, suite.rows[0])
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return ctx, suite
+
+
+def test_a_record_that_is_not_json_is_a_one_line_error_never_taken_as_missing(tmp_path):
+    ctx, suite = _record_of_first_row(tmp_path, "grimm", '{\n<<<<<<< HEAD\n "seed": 1\n=======\n "seed": 2\n>>>>>>> other\n}\n')
+    with pytest.raises(SystemExit, match=r"^error: .*softmax_1head.json: not valid JSON \(.*\): repair it") as error:
+        quality.load_result(ctx, suite, suite.rows[0])
+    assert "\n" not in str(error.value)
+
+
+def test_rows_of_a_suite_whose_budget_is_no_longer_measured_are_stale_not_a_failed_report(monkeypatch, tmp_path):
+    """A converged suite's rows trained at a budget that the ladder's records no longer give (the ladder
+    retired, its records moved): not reported (an unmeasured budget has no settings), and every other suite
+    still renders."""
+    from benchmarks import convergence
+
+    monkeypatch.setattr(convergence, "DEFAULT_RESULTS", str(tmp_path / "no-ladder-records"))
+    ctx, suite = _record_of_first_row(tmp_path, "shakespeare8",
+                                      json.dumps({"fingerprint": "0" * 16, "settings": {"env": {"MAX_UPDATE": "8000"}}}))
+    assert quality.load_result(ctx, suite, suite.rows[0]) is None and quality.load_results(ctx, suite) == {}
+    section = quality.render(ctx, [suite, quality.SUITES["grimm"]], None, "python benchmarks/quality.py --report-only")
+    assert "convergence budget is not measured yet" in section and "### " + quality.SUITES["grimm"].title in section
+
+
+def test_two_processes_preparing_the_same_data_take_turns(monkeypatch, tmp_path):
+    """data_prep stops a second preparation of the same folder with an error: bench-quality (and a convergence
+    rung started beside another) waits for the first one instead, then runs its own (which finds it done)."""
+    import threading
+
+    _tiny_data(tmp_path / "data")
+    ctx = quality.Context(data_root=str(tmp_path / "data"), work_dir=str(tmp_path / "work"), quick=False)
+    suite = quality.SUITES["grimm"]
+    waiting, ran = threading.Event(), []
+    monkeypatch.setattr(quality, "log", lambda message: waiting.set() if "waiting for it" in message else None)
+    monkeypatch.setattr(quality.Context, "run", lambda self, suite_name, env, argv, **kwargs: ran.append(argv))
+    with quality.preparation_lock(ctx, suite):  # (another process preparing it)
+        second = threading.Thread(target=quality.prepare, args=(ctx, suite))
+        second.start()
+        assert waiting.wait(60), "the second preparation did not wait"
+        assert ran == []  # nothing ran beside the first preparation
+    second.join(60)
+    assert not second.is_alive() and len(ran) == 1 and "data_prep.text_files" in ran[0]
