@@ -6,7 +6,8 @@ them), the second with ``--load`` CPU-heavy processes
 running on the machine (busy loops, started and stopped by this script; pinned to the measuring core with
 ``--load-on-core``, else left to the scheduler), and their agreement on the relative latency: per
 architecture the difference of run 2 over run 1, and whether every one is within ``--tolerance``
-(issue 33: 10 architectures, two runs, one under CPU load, within 5 %). The milliseconds are reported too:
+(issue 33: 10 architectures, two runs, one under CPU load, within 5 %). ``--in-turn`` architectures are
+measured together, their processes taken in turn (``latency.measure_in_turn``; 1: one after another). The milliseconds are reported too:
 they are expected to disagree under load, the relative latency not.
 
     python benchmarks/latency_agreement.py --checkpoint SUPER.pt --output agreement.json [-n 10] [--load 2] [--processes 3]
@@ -79,10 +80,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--load", type=int, default=2, help="busy processes during the second run (default: %(default)s)")
     parser.add_argument("--load-on-core", action="store_true", help="pin the busy processes to the measuring core")
     parser.add_argument("--tolerance", type=float, default=0.05, help="agreement bound on the relative latency (default: %(default)s)")
-    parser.add_argument("--in-turn", action="store_true",
-                        help="measure a run's architectures with their processes taken in turn (the first process of "
-                             "each, then the second of each, ...: latency.measure_in_turn), so that each one's "
-                             "processes spread over the whole run; a run is then written when it is complete")
     parser.add_argument("--output", required=True, help="the JSON report")
     add_latency_options(parser)
     args = parser.parse_args(argv)
@@ -93,7 +90,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from fairseq_plugins.modules import AttentionConfigError
     from fairseq_plugins.provenance import load_average
     from fairseq_plugins.search.collect import distinct_samples, file_sha256, machine
-    from fairseq_plugins.search.latency import LatencySettings, measure_subnetworks
+    from fairseq_plugins.search.latency import LatencySettings, groups, measure_subnetworks
     from fairseq_plugins.search.space import SearchSpace
     from fairseq_plugins.search.subnetworks import load_supernet, reference_architecture
 
@@ -112,8 +109,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     inputs = {"checkpoint_sha256": file_sha256(args.checkpoint), "space": space.to_dict(), "n": args.n, "seed": args.seed,
               "load": args.load, "load_on_core": args.load_on_core, "latency": asdict(settings), "device": args.device,
-              "reference": reference.to_dict(), "machine": machine(),
-              "order": "in_turn" if args.in_turn else "one_after_another"}
+              "reference": reference.to_dict(), "machine": machine()}
     report = {"inputs": inputs, "runs": [[], []]}
     if os.path.isfile(args.output):
         with open(args.output, encoding="utf-8") as f:
@@ -129,10 +125,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         done = len(report["runs"][run])
         if done == len(architectures):
             continue
-        # one after another: each architecture written as it is measured; in turn: the whole run at once
-        groups = [architectures] if args.in_turn else [[a] for a in architectures[done:]]
+        # --in-turn architectures at a time, their processes in turn; each group written when it is measured
         with Load(load, settings.cores()[0] if args.load_on_core else None):
-            for group in groups:
+            for group in groups(architectures[done:], settings):
                 for architecture, measured in zip(group, measure_subnetworks(model, task.target_dictionary, group, reference,
                                                                              settings, args.device)):
                     report["runs"][run].append({"architecture": architecture.to_dict(), "load_processes": load,

@@ -19,9 +19,10 @@ work folders), each recording its revision, machine and time:
    with the converged settings (``--device cuda``: on a GPU).
 2. ``collect``: inherited validation losses of ``--loss-samples`` and relative latencies of
    ``--latency-samples`` sampled architectures (``search collect``; the protocol of
-   ``fairseq_plugins/search/latency.py``: processes pinned to one core with one thread, one after another
-   (its default ``--processes``, the medians over them), each interleaving the architecture with the softmax
-   layout as the reference; beam 5, 30 source tokens, 30 decoder steps).
+   ``fairseq_plugins/search/latency.py``: processes pinned to one core with one thread (its default
+   ``--processes``, the medians over them), each interleaving the architecture with the softmax layout as
+   the reference, ten architectures at a time with their processes taken in turn (``--in-turn``); beam 5,
+   30 source tokens, 30 decoder steps).
 3. ``rank``: the pairwise rankers and the pointwise baselines over ten held-out splits (``search rank``).
 4. ``budgets``: the hand-written layouts and a family of softmax Transformers scaled in width and depth
    (HAT's baselines, ``scaled_family``) measured by the protocol (ms and relative to the softmax layout) and
@@ -256,22 +257,27 @@ def measured_latency(results: str, checkpoint: str, named: Dict[str, dict]) -> D
     missing = [name for name, architecture in named.items() if architecture_key(architecture) not in done]
     if missing:
         from fairseq_plugins.models.architecture import Architecture
-        from fairseq_plugins.search.latency import measure_subnetwork
+        from fairseq_plugins.search.latency import groups, measure_subnetworks
         from fairseq_plugins.search.subnetworks import counted_cost, load_supernet
 
         model, task, _ = load_supernet(require_supernet(checkpoint))
         reference = layout_architecture(BASELINE)
-        for name in missing:
-            architecture = Architecture.from_dict(named[name])
+        settings = LatencySettings(**LATENCY)
+        architectures = {name: Architecture.from_dict(named[name]) for name in missing}
+        for name, architecture in architectures.items():
             model.space.check_contains(architecture, name)
-            record = measure_subnetwork(model, task.target_dictionary, architecture, reference, LatencySettings(**LATENCY))
-            cost = counted_cost(model, task, architecture, LATENCY["source_length"], LATENCY["decoder_steps"])
-            record = {**record, "architecture": named[name], "name": name, "gflops": cost["forward_flops"] / 1e9,
-                      "mparams": cost["parameters"] / 1e6, **supernet_ranking.provenance()}
-            log(f"latency: {name} {record['latency_ms']:.1f} ms, {record['relative_latency']:.3f}x the softmax layout "
-                f"(ratios spread {record['ratio_range']:.3f}), {record['gflops']:.3f} GFLOPs")
-            supernet_ranking.append_jsonl(path, record)
-            done[architecture_key(named[name])] = record
+        # --in-turn at a time, their processes in turn; a group's lines appended when it is measured
+        for group in groups(missing, settings):
+            measured = measure_subnetworks(model, task.target_dictionary, [architectures[n] for n in group], reference,
+                                           settings)
+            for name, record in zip(group, measured):
+                cost = counted_cost(model, task, architectures[name], LATENCY["source_length"], LATENCY["decoder_steps"])
+                record = {**record, "architecture": named[name], "name": name, "gflops": cost["forward_flops"] / 1e9,
+                          "mparams": cost["parameters"] / 1e6, **supernet_ranking.provenance()}
+                log(f"latency: {name} {record['latency_ms']:.1f} ms, {record['relative_latency']:.3f}x the softmax layout "
+                    f"(ratios spread {record['ratio_range']:.3f}), {record['gflops']:.3f} GFLOPs")
+                supernet_ranking.append_jsonl(path, record)
+                done[architecture_key(named[name])] = record
     return {name: done[architecture_key(architecture)] for name, architecture in named.items()}
 
 

@@ -178,6 +178,10 @@ def add_latency_options(parser):
                         "share of the --rounds (the relative latency varies between processes); the relative latency and "
                         "the milliseconds are the medians over them (--device cuda: parts in turn in this process) "
                         "(default: %(default)s)")
+    parser.add_argument("--in-turn", type=int, default=10,
+                        help="latency: candidates measured together (a collection, evolution's fittest), their processes "
+                        "taken in turn (the first of each, then the second of each, ...) so that each one's spread over "
+                        "the whole measurement; 1: one candidate after another (default: %(default)s)")
     parser.add_argument("--trim", type=float, default=0.2,
                         help="latency: fraction of the fastest and of the slowest runs of a block left out of its mean "
                         "(default: %(default)s)")

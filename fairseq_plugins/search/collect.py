@@ -1,22 +1,24 @@
 """Data for the rankers (``python -m fairseq_plugins.search collect``): for N architectures sampled from a
 space, the inherited validation loss inside the supernet, or the measured latency of the exported
 sub-network, in milliseconds and relative to a fixed reference architecture (``latency.measure``'s
-protocol: pinned processes per architecture, the two interleaved in each).
+protocol: pinned processes per architecture, the two interleaved in each; ``--in-turn`` architectures
+measured together, their processes taken in turn).
 
 The output is a JSON-lines file: a header line (what is collected, the space, the sampling seed, the
 checkpoint, the latency settings, the machine) and one record per architecture with its value, the
 revision, the machine's load and the thread count. A rerun with the same settings continues it: the
 architectures are the same seeded sequence, those already in the file are skipped, and every new record is
-written at once (atomically, the whole file), so an interrupted run loses at most the architecture it was
-measuring. Runs into the same file at the same time take turns to write it (a lock file beside it,
+written at once (atomically, the whole file), so an interrupted run loses at most the architectures it was
+measuring (one inherited loss, or one group of ``--in-turn`` latencies). Runs into the same file at the same time take turns to write it (a lock file beside it,
 ``<output>.lock``), each rereading it first: no record is lost or written twice. A run whose settings differ from the header's is refused, naming the setting.
 
 Latency: a measurement whose repeatability (``ratio_range``: the spread of its rounds' ratios to the
 reference, over every round of its ``--processes`` measuring processes, over the relative latency; it bounds
 the spread between the processes, ``process_range``, too) exceeds ``--max-spread`` is measured again, up to
-``--remeasure`` times; one that never settles is written as dropped (with its spreads), left out by ``rank``
-and counted in the summary. A file started before ``--processes`` existed was measured in one process: it
-continues with ``--processes 1``.
+``--remeasure`` times (those of a group together); one that never settles is written as dropped (with its
+spreads), left out by ``rank`` and counted in the summary. A file started before ``--processes`` (or
+``--in-turn``) existed was measured in one process (one architecture after another): it continues with
+``--processes 1`` (``--in-turn 1``).
 """
 import contextlib
 import datetime
@@ -24,7 +26,7 @@ import json
 import os
 import platform
 from dataclasses import asdict
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -32,7 +34,7 @@ from ..files import TextFileError, atomic_output, exclusive_lock, read_text
 from ..provenance import available_cores, cpu_model, git_revision, load_average
 from ..models.architecture import Architecture
 from ..modules import AttentionConfigError
-from .latency import LatencySettings, measure_subnetwork, recorded_settings
+from .latency import LatencySettings, measure_subnetworks, recorded_settings
 from .space import SearchSpace
 
 WHAT = ("loss", "latency")
@@ -173,48 +175,72 @@ def collect(what: str, checkpoint: str, space_path: str, n: int, output: str, se
     evaluator = InheritedLoss(model, task, state, subset, max_tokens) if what == "loss" else None
     threads = latency.threads if what == "latency" else torch.get_num_threads()
     added = 0
-    for architecture in distinct_samples(space, n, seed):
-        key = json.dumps(architecture.to_dict(), sort_keys=True)
-        records = continued_records(output, settings)  # (renamed into place whole: readable without the lock)
-        if key in recorded(records):  # measured already, maybe by another run writing the file now
-            continue
+    # latencies: the architectures not measured yet, in_turn at a time (their processes in turn; one group's
+    # records written together); inherited losses one at a time
+    size = latency.in_turn if what == "latency" else 1
+    for group in batches((a for a in distinct_samples(space, n, seed)
+                          # measured already, maybe by another run writing the file now (renamed into place
+                          # whole: readable without the lock)
+                          if json.dumps(a.to_dict(), sort_keys=True) not in recorded(continued_records(output, settings))),
+                         size):
         if what == "loss":
-            result = evaluator.evaluate(architecture)
-            record = {"architecture": architecture.to_dict(), "loss": result["loss"], "nll_loss": result["nll_loss"],
-                      "tokens": result["tokens"]}
+            result = evaluator.evaluate(group[0])
+            measured = [{"loss": result["loss"], "nll_loss": result["nll_loss"], "tokens": result["tokens"]}]
         else:
-            record = measure_settled(model, task.target_dictionary, architecture, reference_model, latency, max_spread,
-                                     remeasure, device)
-            record["architecture"] = architecture.to_dict()
-        record.update(provenance(threads))
-        # Another run may write the same file at the same time: under the lock, the file as it is now gets this
-        # record unless that run has written one for the architecture already (never lost, never twice).
+            measured = measure_settled(model, task.target_dictionary, group, reference_model, latency, max_spread,
+                                       remeasure, device)
+        # Another run may write the same file at the same time: under the lock, the file as it is now gets these
+        # records but those that run has written for the same architectures already (never lost, never twice).
         with output_lock(output):
             records = continued_records(output, settings)
-            if key not in recorded(records):
-                records.append(record)
-                write_collection(output, header, records)
+            for architecture, record in zip(group, measured):
+                if json.dumps(architecture.to_dict(), sort_keys=True) in recorded(records):
+                    continue
+                records.append({"architecture": architecture.to_dict(), **record, **provenance(threads)})
                 added += 1
                 if progress:
-                    progress(len(records), record)
+                    progress(len(records), records[-1])
+            write_collection(output, header, records)
+    records = continued_records(output, settings)
     dropped = sum(1 for r in records if r.get("dropped"))
     return {"output": output, "what": what, "records": len(records), "added": added, "dropped": dropped,
             "remeasured": sum(len(r.get("spreads", [])) - 1 for r in records if what == "latency")}
 
 
-def measure_settled(model, dictionary, architecture: Architecture, reference: Architecture, settings: LatencySettings,
-                    max_spread: float, remeasure: int, device: str) -> dict:
-    """``latency.measure_subnetwork`` until its ``ratio_range`` is at most ``max_spread``, at most
-    ``1 + remeasure`` times; the record of the last measurement (without the architectures), with every
-    spread, ``dropped`` when none settled."""
-    spreads = []
+def batches(items: Iterable, size: int) -> Iterator[list]:
+    """``items`` in lists of ``size`` (the last one shorter), taken from the iterable as each list is needed."""
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def measure_settled(model, dictionary, architectures: Sequence[Architecture], reference: Architecture,
+                    settings: LatencySettings, max_spread: float, remeasure: int, device: str) -> List[dict]:
+    """``latency.measure_subnetworks`` of ``architectures`` (their processes in turn), those whose
+    ``ratio_range`` is above ``max_spread`` measured again (together), at most ``1 + remeasure`` times in
+    all; each one's record of its last measurement (without the architectures), with every spread,
+    ``dropped`` when none settled."""
+    last: List[dict] = [{} for _ in architectures]
+    spreads: List[List[float]] = [[] for _ in architectures]
+    pending = list(range(len(architectures)))
     for _ in range(1 + remeasure):
-        measured = measure_subnetwork(model, dictionary, architecture, reference, settings, device)
-        spreads.append(measured["ratio_range"])
-        if spreads[-1] <= max_spread:
+        measured = measure_subnetworks(model, dictionary, [architectures[i] for i in pending], reference, settings, device)
+        for index, record in zip(pending, measured):
+            last[index] = record
+            spreads[index].append(record["ratio_range"])
+        pending = [i for i in pending if spreads[i][-1] > max_spread]
+        if not pending:
             break
-    record = {key: value for key, value in measured.items() if key not in ("reference",) and key not in asdict(settings)}
-    record["spreads"] = spreads
-    if spreads[-1] > max_spread:
-        record["dropped"] = True
-    return record
+    records = []
+    for record, spread in zip(last, spreads):
+        record = {key: value for key, value in record.items() if key not in ("reference",) and key not in asdict(settings)}
+        record["spreads"] = spread
+        if spread[-1] > max_spread:
+            record["dropped"] = True
+        records.append(record)
+    return records

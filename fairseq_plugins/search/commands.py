@@ -146,15 +146,17 @@ def confirm_latency(candidates: Sequence[Candidate], supernet: Supernet, budget:
                     settings: LatencySettings, count: int, device: str, reference: Optional[str]) -> List[dict]:
     """Measure the latency of the ``count`` fittest candidates (exported from the supernet, beside the
     reference, as ``collect`` measures): what the predicted constraint said, confirmed or not."""
-    from .latency import measure_subnetwork
+    from .latency import groups, measure_subnetworks
     from .subnetworks import reference_architecture
 
     _, name, limit = budget
     model, task = supernet.model, supernet.task
     reference_model = reference_architecture(reference, model)
     confirmed = []
-    for candidate in list(candidates)[:count]:
-        measured = measure_subnetwork(model, task.target_dictionary, candidate.architecture, reference_model, settings, device)
+    fittest = list(candidates)[:count]
+    measurements = [measured for group in groups(fittest, settings) for measured in measure_subnetworks(
+        model, task.target_dictionary, [c.architecture for c in group], reference_model, settings, device)]
+    for candidate, measured in zip(fittest, measurements):
         confirmed.append({"architecture": candidate.architecture.to_dict(), "fitness": candidate.fitness,
                           f"predicted_{name}": candidate.costs.get(name), "latency_ms": measured["latency_ms"],
                           "relative_latency": measured["relative_latency"], "reference_ms": measured["reference_ms"],

@@ -66,9 +66,10 @@
 #                       supernet,collect,rank,prune,evolve,train,generate); recipes/lib/search.sh says more
 #   LOSS_SAMPLES LATENCY_SAMPLES SEARCH_SEED   search.sh collect: architectures (300 each), seed
 #   LATENCY_BEAM LATENCY_SOURCE_LENGTH LATENCY_TARGET_LENGTH LATENCY_THREADS LATENCY_DEVICE
-#   LATENCY_WARMUP LATENCY_REPEATS LATENCY_ROUNDS LATENCY_PROCESSES LATENCY_REFERENCE LATENCY_MAX_SPREAD
-#                       search.sh latency measurement (LATENCY_PROCESSES pinned processes per architecture,
-#                       default 3, each interleaving it with the reference; the medians over them)
+#   LATENCY_WARMUP LATENCY_REPEATS LATENCY_ROUNDS LATENCY_PROCESSES LATENCY_IN_TURN LATENCY_REFERENCE
+#   LATENCY_MAX_SPREAD  search.sh latency measurement (LATENCY_PROCESSES pinned processes per architecture,
+#                       default 3, each interleaving it with the reference; the medians over them;
+#                       LATENCY_IN_TURN architectures measured together, their processes in turn, default 10)
 #   PRUNE_KEEP          search.sh: fields the pruned space leaves free (0: no pruning)
 #   LATENCY_BUDGETS RELATIVE_LATENCY_BUDGETS FLOPS_BUDGETS FLOPS_FRACTIONS FITNESS EVOLVE_ARGS   search.sh
 #                       evolve: budgets (ms, fractions of the reference's latency, GFLOPs, fractions of the

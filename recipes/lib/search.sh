@@ -9,7 +9,8 @@
 #   collect   inherited valid losses of LOSS_SAMPLES sampled architectures (loss.jsonl) and measured
 #             latencies of LATENCY_SAMPLES (latency.jsonl; LATENCY_BEAM, LATENCY_SOURCE_LENGTH,
 #             LATENCY_TARGET_LENGTH, LATENCY_DEVICE; the protocol of fairseq_plugins/search/latency.py:
-#             LATENCY_PROCESSES processes (default 3) one after another, each pinned to one core with
+#             LATENCY_PROCESSES processes (default 3), LATENCY_IN_TURN architectures (default 10) measured
+#             together with their processes taken in turn, each process pinned to one core with
 #             LATENCY_THREADS threads, each architecture interleaved with the reference LATENCY_REFERENCE (an
 #             architecture JSON; default the space's largest) in LATENCY_ROUNDS block pairs (shared among
 #             the processes) of LATENCY_REPEATS runs after LATENCY_WARMUP; milliseconds and relative latency,
@@ -113,6 +114,7 @@ run_search() {  # [supernet fairseq-train flags...]
     : "${LOSS_SAMPLES:=300}" "${LATENCY_SAMPLES:=300}" "${LATENCY_BEAM:=5}" "${LATENCY_SOURCE_LENGTH:=30}"
     : "${LATENCY_TARGET_LENGTH:=30}" "${LATENCY_THREADS:=1}" "${LATENCY_DEVICE:=cpu}" "${PRUNE_KEEP:=0}"
     : "${LATENCY_WARMUP:=3}" "${LATENCY_REPEATS:=5}" "${LATENCY_ROUNDS:=6}" "${LATENCY_PROCESSES:=3}" "${LATENCY_MAX_SPREAD:=0.1}"
+    : "${LATENCY_IN_TURN:=10}"
     : "${SEARCH_EVALUATE:=generate.sh}"
     if ! [[ "$PRUNE_KEEP" =~ ^[0-9]+$ ]]; then
         echo "[recipe] error: PRUNE_KEEP=$PRUNE_KEEP: expected a number of fields (0: no pruning)" >&2
@@ -139,7 +141,7 @@ run_search() {  # [supernet fairseq-train flags...]
     latency_options=(--beam "$LATENCY_BEAM" --source-length "$LATENCY_SOURCE_LENGTH"
                      --target-length "$LATENCY_TARGET_LENGTH" --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE"
                      --warmup "$LATENCY_WARMUP" --repeats "$LATENCY_REPEATS" --rounds "$LATENCY_ROUNDS"
-                     --processes "$LATENCY_PROCESSES")
+                     --processes "$LATENCY_PROCESSES" --in-turn "$LATENCY_IN_TURN")
     if [ -n "${LATENCY_REFERENCE:-}" ]; then
         latency_options+=(--reference "$LATENCY_REFERENCE")
     fi

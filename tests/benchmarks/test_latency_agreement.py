@@ -47,7 +47,7 @@ def test_two_runs_one_under_load_are_reported_and_resumed(tmp_path, capsys):
     assert all(r["reference"] == stored["inputs"]["reference"] and r["relative_latency"] > 0 for r in first + second)
     # every architecture in two measuring processes of two rounds each, the median of theirs
     assert all(len(set(r["pids"])) == 2 and [p["rounds"] for p in r["per_process"]] == [2, 2] for r in first + second)
-    assert stored["inputs"]["latency"]["processes"] == 2
+    assert stored["inputs"]["latency"]["processes"] == 2 and stored["inputs"]["latency"]["in_turn"] == 10
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["architectures"] == 3 and summary["relative_latency"]["within"]
     assert summary["process_range"]["run1_max"] == max(r["process_range"] for r in first)
@@ -59,10 +59,10 @@ def test_two_runs_one_under_load_are_reported_and_resumed(tmp_path, capsys):
     assert "measured with other settings (n)" in capsys.readouterr().err
     assert latency_agreement.main(argv[:-2] + ["--processes", "0", "--output", report]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == "error: --processes: expected at least 1, got 0"
-    # --in-turn: a run's architectures measured with their processes in turn, the same report
-    in_turn = str(tmp_path / "in_turn.json")
-    assert latency_agreement.main(argv[:-2] + ["--in-turn", "--output", in_turn]) == 0
-    stored = json.loads(open(in_turn).read())
-    assert stored["inputs"]["order"] == "in_turn" and [len(r) for r in stored["runs"]] == [3, 3]
+    # --in-turn 1: one architecture after another, the same report
+    one_by_one = str(tmp_path / "one_by_one.json")
+    assert latency_agreement.main(argv[:-2] + ["--in-turn", "1", "--output", one_by_one]) == 0
+    stored = json.loads(open(one_by_one).read())
+    assert stored["inputs"]["latency"]["in_turn"] == 1 and [len(r) for r in stored["runs"]] == [3, 3]
     assert [r["architecture"] for r in stored["runs"][0]] == [r["architecture"] for r in first]
     assert all(len(set(r["pids"])) == 2 for r in stored["runs"][0] + stored["runs"][1])

@@ -47,6 +47,8 @@ def files(tmp_path):
      "over its rounds), got 4"),
     (["collect", "--what", "latency", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "-n", "2",
       "--output", "{d}/out.jsonl", "--processes", "-1"], "--processes: expected at least 1, got -1"),
+    (["collect", "--what", "latency", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "-n", "2",
+      "--output", "{d}/out.jsonl", "--in-turn", "0"], "--in-turn: expected at least 1, got 0"),
     (["evaluate", "--checkpoint", "{d}/checkpoint.pt", "--max-tokens", "0"], "--max-tokens: expected at least 1, got 0"),
     (["collect", "--what", "loss", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "-n", "0",
       "--output", "{d}/out.jsonl"], "-n: expected at least 1"),
@@ -55,7 +57,7 @@ def files(tmp_path):
     (["space", "--space", "{d}/missing.yaml"], "{d}/missing.yaml: the search space: cannot read it (No such file or directory)"),
     (["collect", "--what", "loss", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "-n", "2",
       "--output", "{d}/out.jsonl"], "{d}/checkpoint.pt: an empty file, not a checkpoint (an interrupted copy or save?)"),
-], ids=["cost-target-length", "cost-source-length", "cost-processes", "cost-rounds-per-process", "collect-processes",
+], ids=["cost-target-length", "cost-source-length", "cost-processes", "cost-rounds-per-process", "collect-processes", "collect-in-turn",
         "evaluate-max-tokens", "collect-n", "space-not-utf8", "space-missing",
         "collect-empty-checkpoint"])
 def test_bad_input_is_one_line_naming_it_and_writes_nothing(files, argv, message):

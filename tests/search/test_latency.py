@@ -95,6 +95,7 @@ def test_bad_settings_name_the_option():
     allowed = sorted(os.sched_getaffinity(0))
     for settings, message in ((LatencySettings(rounds=1, processes=1), "--rounds: expected at least 2"),
                               (LatencySettings(processes=0), "--processes: expected at least 1, got 0"),
+                              (LatencySettings(in_turn=0), "--in-turn: expected at least 1, got 0"),
                               (LatencySettings(rounds=5, processes=3),
                                "--rounds: expected at least 2 for each of the --processes 3 (at least 6"),
                               (LatencySettings(trim=0.5), "--trim: expected a fraction in [0, 0.5), got 0.5"),
@@ -112,10 +113,14 @@ def test_the_rounds_are_shared_among_the_processes():
     assert LatencySettings(rounds=18, processes=1).process_rounds() == [18]
     parts = latency.process_settings(LatencySettings(rounds=7, processes=2))
     assert [(part.rounds, part.processes) for part in parts] == [(4, 1), (3, 1)]
-    # settings stored before --processes existed were measured in one process
+    # settings stored before --processes (--in-turn) existed were measured in one process (one after another)
     stored = {"rounds": 6, "repeats": 5}
-    assert recorded_settings(stored) == {"rounds": 6, "repeats": 5, "processes": 1} and recorded_settings(None) is None
-    assert recorded_settings({"processes": 3}) == {"processes": 3}
+    assert recorded_settings(stored) == {"rounds": 6, "repeats": 5, "processes": 1, "in_turn": 1}
+    assert recorded_settings(None) is None
+    assert recorded_settings({"processes": 3, "in_turn": 10}) == {"processes": 3, "in_turn": 10}
+    # several candidates are measured in_turn at a time
+    assert latency.groups(list(range(23)), LatencySettings()) == [list(range(10)), list(range(10, 20)), [20, 21, 22]]
+    assert latency.groups([1, 2], LatencySettings(in_turn=1)) == [[1], [2]]
 
 
 def process_part(candidate_ms, reference_ms):

@@ -331,9 +331,9 @@ def test_the_evolve_command_resumes_an_interrupted_search(space_path, tmp_path, 
     (tmp_path / "whole" / "result.json").write_text(json.dumps(stored))
     status, again = run(*search, "--output", str(tmp_path / "whole"), "--processes", "1", "--rounds", "2")
     assert status == 0 and json.loads(again)["done_before"]
-    # a latency budget's search compares its latency settings, older ones read as measured (one process)
+    # a latency budget's search compares its latency settings, older ones read as measured (one process, one after another)
     from fairseq_plugins.search.commands import stored_inputs
-    assert stored_inputs(stored)["latency"] == {"rounds": 6, "repeats": 5, "processes": 1}
+    assert stored_inputs(stored)["latency"] == {"rounds": 6, "repeats": 5, "processes": 1, "in_turn": 1}
 
 
 def test_an_interrupted_pareto_study_resumes_to_the_uninterrupted_front(space_path, tmp_path):

@@ -543,6 +543,7 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     header, records = read_collection(latencies)
     # every record measured beside the space's largest architecture, in milliseconds and relative to it
     assert header["reference"] == SearchSpace.from_file(space_file).extreme(largest=True).to_dict()
+    assert header["latency"]["in_turn"] == 10  # (two groups: 10 architectures measured in turn, then 2)
     assert all(r["latency_ms"] > 0 and r["relative_latency"] > 0 and r["decoder_calls"] == 5 and len(r["ratios"]) == 4
                and len(r["per_process"]) == 2 and r["process_range"] <= r["ratio_range"] and "rounds" not in r
                for r in records)
