@@ -272,8 +272,10 @@ def measured_latency(results: str, checkpoint: str, named: Dict[str, dict]) -> D
                                            settings)
             for name, record in zip(group, measured):
                 cost = counted_cost(model, task, architectures[name], LATENCY["source_length"], LATENCY["decoder_steps"])
-                record = {**record, "architecture": named[name], "name": name, "gflops": cost["forward_flops"] / 1e9,
-                          "mparams": cost["parameters"] / 1e6, **supernet_ranking.provenance()}
+                # (the provenance first: its "threads", this process's, must not replace the measurement's setting,
+                # which the next run compares)
+                record = {**supernet_ranking.provenance(), **record, "architecture": named[name], "name": name,
+                          "gflops": cost["forward_flops"] / 1e9, "mparams": cost["parameters"] / 1e6}
                 log(f"latency: {name} {record['latency_ms']:.1f} ms, {record['relative_latency']:.3f}x the softmax layout "
                     f"(ratios spread {record['ratio_range']:.3f}), {record['gflops']:.3f} GFLOPs")
                 supernet_ranking.append_jsonl(path, record)

@@ -220,6 +220,39 @@ def test_budgets_come_from_the_stored_measurements(tmp_path):
         run.measure_budgets(str(tmp_path), str(tmp_path / "missing.pt"))
 
 
+def test_architectures_not_measured_yet_are_measured_in_turn_ten_at_a_time(tmp_path, monkeypatch):
+    """measured_latency: the missing architectures go to the protocol in groups of --in-turn (10), each group's
+    lines appended when it is measured; the measured ones are not measured again (their settings, the
+    measurement's, compare equal: the process's thread count does not replace the setting)."""
+    import types
+
+    from fairseq_plugins.search import latency, subnetworks
+
+    checkpoint = tmp_path / "supernet.pt"
+    checkpoint.write_text("")
+    space = types.SimpleNamespace(check_contains=lambda architecture, name: None)
+    monkeypatch.setattr(subnetworks, "load_supernet", lambda path: (types.SimpleNamespace(space=space),
+                                                                    types.SimpleNamespace(target_dictionary=None), None))
+    monkeypatch.setattr(subnetworks, "counted_cost", lambda *args: {"forward_flops": 2e8, "parameters": 3e6})
+    groups = []
+
+    def measure(model, dictionary, architectures, reference, settings, device="cpu"):
+        groups.append(len(architectures))
+        return [{"latency_ms": 10.0, "relative_latency": 0.5, "ratio_range": 0.01, **dataclasses.asdict(settings)}
+                for _ in architectures]
+
+    monkeypatch.setattr(latency, "measure_subnetworks", measure)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # (the provenance's thread count: torch's default)
+    named = {f"scaled_{i}": tiny_architecture(64 + 8 * (i % 8), 1 + i % 3, 1 + i // 8) for i in range(23)}
+    assert len({json.dumps(a, sort_keys=True) for a in named.values()}) == 23
+    measured = run.measured_latency(str(tmp_path), str(checkpoint), named)
+    assert groups == [10, 10, 3] and set(measured) == set(named)
+    assert all(r["gflops"] == 0.2 and r["mparams"] == 3.0 and r["in_turn"] == 10 for r in measured.values())
+    assert len((tmp_path / run.MEASURED).read_text().splitlines()) == 23
+    run.measured_latency(str(tmp_path), str(checkpoint), {**named, "softmax": run.layout_architecture("softmax").to_dict()})
+    assert groups == [10, 10, 3, 1]  # only the new one
+
+
 def test_the_report_summarises_seeds_fronts_ranking_and_plots(tmp_path):
     results = tmp_path / "results"
     (results / "train").mkdir(parents=True)
