@@ -157,18 +157,35 @@ class Fitted:
 
 
 HELD_OUT_SPLITS = 10
+# The trivial predictors the models must beat: a least-squares line on one feature alone (counted size, or a
+# layer count; the review of issue 33 found a line on the decoder's layer count as good as the first predictor)
+LINE_FEATURES = ("parameters", "flops", "encoder.layers", "decoder.layers")
+
+
+def fit_line(x: Sequence[float], y: Sequence[float]) -> Tuple[float, float]:
+    """(slope, intercept) of the least-squares line; a constant ``x`` predicts the mean."""
+    import numpy as np
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if np.ptp(x) == 0:
+        return 0.0, float(y.mean())
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(slope), float(intercept)
 
 
 def held_out_comparison(features, targets: Sequence[float], test_fraction: float, seed: int,
-                        splits: int = HELD_OUT_SPLITS) -> dict:
+                        splits: int = HELD_OUT_SPLITS, names: Sequence[str] = ()) -> dict:
     """Both models fitted and scored on ``splits`` random held-out splits (seeds seed, seed + 1, ...): one
     split's tau moves with which architectures it happens to hold out, so the comparison is the mean and
-    spread over many, and how often the pairwise ranker's tau beats the pointwise one's."""
+    spread over many, and how often the pairwise ranker's tau beats the pointwise one's; beside them
+    (``lines``), a line on each of ``LINE_FEATURES`` among the feature ``names``, on the same splits."""
     import numpy as np
 
     taus = {"pairwise": [], "pointwise": []}
     pooled = ([], [])  # the regressor's predictions and the measured targets of every split's held-out part
     within_shares = []
+    line_columns = {name: list(names).index(name) for name in LINE_FEATURES if name in names}
+    lines = {name: {"predicted": [], "kendall_taus": []} for name in line_columns}
     for offset in range(splits):
         train, test = split(len(targets), test_fraction, seed + offset)
         ranker = fit_ranker([features[i] for i in train], [targets[i] for i in train], seed + offset)
@@ -180,6 +197,11 @@ def held_out_comparison(features, targets: Sequence[float], test_fraction: float
         pooled[0].extend(predicted)
         pooled[1].extend(measured)
         within_shares.append(relative_errors(predicted, measured)["within_10_percent"])
+        for name, column in line_columns.items():
+            slope, intercept = fit_line([features[i][column] for i in train], [targets[i] for i in train])
+            line = [slope * row[column] + intercept for row in held_out]
+            lines[name]["predicted"].extend(line)
+            lines[name]["kendall_taus"].append(kendall_tau(line, measured))
     # (numpy: a split whose held-out targets are all equal has no order, a nan tau, left out of the mean)
     summary = {name: {"mean": float(np.nanmean(values)) if not np.isnan(values).all() else float("nan"),
                       "std": float(np.nanstd(values, ddof=1)) if np.count_nonzero(~np.isnan(values)) > 1 else 0.0,
@@ -193,6 +215,9 @@ def held_out_comparison(features, targets: Sequence[float], test_fraction: float
         within_10_percent_per_split={"mean": float(np.mean(within_shares)),
                                      "std": float(np.std(within_shares, ddof=1)) if len(within_shares) > 1 else 0.0},
         held_out_predictions=len(pooled[0]))
+    summary["lines"] = {name: {**relative_errors(line["predicted"], pooled[1]),
+                               "kendall_tau": float(np.nanmean(line["kendall_taus"]))}
+                        for name, line in lines.items()}
     return summary
 
 
@@ -217,7 +242,8 @@ def fit_and_evaluate(space: SearchSpace, architectures: Sequence[Architecture], 
     for name, values in predicted.items():
         report[name] = {"kendall_tau": kendall_tau(values, measured), "pair_accuracy": pair_accuracy(values, measured)}
     if splits > 1:
-        report["held_out_splits"] = held_out_comparison(features, list(targets), test_fraction, seed, splits)
+        report["held_out_splits"] = held_out_comparison(features, list(targets), test_fraction, seed, splits,
+                                                        encoder.names)
     # the regressor predicts the target itself (the budgets' constraint): how close, held out
     report["pointwise"].update(relative_errors(predicted["pointwise"], measured))
     ranker = fit_ranker(features, list(targets), seed)
@@ -308,5 +334,6 @@ def rank_command(data: str, target: str, output_dir: Optional[str], test_fractio
         over_splits.update(splits=splits["splits"], pairwise_better=splits["pairwise_better"])
         over_splits["pointwise"].update({k: splits["pointwise"][k] for k in ("within_10_percent", "mean_relative_error",
                                                                              "within_10_percent_per_split", "held_out_predictions")})
+        over_splits["lines"] = splits["lines"]  # (the trivial predictors on the same splits)
     return {"target": target, "architectures": fitted.report["architectures"], "held_out": fitted.report["held_out"],
             **summary, "over_splits": over_splits, "top_features": top, "files": paths}

@@ -8,6 +8,7 @@ import functools
 import io
 import itertools
 import json
+import random
 
 import pytest
 
@@ -91,6 +92,20 @@ def test_metrics_and_groups_on_known_orders():
         start += size
 
 
+def test_a_line_on_one_feature_is_fitted_and_scored_on_the_same_held_out_splits():
+    from fairseq_plugins.search.ranking import fit_line, held_out_comparison
+
+    assert fit_line([1, 2, 3], [3, 5, 7]) == pytest.approx((2.0, 1.0))
+    assert fit_line([4, 4, 4], [1, 2, 6]) == (0.0, 3.0)  # a constant feature predicts the mean
+    rng = random.Random(0)
+    features = [[float(rng.randint(1, 6)), rng.random()] for _ in range(60)]
+    targets = [2 * layers + 1 for layers, _ in features]  # exactly a line on the layer count
+    lines = held_out_comparison(features, targets, 0.25, 1, splits=3, names=["decoder.layers", "noise"])["lines"]
+    assert set(lines) == {"decoder.layers"}  # (only the features a line is drawn on, where the space has them)
+    assert lines["decoder.layers"]["within_10_percent"] == 1.0 and lines["decoder.layers"]["mean_relative_error"] < 1e-9
+    assert lines["decoder.layers"]["kendall_tau"] == pytest.approx(1.0)
+
+
 def test_features_have_a_fixed_length_and_name_their_space_fields(space_path):
     space = SearchSpace.from_file(space_path)
     encoder = FeatureEncoder(space)
@@ -123,6 +138,9 @@ def test_the_pairwise_ranker_recovers_a_known_order(space_path, tmp_path):
     assert pointwise["held_out_predictions"] == 10 * 32
     assert pointwise["within_10_percent"] == pytest.approx(pointwise["within_10_percent_per_split"]["mean"])
     assert 0 < pointwise["mean_relative_error"] and pointwise["within_10_percent_per_split"]["std"] >= 0
+    # beside them, the trivial predictors on the same splits: a line on each of the counted sizes and layer counts
+    assert set(splits["lines"]) == {"parameters", "flops", "encoder.layers", "decoder.layers"}
+    assert all(set(line) == {"mean_relative_error", "within_10_percent", "kendall_tau"} for line in splits["lines"].values())
     importance = json.loads((tmp_path / "r" / "importance.json").read_text())
     # the fields the synthetic loss depends on are the most important
     top = sorted(importance["fields"], key=lambda f: -importance["fields"][f])[:2]
