@@ -6,16 +6,19 @@ import fcntl
 import json
 import os
 import shutil
+import uuid
 from typing import Callable, Iterable, Iterator, Optional
 
 
 @contextlib.contextmanager
 def atomic_output(path: str, mode: str = "w"):
-    """Open ``path + '.partial'`` for writing (text: UTF-8 and '\\n' line ends; ``mode`` with 'b': binary);
-    flush it to disk and rename it to ``path`` on success, remove it on any error (the target is then
-    untouched). A killed run leaves only the ``.partial`` file, which the next run overwrites."""
+    """Open a temporary ``<path>.<unique>.partial`` beside ``path`` for writing (text: UTF-8 and '\\n' line
+    ends; ``mode`` with 'b': binary); flush it to disk and rename it to ``path`` on success, remove it on any
+    error (the target is then untouched). The name is unique per writer, so that two processes (or threads)
+    writing the same file at once each rename a complete file of their own (the last one wins) instead of
+    writing into one; a killed run can leave its ``.partial`` file behind (never read; safe to delete)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    partial = path + ".partial"
+    partial = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"  # (opened as any file: the usual permissions)
     kwargs = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
     try:
         with open(partial, mode, **kwargs) as f:

@@ -37,6 +37,34 @@ def test_an_error_leaves_the_old_file_and_no_partial(tmp_path, mode):
     assert leftovers(tmp_path) == []
 
 
+def test_writers_of_one_file_at_the_same_time_each_rename_a_complete_file_of_their_own(tmp_path):
+    import threading
+
+    target = tmp_path / "report.md"
+    opened = threading.Barrier(2)
+
+    def write(text):
+        with atomic_output(str(target)) as f:
+            f.write(text[:500])
+            opened.wait()  # both temporary files open at once
+            f.write(text[500:])
+
+    texts = ["a" * 1000 + "\n", "b" * 2000 + "\n"]
+    threads = [threading.Thread(target=write, args=(text,)) for text in texts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert target.read_text() in texts and leftovers(tmp_path) == []
+    assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~current_umask())  # the usual permissions
+
+
+def current_umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_lines_and_json(tmp_path):
     assert write_lines(str(tmp_path / "lines.txt"), (w for w in ["a", "b c"])) == 2
     assert (tmp_path / "lines.txt").read_text() == "a\nb c\n"
