@@ -5,6 +5,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import uuid
 from typing import Callable, Iterable, Iterator, Optional
@@ -16,8 +17,10 @@ def atomic_output(path: str, mode: str = "w"):
     ends; ``mode`` with 'b': binary); flush it to disk and rename it to ``path`` on success, remove it on any
     error (the target is then untouched). The name is unique per writer, so that two processes (or threads)
     writing the same file at once each rename a complete file of their own (the last one wins) instead of
-    writing into one; a killed run can leave its ``.partial`` file behind (never read; safe to delete)."""
+    writing into one. A killed run's ``.partial`` file is removed by the next writer of ``path`` (that of a
+    process no longer running)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    remove_dead_partials(path)
     partial = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"  # (opened as any file: the usual permissions)
     kwargs = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
     try:
@@ -30,6 +33,28 @@ def atomic_output(path: str, mode: str = "w"):
         with contextlib.suppress(OSError):
             os.remove(partial)
         raise
+
+
+def remove_dead_partials(path: str):
+    """Remove the temporary files of ``path`` left by writers that were killed: ``<path>.<pid>-<id>.partial`` of
+    a process no longer running, and ``<path>.partial`` (the one name all writers used before)."""
+    pattern = re.compile(re.escape(os.path.basename(path)) + r"\.(\d+)-[0-9a-f]+\.partial")
+    folder = os.path.dirname(os.path.abspath(path))
+    for name in os.listdir(folder):
+        match = pattern.fullmatch(name)
+        if name == os.path.basename(path) + ".partial" or (match and not process_running(int(match.group(1)))):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(folder, name))
+
+
+def process_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (another user's process)
+        return True
+    return True
 
 
 @contextlib.contextmanager

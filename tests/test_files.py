@@ -59,6 +59,22 @@ def test_writers_of_one_file_at_the_same_time_each_rename_a_complete_file_of_the
     assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~current_umask())  # the usual permissions
 
 
+def test_a_killed_writers_temporary_file_goes_with_the_next_write(tmp_path):
+    import subprocess
+    import sys
+
+    target = tmp_path / "out.json"
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = f"out.json.{int(ended.stdout)}-0123abcd.partial"  # a writer killed halfway (its process has ended)
+    (tmp_path / dead).write_text("half")
+    (tmp_path / "out.json.partial").write_text("half")  # the one name writers used before
+    alive = f"out.json.{os.getpid()}-89abcdef.partial"  # a writer of this process, still writing
+    (tmp_path / alive).write_text("half")
+    (tmp_path / "other.json.1-0123abcd.partial").write_text("x")  # another file's: not this one's to remove
+    write_json(str(target), {"a": 1})
+    assert leftovers(tmp_path) == sorted([alive, "other.json.1-0123abcd.partial"])
+
+
 def current_umask():
     mask = os.umask(0)
     os.umask(mask)
