@@ -133,16 +133,13 @@ syntax_hints_translation() {  # [data_prep/syntax_hints.py flags...]
 generate_translation() {  # [PRESET] [fairseq-generate flags...]
     start_recipe "$@"
     local checkpoint out subset source_name remove_bpe testsets="$DATA_BIN/testsets.tsv"
-    checkpoint=$(select_checkpoint)
-    out=${OUT_DIR:-$SAVE_DIR/generate}
-    mkdir -p "$out"
-    if [ "$(subword_style)" = sentencepiece ]; then remove_bpe=sentencepiece; else remove_bpe='@@ '; fi
     if [ -f "$testsets" ]; then
         : "${SUBSETS:=$(cut -f1 "$testsets" | tr '\n' ' ')}"
     else
         : "${SUBSETS:=test}"
     fi
-    # every subset needs its binaries (valid, or a split of testsets.tsv): say which is missing before decoding
+    # every subset needs its binaries (valid, or a split of testsets.tsv): say which is missing before anything
+    # runs (AVERAGE_LAST's averaging included)
     for subset in $SUBSETS; do
         if [ ! -f "$DATA_BIN/$subset.$SRC-$TGT.$SRC.idx" ] && [ ! -f "$DATA_BIN/$subset.$TGT-$SRC.$SRC.idx" ]; then
             echo "[recipe] error: SUBSETS=\"$SUBSETS\": $DATA_BIN has no binaries of '$subset' ($SRC-$TGT);" \
@@ -150,6 +147,10 @@ generate_translation() {  # [PRESET] [fairseq-generate flags...]
             return 2
         fi
     done
+    checkpoint=$(select_checkpoint)
+    out=${OUT_DIR:-$SAVE_DIR/generate}
+    mkdir -p "$out"
+    if [ "$(subword_style)" = sentencepiece ]; then remove_bpe=sentencepiece; else remove_bpe='@@ '; fi
     for subset in $SUBSETS; do
         # the split's source (testsets.tsv's second column), for the log; other splits go by their own name
         source_name=$subset

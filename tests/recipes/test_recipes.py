@@ -705,11 +705,12 @@ def test_generate_decodes_the_valid_split_and_refuses_a_split_without_binaries(t
     assert "de-en valid (valid)" in result.stderr and "de-en test (test_2016_flickr)" in result.stderr
     (tmp_path / "calls").write_text("")
     result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "generate.sh")], capture_output=True, text=True,
-                            env=dict(env, SUBSETS="test test9"))
+                            env=dict(env, SUBSETS="test test9", AVERAGE_LAST="2"))
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and 'SUBSETS="test test9"' in errors[0] and "'test9'" in errors[0], result.stderr
     assert "fairseq_cli.generate" not in (tmp_path / "calls").read_text()
+    assert "average_checkpoints" not in (tmp_path / "calls").read_text()  # (refused before AVERAGE_LAST's averaging)
 
 
 def test_cpu_runs_keep_freed_memory_unless_told_otherwise(tmp_path):
