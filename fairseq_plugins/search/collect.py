@@ -26,7 +26,7 @@ import json
 import os
 import platform
 from dataclasses import asdict
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -34,7 +34,7 @@ from ..files import TextFileError, atomic_output, exclusive_lock, read_text
 from ..provenance import available_cores, cpu_model, git_revision, load_average
 from ..models.architecture import Architecture
 from ..modules import AttentionConfigError
-from .latency import LatencySettings, measure_subnetworks, recorded_settings
+from .latency import LatencySettings, batches, measure_subnetworks, recorded_settings
 from .space import SearchSpace
 
 WHAT = ("loss", "latency")
@@ -205,18 +205,6 @@ def collect(what: str, checkpoint: str, space_path: str, n: int, output: str, se
     dropped = sum(1 for r in records if r.get("dropped"))
     return {"output": output, "what": what, "records": len(records), "added": added, "dropped": dropped,
             "remeasured": sum(len(r.get("spreads", [])) - 1 for r in records if what == "latency")}
-
-
-def batches(items: Iterable, size: int) -> Iterator[list]:
-    """``items`` in lists of ``size`` (the last one shorter), taken from the iterable as each list is needed."""
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 def measure_settled(model, dictionary, architectures: Sequence[Architecture], reference: Architecture,

@@ -55,7 +55,7 @@ import statistics
 import time
 import traceback
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -409,9 +409,21 @@ def process_settings(settings: LatencySettings) -> List[LatencySettings]:
     return [replace(settings, rounds=rounds, processes=1) for rounds in settings.process_rounds()]
 
 
-def groups(items: Sequence, settings: LatencySettings) -> List[list]:
+def batches(items: Iterable, size: int) -> Iterator[list]:
+    """``items`` in lists of ``size`` (the last one shorter), taken from the iterable as each list is needed."""
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def groups(items: Iterable, settings: LatencySettings) -> List[list]:
     """``items`` (candidates) in the groups ``measure_in_turn`` measures together: ``in_turn`` at a time."""
-    return [list(items[start:start + settings.in_turn]) for start in range(0, len(items), settings.in_turn)]
+    return list(batches(items, settings.in_turn))
 
 
 def _child(connection, build_candidate, build_reference, dictionary, settings: LatencySettings, device: str,
