@@ -226,8 +226,7 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
     # the settings the run in this folder started with: a resumed run must be the same run
     settings, settings_file = rung_settings(ladder, seed, budget), os.path.join(save_dir, "rung.json")
     if os.path.isfile(settings_file):
-        with open(settings_file, encoding="utf-8") as f:
-            started_with = json.load(f)
+        started_with = read_json(settings_file)
         if started_with != settings:
             raise other_settings(settings_file, started_with, settings, "this rung's run started",
                                  f"remove {save_dir} to train the rung again with the current settings")

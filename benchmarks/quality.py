@@ -599,14 +599,18 @@ def recipe_env(ctx: Context, suite: Suite, extra: Optional[Dict[str, str]] = Non
     return {**env, **(extra or {})}
 
 
-def suite_env(ctx: Context, suite: Suite) -> Dict[str, str]:
+def suite_env(ctx: Context, suite: Suite, averaging: bool = True) -> Dict[str, str]:
+    """The recipe settings of the suite's rows; at the convergence budget B, and with ``averaging`` the
+    checkpoint averaging where the ladder's rung at B showed it helps on the validation set (a training that
+    scores its last checkpoint, such as the search's supernet, asks for none)."""
     env = dict(suite.env)
     if suite.budget_from and not ctx.quick:
         from benchmarks import convergence
 
         budget = convergence_budget(suite.budget_from)
-        # B, and checkpoint averaging where the ladder's rung at B showed it helps on the validation set
-        env.update(MAX_UPDATE=str(budget), **convergence.averaging_env(convergence.DEFAULT_RESULTS, suite.budget_from, budget))
+        env["MAX_UPDATE"] = str(budget)
+        if averaging:
+            env.update(convergence.averaging_env(convergence.DEFAULT_RESULTS, suite.budget_from, budget))
     return {**env, **(suite.quick_env if ctx.quick else {})}
 
 

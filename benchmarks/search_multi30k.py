@@ -207,8 +207,8 @@ def require_supernet(checkpoint: str) -> str:
 def train_supernet(ctx: Context, results: str, updates: int) -> dict:
     """supernet_ranking.py's supernet stage over this search's space, with the converged settings."""
     # (not the rows' checkpoint averaging: the stages read the supernet's last checkpoint)
-    unused = ("GEN_EXTRA_ARGS", "SUBSETS", "SAVE_INTERVAL_UPDATES", "KEEP_INTERVAL_UPDATES", "AVERAGE_LAST")
-    env = {k: v for k, v in quality.suite_env(ctx, CONVERGED).items() if k not in unused}
+    env = {k: v for k, v in quality.suite_env(ctx, CONVERGED, averaging=False).items()
+           if k not in ("GEN_EXTRA_ARGS", "SUBSETS")}
     return supernet_ranking.train_supernet(ctx, results, updates, space=SPACE, train_env=env)
 
 
