@@ -129,12 +129,6 @@ def result_path(results: str, ladder_name: str, row: str, seed: int, budget: int
     return os.path.join(results, ladder_name, f"{row}_seed{seed}_u{budget}.json")
 
 
-def checkpoint_updates(path: str) -> int:
-    """The number of updates a fairseq checkpoint was saved at (0 when there is none)."""
-    state = checkpoint_state(path)
-    return int(state["optimizer_history"][-1]["num_updates"]) if state is not None else 0
-
-
 def converged(ladder: Ladder, value: float, doubled: float) -> bool:
     if ladder.floor is not None and min(value, doubled) < ladder.floor:
         return False
@@ -234,7 +228,7 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
         write_json(settings_file, settings, sort_keys=True)
     if not os.path.isfile(kept):
         # fairseq-train resumed at its --max-update trains one more update: never start it there
-        done = checkpoint_updates(last)
+        done = quality.checkpoint_updates(last)
         if done > budget:
             raise SystemExit(f"error: {last} is at {done} updates, past the rung {budget} it trains for: "
                              f"remove {save_dir} to train the rung again")
@@ -254,33 +248,7 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
     with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
         text = f.read()
     return {"train_command": quality.shell_line(env, command), "env": env, "stage_seconds": round(time.time() - started, 1),
-            "train_seconds_total": total_train_seconds(kept, text), **valid_at(text, budget)}
-
-
-def checkpoint_state(path: str) -> Optional[dict]:
-    """A fairseq checkpoint's contents (None when there is none); a damaged one (a run killed while fairseq
-    copied it) is a one-line error."""
-    if not os.path.isfile(path):
-        return None
-    from fairseq import checkpoint_utils
-
-    try:
-        return checkpoint_utils.load_checkpoint_to_cpu(path)
-    except Exception as error:  # (torch.load's errors on a truncated file vary: EOFError, RuntimeError, ...)
-        raise SystemExit(f"error: {path}: not a readable fairseq checkpoint ({type(error).__name__}: "
-                         f"{str(error).splitlines()[0] if str(error) else 'no detail'}); remove its folder to train "
-                         "the rung again") from None
-
-
-def total_train_seconds(checkpoint: str, log_text: str) -> float:
-    """The training time of the whole run: fairseq's cumulative training time, which its checkpoints carry
-    across resumed runs (an interrupted run's time up to its last checkpoint counts); else the sum of the
-    ``done training`` lines of the log (those of interrupted runs are missing there)."""
-    state = checkpoint_state(checkpoint)
-    seconds = ((state or {}).get("extra_state") or {}).get("previous_training_time")
-    if seconds is None:
-        seconds = sum(float(s) for s in re.findall(r"done training in ([0-9.]+) seconds", log_text))
-    return round(float(seconds), 1)
+            "train_seconds_total": quality.total_train_seconds(kept, text), **valid_at(text, budget)}
 
 
 def valid_at(text: str, budget: int) -> dict:

@@ -50,8 +50,10 @@ Rows are resumable per (row, seed): one finished with the current settings,
 in the records or the work folder, is not trained again, so that a run from a
 separate clone continues after a restart, and in a later session, from its
 committed records (commit the records folder as rows finish); an unfinished
-one is trained again from scratch (so that its time is one uninterrupted run);
-``--force`` retrains. A finished row without the paired test's items (a row of
+one resumes from its last checkpoint when its folder's run has the current
+settings (``row.json``; its training time is fairseq's own, summed over the
+runs), else it is trained again from scratch; one process at a time trains a
+row (another one waits for its result); ``--force`` retrains. A finished row without the paired test's items (a row of
 an older version) gets them from its stored output or checkpoint, without
 training again. Training refuses a checkout with uncommitted changes (the rows
 record their revision) unless ``--allow-dirty``.
@@ -644,9 +646,27 @@ def row_settings(ctx: Context, suite: Suite, row: Row, seed: int = 1) -> dict:
                 "args": list(suite.model_args + row.args + suite.train_args), "env": {**suite_env(ctx, suite), **dict(row.env)},
                 "syntax_hints": row.syntax_hints, "quick": ctx.quick,
                 "data": data_fingerprint(data_bin(ctx, suite))}
+    files = architecture_files(settings["args"])
+    if files:  # (a row that names none keeps the settings of before this key)
+        settings["architecture_files"] = files
     if seed != 1:  # (seed 1's settings are those of the rows of before seeds, which stay valid)
         settings["seed"] = seed
     return settings
+
+
+def architecture_files(args: Sequence[str]) -> Dict[str, Optional[str]]:
+    """The SHA-256 of each ``--architecture-file`` that ``args`` name (None: no such file), by the name given:
+    a row's result then goes stale when the file's architecture changes, not only when its name does (the
+    recipes run from the checkout, so a relative name is relative to it)."""
+    files = {}
+    for flag, value in zip(args, args[1:]):
+        if flag == "--architecture-file":
+            path = value if os.path.isabs(value) else os.path.join(REPO, value)
+            files[value] = None
+            if os.path.isfile(path):
+                with open(path, "rb") as f:
+                    files[value] = hashlib.sha256(f.read()).hexdigest()[:16]
+    return files
 
 
 def data_fingerprint(path: str) -> str:
@@ -778,22 +798,56 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False, seed: int
         log(f"{label}: done before")
         # a row finished before the paired test gets its items without training again
         return previous if has_test_items(previous) else rescore_row(ctx, suite, row, seed)
-    if not force and keeps_records(ctx, suite) and os.path.isfile(record_path(ctx, suite, row, seed)):
-        log(f"{label}: its record ({relative(record_path(ctx, suite, row, seed))}) has other settings or data: trained "
-            "again, the record replaced when it finishes")
     save_dir = row_dir(ctx, suite, row, seed)
-    # An unfinished row starts again from scratch (fairseq would resume from checkpoint_last.pt): its
-    # training time is then that of one uninterrupted run. Resuming is per row.
-    shutil.rmtree(save_dir, ignore_errors=True)
-    os.makedirs(save_dir)
+    # one process at a time trains a row (the lock lies beside the folder, which may be removed)
+    with exclusive_lock(save_dir + ".lock", on_wait=lambda: log(f"{label}: another process is training this row: "
+                                                                "waiting for it")):
+        previous = None if force else load_result(ctx, suite, row, seed, trust_recorded_data=False)
+        if previous is not None:  # (the process waited for has finished it)
+            return previous
+        if not force and keeps_records(ctx, suite) and os.path.isfile(record_path(ctx, suite, row, seed)):
+            log(f"{label}: its record ({relative(record_path(ctx, suite, row, seed))}) has other settings or data: "
+                "trained again, the record replaced when it finishes")
+        return train_and_score_row(ctx, suite, row, seed, settings, restart=force, label=label)
+
+
+ROW_SETTINGS_FILE = "row.json"  # in a row's folder: the settings its run started with
+
+
+def row_updates_done(save_dir: str, settings: dict, restart: bool, label: str) -> int:
+    """Ready ``save_dir`` for the row's training and return the updates it has done: a run of the same settings
+    (its ``row.json``) resumes from its checkpoint_last.pt, as fairseq-train does; the folder of a run of other
+    settings (or of one that kept no settings), or any with ``restart``, is removed first."""
+    settings_file = os.path.join(save_dir, ROW_SETTINGS_FILE)
+    if os.path.isdir(save_dir) and (restart or read_json(settings_file) != settings):
+        log(f"{label}: {relative(save_dir)} holds a run {'to restart' if restart else 'of other settings'}: "
+            "removed, trained from scratch")
+        shutil.rmtree(save_dir)
+    os.makedirs(save_dir, exist_ok=True)
+    if not os.path.isfile(settings_file):
+        write_json(settings_file, settings, sort_keys=True)
+    return checkpoint_updates(os.path.join(save_dir, "checkpoint_last.pt"))
+
+
+def train_and_score_row(ctx: Context, suite: Suite, row: Row, seed: int, settings: dict, restart: bool,
+                        label: str) -> dict:
+    save_dir = row_dir(ctx, suite, row, seed)
     env = row_env(ctx, suite, row, seed)
+    budget = int(env["MAX_UPDATE"])
+    done = row_updates_done(save_dir, settings, restart, label)
     train = [f"recipes/{suite.recipe}/train.sh", row.arch, *suite.model_args, *row.args, *suite.train_args]
-    log(f"{label}: training ({env['MAX_UPDATE']} updates)")
     started = time.time()
-    ctx.run(suite.name, env, train)
+    # fairseq-train resumed at its --max-update would train one more update: a run that got there (stopped
+    # while it was scored) is only scored
+    if done < budget:
+        log(f"{label}: training ({budget} updates{f', from {done}' if done else ''})")
+        ctx.run(suite.name, env, train)
     train_elapsed = time.time() - started
     with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
-        training = parse_train_log(f.read())
+        text = f.read()
+    training = parse_train_log(text, finished=done < budget)
+    # fairseq's own training time, summed over the runs of a resumed row (its checkpoints carry it)
+    training["train_seconds"] = total_train_seconds(os.path.join(save_dir, "checkpoint_last.pt"), text)
     evaluate_env, evaluate = evaluation_command(suite, row, env)
     ctx.run(suite.name, evaluate_env, evaluate)
     if suite.kind == "translation":
@@ -801,13 +855,45 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False, seed: int
             training["generation"] = parse_generate_speed(f.read())
     score, items = read_test_scores(ctx, suite, save_dir)
     training["gflops"] = checkpoint_gflops(suite, os.path.join(save_dir, "checkpoint_last.pt"))
-    result = {"fingerprint": key, "settings": settings, "seed": seed, "train_command": shell_line(env, train),
-              "evaluate_command": shell_line(evaluate_env, evaluate),
+    result = {"fingerprint": fingerprint(settings), "settings": settings, "seed": seed,
+              "train_command": shell_line(env, train), "evaluate_command": shell_line(evaluate_env, evaluate),
               "train_process_seconds": round(train_elapsed, 1), "score": score, **training, **items,
               "finished": datetime.datetime.now().isoformat(timespec="seconds"), **provenance(ctx.device)}
-    write_json(path, result, sort_keys=True)
+    write_json(result_path(ctx, suite, row, seed), result, sort_keys=True)
     keep_record(ctx, suite, row, seed, result)
     return result
+
+
+def checkpoint_state(path: str) -> Optional[dict]:
+    """A fairseq checkpoint's contents (None when there is none); a damaged one (a run killed while fairseq
+    copied it) is a one-line error."""
+    if not os.path.isfile(path):
+        return None
+    from fairseq import checkpoint_utils
+
+    try:
+        return checkpoint_utils.load_checkpoint_to_cpu(path)
+    except Exception as error:  # (torch.load's errors on a truncated file vary: EOFError, RuntimeError, ...)
+        raise SystemExit(f"error: {path}: not a readable fairseq checkpoint ({type(error).__name__}: "
+                         f"{str(error).splitlines()[0] if str(error) else 'no detail'}); remove its folder to train "
+                         "it again") from None
+
+
+def checkpoint_updates(path: str) -> int:
+    """The number of updates a fairseq checkpoint was saved at (0 when there is none)."""
+    state = checkpoint_state(path)
+    return int(state["optimizer_history"][-1]["num_updates"]) if state is not None else 0
+
+
+def total_train_seconds(checkpoint: str, log_text: str) -> float:
+    """The training time of the whole run: fairseq's cumulative training time, which its checkpoints carry
+    across resumed runs (an interrupted run's time up to its last checkpoint counts); else the sum of the
+    ``done training`` lines of the log (those of interrupted runs are missing there)."""
+    state = checkpoint_state(checkpoint)
+    seconds = ((state or {}).get("extra_state") or {}).get("previous_training_time")
+    if seconds is None:
+        seconds = sum(float(s) for s in re.findall(r"done training in ([0-9.]+) seconds", log_text))
+    return round(float(seconds), 1)
 
 
 # The lengths at which a row's forward FLOPs are counted: a sentence pair of 30 + 30 tokens (Multi30k's
@@ -1075,29 +1161,42 @@ def _fields(line: str) -> Dict[str, float]:
     return {k: float(v) for k, v in _FIELD.findall(line)}
 
 
-def parse_train_log(text: str) -> dict:
+_LOADED_CHECKPOINT = re.compile(r"Loaded checkpoint .* \(epoch \d+ @ (\d+) updates\)")
+
+
+def parse_train_log(text: str, finished: bool = True) -> dict:
     """Parameters, training time, the training-loss curve (``train_inner`` lines) and the
-    last validation (fairseq-train's ``--log-format simple`` output). Only the last run in the
-    log counts (a resumed run appends to the same train.log)."""
+    validations (fairseq-train's ``--log-format simple`` output). A log holds every run started in
+    its folder: a run resumed from a checkpoint continues the curves of the runs before it (what they
+    logged past that checkpoint is dropped), one started from scratch replaces them. ``finished``: the
+    last run must have ended its training (``done training``)."""
     runs = text.split("fairseq_cli.train | {")  # each fairseq-train start prints its config dict
-    text = runs[-1] if len(runs) > 1 else text
-    params = re.findall(r"num\. shared model params: ([0-9,]+)", text) or re.findall(
-        r"num\. model params: ([0-9,]+)", text)
-    done = re.findall(r"done training in ([0-9.]+) seconds", text)
-    curve = []
-    for line in text.splitlines():
-        if "| train_inner |" in line:
-            values = _fields(line)
-            if "num_updates" in values and "loss" in values:
-                curve.append([int(values["num_updates"]), values["loss"]])
-    valid = [pipe_fields(line) for line in text.splitlines() if "| valid on 'valid' subset |" in line]
-    if not params or not done:
+    runs = runs[1:] if len(runs) > 1 else runs
+    curve: List[list] = []
+    valid: List[dict] = []
+    for run in runs:
+        loaded = _LOADED_CHECKPOINT.search(run)
+        resumed_at = int(loaded.group(1)) if loaded else 0
+        curve = [point for point in curve if point[0] <= resumed_at]
+        valid = [v for v in valid if int(v.get("num_updates", 0)) <= resumed_at]
+        for line in run.splitlines():
+            if "| train_inner |" in line:
+                values = _fields(line)
+                if "num_updates" in values and "loss" in values:
+                    curve.append([int(values["num_updates"]), values["loss"]])
+            elif "| valid on 'valid' subset |" in line:
+                valid.append(pipe_fields(line))
+    last = runs[-1]
+    params = re.findall(r"num\. shared model params: ([0-9,]+)", last) or re.findall(
+        r"num\. model params: ([0-9,]+)", last)
+    done = re.findall(r"done training in ([0-9.]+) seconds", last)
+    if not params or (finished and not done):
         raise SystemExit("error: train.log has no 'num. shared model params' or 'done training' line: "
                          "the training did not finish")
-    result = {"params": int(params[-1].replace(",", "")), "train_seconds": float(done[-1]), "train_curve": curve}
+    result = {"params": int(params[-1].replace(",", "")), "train_seconds": float(done[-1]) if done else None,
+              "train_curve": curve}
     if valid:
-        last = valid[-1]
-        result["valid"] = {k: last[k] for k in ("loss", "nll_loss", "ppl", "num_updates") if k in last}
+        result["valid"] = {k: valid[-1][k] for k in ("loss", "nll_loss", "ppl", "num_updates") if k in valid[-1]}
         result["valid_curve"] = [[int(v["num_updates"]), v["loss"]] for v in valid if "num_updates" in v and "loss" in v]
     updates = [int(v["num_updates"]) for v in valid if "num_updates" in v] + [u for u, _ in curve]
     result["updates"] = max(updates) if updates else 0

@@ -287,18 +287,3 @@ def test_a_process_that_reaches_a_rung_under_way_waits_for_it_and_reads_its_resu
     assert not second.is_alive() and climbed == [{"row": "softmax", "seed": 1, "updates": 1000, "valid_loss": 1.25}]
 
 
-def test_the_training_time_is_fairseqs_cumulative_time_across_resumed_runs(tmp_path, monkeypatch):
-    log = "x | fairseq_cli.train | done training in 10.0 seconds\n"  # (the run killed before it left no line)
-    monkeypatch.setattr(convergence, "checkpoint_state", lambda path: {"extra_state": {"previous_training_time": 3600.04}})
-    assert convergence.total_train_seconds("checkpoint_u8.pt", log) == 3600.0
-    monkeypatch.setattr(convergence, "checkpoint_state", lambda path: {"extra_state": {}})
-    assert convergence.total_train_seconds("checkpoint_u8.pt", log) == 10.0
-
-
-def test_a_damaged_checkpoint_is_a_one_line_error(tmp_path):
-    damaged = tmp_path / "checkpoint_last.pt"
-    damaged.write_bytes(b"PK\x03\x04 cut off while fairseq copied it")
-    with pytest.raises(SystemExit, match=r"checkpoint_last.pt: not a readable fairseq checkpoint \(") as error:
-        convergence.checkpoint_updates(str(damaged))
-    assert "\n" not in str(error.value)
-    assert convergence.checkpoint_updates(str(tmp_path / "none.pt")) == 0

@@ -43,6 +43,77 @@ def test_parse_train_log_keeps_only_the_last_run_of_a_resumed_log():
     assert parsed["params"] == 3411968 and parsed["train_seconds"] == 380.9 and len(parsed["train_curve"]) == 2
 
 
+def test_parse_train_log_continues_the_curves_of_a_run_resumed_from_a_checkpoint():
+    """A killed run's log, then a run resumed from its checkpoint at update 20: the first run's points after
+    update 20 (logged, never saved) give way to the resumed run's."""
+    killed = TRAIN_LOG.replace("done training in 380.9 seconds", "(killed)")
+    resumed = TRAIN_LOG.replace(
+        "| num. shared model params",
+        "| Loaded checkpoint ck/checkpoint_last.pt (epoch 1 @ 20 updates)\n2026-11-22 | INFO | fairseq_cli.train "
+        "| num. shared model params").replace("loss=13.236", "loss=13.0").replace("num_updates=20,", "num_updates=30,")
+    parsed = quality.parse_train_log(killed + resumed)
+    assert parsed["train_curve"] == [[20, 13.236], [30, 13.0], [40, 11.775]]
+    assert parsed["valid_curve"] == [[41, 8.129], [50, 6.563]] and parsed["train_seconds"] == 380.9
+    # the killed run alone has not finished, unless that is not asked (a run scored after its training)
+    with pytest.raises(SystemExit, match="did not finish"):
+        quality.parse_train_log(killed)
+    assert quality.parse_train_log(killed, finished=False)["train_seconds"] is None
+
+
+def test_a_rows_folder_resumes_a_run_of_the_same_settings_and_restarts_any_other(tmp_path, monkeypatch):
+    monkeypatch.setattr(quality, "checkpoint_updates", lambda path: 40 if os.path.isfile(path) else 0)
+    folder = tmp_path / "row"
+    settings = {"env": {"MAX_UPDATE": "100"}}
+    assert quality.row_updates_done(str(folder), settings, restart=False, label="x") == 0
+    assert json.loads((folder / quality.ROW_SETTINGS_FILE).read_text()) == settings
+    (folder / "checkpoint_last.pt").write_bytes(b"")
+    assert quality.row_updates_done(str(folder), settings, restart=False, label="x") == 40  # resumed
+    other = {"env": {"MAX_UPDATE": "200"}}
+    assert quality.row_updates_done(str(folder), other, restart=False, label="x") == 0  # another run: removed
+    assert json.loads((folder / quality.ROW_SETTINGS_FILE).read_text()) == other
+    (folder / "checkpoint_last.pt").write_bytes(b"")
+    assert quality.row_updates_done(str(folder), other, restart=True, label="x") == 0  # --force
+    (folder / "checkpoint_last.pt").write_bytes(b"")
+    (folder / quality.ROW_SETTINGS_FILE).unlink()  # a folder of before the settings file: its run is unknown
+    assert quality.row_updates_done(str(folder), other, restart=False, label="x") == 0
+    assert not (folder / "checkpoint_last.pt").exists()
+
+
+def test_one_process_at_a_time_trains_a_row_and_another_waits_for_its_result(tmp_path, monkeypatch):
+    import threading
+
+    ctx = quality.Context(data_root=str(tmp_path / "data"), work_dir=str(tmp_path / "work"), quick=False)
+    suite = quality.SUITES["grimm"]
+    row = suite.rows[0]
+    waiting, trained = threading.Event(), []
+    monkeypatch.setattr(quality, "log", lambda message: waiting.set() if "waiting for it" in message else None)
+    monkeypatch.setattr(quality, "train_and_score_row", lambda *args, **kwargs: pytest.fail("trained a row under way"))
+    with quality.exclusive_lock(quality.row_dir(ctx, suite, row) + ".lock"):  # (the other process, training it)
+        second = threading.Thread(target=lambda: trained.append(quality.run_row(ctx, suite, row)))
+        second.start()
+        assert waiting.wait(60), "the second run did not wait"
+        quality.write_json(quality.result_path(ctx, suite, row), _grimm_result(ctx, suite, row, train_command="other"))
+    second.join(60)
+    assert not second.is_alive() and trained[0]["train_command"] == "other"
+
+
+def test_the_training_time_is_fairseqs_cumulative_time_across_resumed_runs(monkeypatch):
+    log = "x | fairseq_cli.train | done training in 10.0 seconds\n"  # (the run killed before it left no line)
+    monkeypatch.setattr(quality, "checkpoint_state", lambda path: {"extra_state": {"previous_training_time": 3600.04}})
+    assert quality.total_train_seconds("checkpoint_u8.pt", log) == 3600.0
+    monkeypatch.setattr(quality, "checkpoint_state", lambda path: {"extra_state": {}})
+    assert quality.total_train_seconds("checkpoint_u8.pt", log) == 10.0
+
+
+def test_a_damaged_checkpoint_is_a_one_line_error(tmp_path):
+    damaged = tmp_path / "checkpoint_last.pt"
+    damaged.write_bytes(b"PK\x03\x04 cut off while fairseq copied it")
+    with pytest.raises(SystemExit, match=r"checkpoint_last.pt: not a readable fairseq checkpoint \(") as error:
+        quality.checkpoint_updates(str(damaged))
+    assert "\n" not in str(error.value)
+    assert quality.checkpoint_updates(str(tmp_path / "none.pt")) == 0
+
+
 def test_parse_train_log_rejects_an_unfinished_run():
     with pytest.raises(SystemExit, match="did not finish"):
         quality.parse_train_log(TRAIN_LOG.replace("done training", "stopped"))
@@ -398,6 +469,18 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
             assert [value for block in again["block_losses"] for value in block] == pytest.approx(flat)
             assert "--output-word-probs" in again["rescored"]["command"]
     assert me_row in report.read_text()
+
+    # A row stopped after its training (while it was scored) is scored again without training: its folder's
+    # run, of the same settings, reached the budget; the training time is fairseq's, from its checkpoint
+    finished = json.loads(paths[0].read_text())
+    for path in paths:
+        path.unlink()
+    scored = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    assert "training" not in scored.stderr and "removed" not in scored.stderr
+    again = json.loads(paths[0].read_text())
+    assert again["train_seconds"] == finished["train_seconds"] and again["score"] == finished["score"]
+    assert again["train_curve"] == finished["train_curve"]
 
 
 def test_decode_speed_samples_exactly_the_asked_lengths(tmp_path):
@@ -779,6 +862,20 @@ def test_records_name_the_machines_folders_by_placeholders(tmp_path):
     assert quality.portable_record(inside, "DATA_BIN=work_dirs/w/data-bin x") == "DATA_BIN=<work-dir>/data-bin x"
     # the report's commands show the records' data folder as $DATA_ROOT
     assert quality.portable_command(ctx, "x --input-dir <data-root>/grimm") == "x --input-dir $DATA_ROOT/grimm"
+
+
+def test_a_rows_fingerprint_follows_the_contents_of_its_architecture_file(tmp_path):
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False)
+    suite = quality.SUITES["grimm"]
+    architecture = tmp_path / "found.json"
+    row = quality.Row("found", "softmax_1head_lm", ("--architecture-file", str(architecture)))
+    missing = quality.fingerprint(quality.row_settings(ctx, suite, row))
+    architecture.write_text('{"encoder": []}')
+    first = quality.fingerprint(quality.row_settings(ctx, suite, row))
+    architecture.write_text('{"encoder": ["softmax"]}')  # (a search run again: the same name, another architecture)
+    assert len({missing, first, quality.fingerprint(quality.row_settings(ctx, suite, row))}) == 3
+    # a row without an architecture file keeps the settings it had before the key
+    assert "architecture_files" not in quality.row_settings(ctx, suite, suite.rows[0])
 
 
 def test_the_data_fingerprint_is_the_same_data_wherever_it_was_read_from(tmp_path):
