@@ -36,15 +36,20 @@ def atomic_output(path: str, mode: str = "w"):
 
 
 def remove_dead_partials(path: str):
-    """Remove the temporary files of ``path`` left by writers that were killed: ``<path>.<pid>-<id>.partial`` of
-    a process no longer running, and ``<path>.partial`` (the one name all writers used before)."""
+    """Remove the temporary files (or folders) of ``path`` left by writers that were killed:
+    ``<path>.<pid>-<id>.partial`` of a process no longer running, and ``<path>.partial`` (the one name all
+    writers used before)."""
     pattern = re.compile(re.escape(os.path.basename(path)) + r"\.(\d+)-[0-9a-f]+\.partial")
     folder = os.path.dirname(os.path.abspath(path))
     for name in os.listdir(folder):
         match = pattern.fullmatch(name)
         if name == os.path.basename(path) + ".partial" or (match and not process_running(int(match.group(1)))):
-            with contextlib.suppress(OSError):
-                os.remove(os.path.join(folder, name))
+            leftover = os.path.join(folder, name)
+            if os.path.isdir(leftover) and not os.path.islink(leftover):  # (atomic_directory's)
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.remove(leftover)
 
 
 def process_running(pid: int) -> bool:
@@ -59,16 +64,23 @@ def process_running(pid: int) -> bool:
 
 @contextlib.contextmanager
 def atomic_directory(path: str) -> Iterator[str]:
-    """Yield an empty folder ``path + '.partial'`` to fill; on success it replaces ``path`` (a folder there
-    before is removed), on any error it is removed. A leftover of a killed run is emptied first."""
-    partial = path + ".partial"
-    shutil.rmtree(partial, ignore_errors=True)
+    """Yield an empty folder ``<path>.<unique>.partial`` to fill; on success it replaces ``path`` (a folder there
+    before is removed), on any error it is removed. Unique per writer, as ``atomic_output``'s files (two writers
+    at once: the last one wins); a killed run's leftover is removed by the next writer of ``path``."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    remove_dead_partials(path)
+    partial = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
     os.makedirs(partial)
     try:
         yield partial
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        os.replace(partial, path)
+        for attempt in range(3):  # (another writer may put its folder at ``path`` between the two steps)
+            shutil.rmtree(path, ignore_errors=True)
+            try:
+                os.replace(partial, path)
+                break
+            except OSError:
+                if attempt == 2:
+                    raise
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

@@ -92,14 +92,25 @@ def test_atomic_directory_replaces_the_folder_or_leaves_it(tmp_path):
     target = tmp_path / "bin"
     target.mkdir()
     (target / "stale").write_text("x")
-    (tmp_path / "bin.partial").mkdir()  # a killed run's leftover
-    (tmp_path / "bin.partial" / "half").write_text("x")
+    for leftover in ("bin.partial", "bin.999999999-0badc0de.partial"):  # killed runs' (the old name; a dead pid)
+        (tmp_path / leftover).mkdir()
+        (tmp_path / leftover / "half").write_text("x")
     with atomic_directory(str(target)) as partial:
-        assert os.listdir(partial) == []
-        (tmp_path / "bin.partial" / "dict.txt").write_text("a 1\n")
+        assert os.listdir(partial) == [] and os.path.basename(partial).startswith(f"bin.{os.getpid()}-")
+        (tmp_path / partial / "dict.txt").write_text("a 1\n")
     assert os.listdir(target) == ["dict.txt"] and leftovers(tmp_path) == []
     with pytest.raises(RuntimeError):
         with atomic_directory(str(target)) as partial:
-            (tmp_path / "bin.partial" / "other").write_text("y")
+            (tmp_path / partial / "other").write_text("y")
             raise RuntimeError("killed")
     assert os.listdir(target) == ["dict.txt"] and leftovers(tmp_path) == []
+
+
+def test_two_writers_of_one_folder_each_fill_their_own_and_the_last_one_wins(tmp_path):
+    target = tmp_path / "bin"
+    with atomic_directory(str(target)) as first:
+        with atomic_directory(str(target)) as second:  # (another process, started while the first one writes)
+            assert first != second and os.listdir(first) == []
+            (tmp_path / second / "from_second").write_text("b")
+        (tmp_path / first / "from_first").write_text("a")
+    assert os.listdir(target) == ["from_first"] and leftovers(tmp_path) == []
