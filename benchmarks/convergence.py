@@ -38,7 +38,6 @@ import datetime
 import functools
 import json
 import os
-import re
 import shutil
 import signal
 import sys
@@ -243,7 +242,7 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
             shutil.copyfileobj(f_in, f_out)
         # the run is over: what it keeps is all a report needs
         for name in os.listdir(save_dir):
-            if name in ("checkpoint_last.pt", "checkpoint_best.pt") or re.fullmatch(r"checkpoint_\d+_\d+\.pt", name):
+            if name in ("checkpoint_last.pt", "checkpoint_best.pt") or quality.recipe_lib("average_checkpoints").UPDATE_CHECKPOINT.fullmatch(name):
                 os.remove(os.path.join(save_dir, name))
     with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
         text = f.read()

@@ -91,7 +91,7 @@ if __package__ in (None, ""):  # run by path, not as python -m benchmarks.qualit
 
 from benchmarks.common import pipe_fields, read_json  # noqa: E402
 from benchmarks.plotting import new_figure, save_png  # noqa: E402
-from benchmarks.provenance import (REPO, available_cores, cpu_model, git_revision, is_dirty,  # noqa: E402
+from benchmarks.provenance import (REPO, available_cores, cpu_model, is_dirty,  # noqa: E402
                                    load_average, measured_revision, require_committed)
 from data_prep.common import PrepError, read_lines, write_lines  # noqa: E402
 from data_prep.syntax_hints import info_path, read_summary  # noqa: E402
@@ -789,8 +789,6 @@ def row_env(ctx: Context, suite: Suite, row: Row, seed: int) -> Dict[str, str]:
 
 def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False, seed: int = 1) -> dict:
     settings = row_settings(ctx, suite, row, seed)
-    key = fingerprint(settings)
-    path = result_path(ctx, suite, row, seed)
     label = f"{suite.name}/{row.name}" + (f" seed {seed}" if seed != 1 else "")
     # finished before, here or in the records (another clone or machine): the data is checked too
     previous = None if force else load_result(ctx, suite, row, seed, trust_recorded_data=False)

@@ -20,11 +20,16 @@ import sys
 from typing import List
 
 
+# fairseq's checkpoint names: --save-interval-updates' checkpoint_EPOCH_UPDATES.pt, the epochs' checkpointEPOCH.pt
+UPDATE_CHECKPOINT = re.compile(r"checkpoint_\d+_(\d+)\.pt")
+EPOCH_CHECKPOINT = re.compile(r"checkpoint(\d+)\.pt")
+
+
 def last_checkpoints(directory: str, count: int) -> List[str]:
     """The ``count`` newest update (else epoch) checkpoints, newest first."""
     names = os.listdir(directory)
-    for pattern in (r"checkpoint_\d+_(\d+)\.pt$", r"checkpoint(\d+)\.pt$"):
-        numbered = sorted(((int(m.group(1)), n) for n in names if (m := re.match(pattern, n))), reverse=True)
+    for pattern in (UPDATE_CHECKPOINT, EPOCH_CHECKPOINT):
+        numbered = sorted(((int(m.group(1)), n) for n in names if (m := pattern.fullmatch(n))), reverse=True)
         if numbered:
             if len(numbered) < count:
                 raise SystemExit(f"error: {directory} has {len(numbered)} such checkpoints, {count} were asked for")
