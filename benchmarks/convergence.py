@@ -12,7 +12,7 @@ way and its small result written to ``--results`` (command, revision, machine, d
 first b whose metric is within the tolerance of 2b's.
 
 * ``multi30k``: bench-quality's Multi30k model (3 + 3 layers, d = 128) and settings, with the recipe's
-  dropout 0.3 for a long run; sacreBLEU on test 2016 and on the validation set, beam 5; tolerance 0.5 BLEU
+  dropout 0.3 for a long run and lr 5e-3; sacreBLEU on test 2016 and on the validation set, beam 5; tolerance 0.5 BLEU
   on test 2016 (as the search issue defines it; the validation BLEU is recorded beside it).
 * ``shakespeare8``: a character-level LM on tiny Shakespeare (bench-quality's data), 8 layers, d = 64,
   FFN 256, 4 heads, 512-token context, 4,096 tokens per update, lr 5e-3; tolerance 1 % of the validation
@@ -72,9 +72,9 @@ class Ladder:
     # the run; the mFormer paper and HAT average the last ten): whether averaging helps, at every rung
     average_last: int = 0
     valid_metric: str = ""      # the validation score that decides whether averaging helps
-    # the retired ladders (shown in the report from their records, never climbed again) were one run up the
-    # ladder with a schedule that ignores --max-update, each rung where that run stopped
+    # the retired ladders: shown in the report from their records, never climbed again; ``note`` says why
     retired: bool = False
+    note: str = ""
 
 
 # The baselines of bench-quality's suites at the convergence budget (their settings, defined there), one run
@@ -88,6 +88,10 @@ _MULTI30K = dict(row=quality.Row("softmax", "mixed_transformer_iwslt_de_en"), fi
 AVERAGED_SHARE = 4  # the averaged checkpoints span the last 1 / AVERAGED_SHARE of a rung's run
 _SHAKESPEARE8 = dict(row=quality.Row("softmax", "softmax_1head_lm"), max_budget=32000, tolerance=0.01, relative=True,
                      metric="valid_loss", floor=None, subsets=("test",), confirm=True)
+
+
+_ONE_RUN = ("One run up the ladder with a schedule that ignores --max-update (each rung is where that run "
+            "stopped): it never anneals, so it was still gaining at 16,000 updates.")
 
 
 def _inverse_sqrt(env: Dict[str, str], lr: str) -> Dict[str, str]:
@@ -104,11 +108,18 @@ LADDERS = {
     "multi30k_inverse_sqrt": Ladder(
         suite=dataclasses.replace(MULTI30K, title=MULTI30K.title + ", inverse square root (retired)",
                                   env=_inverse_sqrt({**quality.CONVERGED_MULTI30K_ENV, "SUBSETS": "valid test"}, "2e-3")),
-        retired=True, **_MULTI30K),
+        retired=True, note=_ONE_RUN, **_MULTI30K),
     "shakespeare8_inverse_sqrt": Ladder(
         suite=dataclasses.replace(SHAKESPEARE, title=SHAKESPEARE.title + ", 8 layers, inverse square root (retired)",
                                   model_args=quality.LM8_SIZES, env=_inverse_sqrt(quality.LM8_ENV, "2e-3")),
-        first=250, retired=True, **_SHAKESPEARE8),
+        first=250, retired=True, note=_ONE_RUN, **_SHAKESPEARE8),
+    "multi30k_cosine_lr2e-3": Ladder(
+        suite=dataclasses.replace(MULTI30K, title=MULTI30K.title + ", cosine at lr 2e-3 (retired)",
+                                  env={**quality.CONVERGED_MULTI30K_ENV, "SUBSETS": "valid test", "LR": "2e-3"}),
+        average_last=10, valid_metric="valid_tokenized_bleu", retired=True,
+        note="The cosine at the 500-update suite's lr 2e-3 scored below the inverse-square-root run at 1000 and 2000 "
+             "updates: too little learning rate for a run this short; the suite moved to lr 5e-3 (the LM's).",
+        **_MULTI30K),
 }
 
 
@@ -396,8 +407,8 @@ def render(results: str, names: Sequence[str]) -> str:
              "Written by `benchmarks/convergence.py` from its records in `docs/records/data/convergence/`: the baseline "
              "of each suite trained at a ladder of budgets, each rung its own run whose learning rate decays to ~0 at "
              "that budget (a cosine); the budget B is the first rung whose metric is within the tolerance of the next "
-             "rung's. The retired ladders at the end climbed one inverse-square-root run instead (each rung is where "
-             "that run stopped), the suites' first settings; they show why the suites moved to a decaying schedule.", ""]
+             "rung's. The retired ladders at the end were climbed with earlier settings of the suites; each says why "
+             "it was retired.", ""]
     for name in sorted(names, key=lambda n: (LADDERS[n].retired, n)):
         ladder = LADDERS[name]
         every = load_records(results, name)
@@ -407,6 +418,8 @@ def render(results: str, names: Sequence[str]) -> str:
                   f"Decision: `{ladder.metric}` within {unit} of the next rung's"
                   + (", and the next rung's within it of the one after (a plateau is not convergence)" if ladder.confirm else "")
                   + (f", once it has reached {ladder.floor:g}" if ladder.floor is not None else "") + ".", ""]
+        if ladder.note:
+            lines += [f"Retired: {ladder.note}", ""]
         if len(records) < len(every):
             lines += [f"{len(every) - len(records)} rung record(s) climbed with other settings are not shown "
                       f"(`{os.path.join(os.path.basename(results.rstrip(os.sep)), name)}/`; the ladder changed since).", ""]
@@ -448,7 +461,7 @@ def render(results: str, names: Sequence[str]) -> str:
                      f"checkpoints, saved every budget / {AVERAGED_SHARE * ladder.average_last} updates (the run's last "
                      f"1/{AVERAGED_SHARE}); the budget is decided on the last checkpoint. " if ladder.average_last else "")
                   + "The first rung's commands (`<work-dir>`: the run's `--work-dir`; each rung differs in `MAX_UPDATE`, "
-                  + ("" if ladder.retired else "`SAVE_DIR`, ") + "`CHECKPOINT` and `OUT_DIR`):", "",
+                  + ("" if ladder.note == _ONE_RUN else "`SAVE_DIR`, ") + "`CHECKPOINT` and `OUT_DIR`):", "",
                   "```bash", quality.portable_command(quality.Context(data_root=os.path.join(os.path.dirname(REPO), "shared", "data"),
                                                                       work_dir="", quick=False), records[0]["train_command"]),
                   records[0]["evaluate_command"], "```", ""]
