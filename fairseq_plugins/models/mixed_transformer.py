@@ -34,7 +34,9 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 
 from ..modules import DECODER_SELF, ENCODER_DECODER, ENCODER_SELF, AttentionConfigError, build_attention
 from ..modules.options import ModelKindOptions
+from ..checkpoint_compat import loaded_from
 from .checkpoint_checks import load_checked
+from .generation_checks import GenerationChecks
 from .architecture import (
     Architecture,
     DecoderLayer,
@@ -280,6 +282,9 @@ def load_state_dict_describing_pruned(model, super_load, state_dict, strict, mod
     ``prune_state_dict`` renumbers the kept layers and clears ``*_layers_to_keep`` in ``model_cfg``, whose
     per-layer options must then describe the pruned model (a checkpoint saved from it reloads)."""
     options = model_cfg if model_cfg is not None else args
+    # the file the weights come from (None: from elsewhere), by which generation_checks tells the language model
+    # of fairseq-generate --lm-path
+    model.loaded_file = loaded_from(state_dict)[0]
     pruned = options is not None and any(getattr(options, name, None) for name in ("encoder_layers_to_keep", "decoder_layers_to_keep"))
     # (weights of a checkpoint file: its kinds checked, a mismatch named; checkpoint_checks.py. A pruned model
     # has other layer numbers than the file: fairseq's own loading checks it.)
@@ -290,7 +295,7 @@ def load_state_dict_describing_pruned(model, super_load, state_dict, strict, mod
 
 
 @register_model("mixed_transformer")
-class MixedTransformerModel(TransformerModel):
+class MixedTransformerModel(GenerationChecks, TransformerModel):
     """Encoder-decoder Transformer with per-layer attention kinds, heads and FFN widths."""
 
     @classmethod

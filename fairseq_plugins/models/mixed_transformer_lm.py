@@ -18,6 +18,7 @@ from ..modules import AttentionConfigError
 from .architecture import Architecture, default_per_layer, model_architecture, record_architecture, register_preset
 from ..modules.options import Positions
 from .layout import DecoderLayoutConfig, KindOptionsConfig, add_kind_options, resolve_kind_options, set_layout_defaults
+from .generation_checks import GenerationChecks
 from .mixed_transformer import MixedTransformerDecoder, load_state_dict_describing_pruned
 
 logger = logging.getLogger(__name__)
@@ -108,8 +109,69 @@ def check_task_fits(args, task) -> None:
                                                                       "trained without it" if bos else ""))
 
 
+def cutoffs(args, option: str, vocabulary: int):
+    """The cutoffs of ``--adaptive-input-cutoff`` / ``--adaptive-softmax-cutoff`` (``option``), checked as fairseq's
+    AdaptiveInput and AdaptiveSoftmax need them: increasing whole numbers, below the dictionary size (the last
+    may equal it)."""
+    value = getattr(args, option[2:].replace("-", "_"), None)
+    if value is None:
+        return None
+    try:
+        points = [int(point) for point in str(value).strip("[]() ").split(",")]
+    except ValueError:
+        points = []
+    if not points or any(b <= a for a, b in zip([0] + points, points)) or points[-1] > vocabulary:
+        raise AttentionConfigError(f"{option} {value}: expected increasing whole numbers separated by commas, from 1 up to "
+                                   f"the dictionary's {vocabulary} entries, e.g. {vocabulary // 4},{vocabulary // 2}")
+    return points
+
+
+def check_adaptive_embeddings(args, vocabulary: int) -> None:
+    """fairseq's adaptive input and adaptive softmax (Baevski & Auli 2019) and character embeddings, as this
+    package's language models build them: the combinations that fairseq's transformer_lm fails on (an
+    AttributeError when the output projection shares a matrix that the input does not have, bare asserts for
+    --tie-adaptive-weights) are one-line errors naming the options. The presets share the input and output
+    embeddings (--share-decoder-input-output-embed), which has no effect with an adaptive softmax: that has its
+    own output embeddings, so the option is turned off, and recorded off in the checkpoint (fairseq's
+    upgrade_state_dict would otherwise add the shared output matrix, which the model does not have, and the
+    checkpoint would not load)."""
+    input_cutoffs = cutoffs(args, "--adaptive-input-cutoff", vocabulary) if args.adaptive_input else None
+    softmax_cutoffs = cutoffs(args, "--adaptive-softmax-cutoff", vocabulary)
+    if args.adaptive_input and input_cutoffs is None:
+        raise AttentionConfigError("--adaptive-input needs --adaptive-input-cutoff (comma-separated cutoffs of the dictionary)")
+    if softmax_cutoffs is not None and args.share_decoder_input_output_embed:
+        logger.warning("--share-decoder-input-output-embed (on in this package's language-model presets) has no effect with "
+                       "--adaptive-softmax-cutoff: the adaptive softmax has its own output embeddings (tied to an adaptive "
+                       "input with --adaptive-input --tie-adaptive-weights); built and saved without it")
+        args.share_decoder_input_output_embed = False
+    unshareable = "--adaptive-input" if args.adaptive_input else "--character-embeddings" if args.character_embeddings else None
+    if unshareable and args.share_decoder_input_output_embed:
+        raise AttentionConfigError(
+            f"{unshareable} with --share-decoder-input-output-embed (on in this package's language-model presets): the "
+            f"output projection would share the input's embedding matrix, which {unshareable} does not have; add an "
+            "adaptive softmax (--adaptive-softmax-cutoff; with --adaptive-input the same cutoffs and "
+            "--tie-adaptive-weights tie the two), or use --arch mixed_transformer_lm, which shares nothing")
+    if args.tie_adaptive_weights and not args.adaptive_input and softmax_cutoffs is None:
+        # (fairseq's transformer_lm asserts; ours has built such models, whose checkpoints must still load)
+        logger.warning("--tie-adaptive-weights has no effect without --adaptive-input and --adaptive-softmax-cutoff, "
+                       "which it ties together")
+    elif args.tie_adaptive_weights:
+        if not args.adaptive_input or softmax_cutoffs is None:
+            raise AttentionConfigError("--tie-adaptive-weights ties an adaptive softmax to an adaptive input: it needs "
+                                       "--adaptive-input and --adaptive-softmax-cutoff")
+        if softmax_cutoffs != input_cutoffs or args.adaptive_softmax_factor != args.adaptive_input_factor:
+            raise AttentionConfigError(
+                f"--tie-adaptive-weights: the adaptive softmax (--adaptive-softmax-cutoff {args.adaptive_softmax_cutoff}, "
+                f"--adaptive-softmax-factor {args.adaptive_softmax_factor:g}) and the adaptive input "
+                f"(--adaptive-input-cutoff {args.adaptive_input_cutoff}, --adaptive-input-factor {args.adaptive_input_factor:g}) "
+                "must have the same cutoffs and factor")
+        if args.decoder_input_dim != args.decoder_output_dim:
+            raise AttentionConfigError(f"--tie-adaptive-weights: --decoder-input-dim {args.decoder_input_dim} and "
+                                       f"--decoder-output-dim {args.decoder_output_dim} must be equal")
+
+
 @register_model("mixed_transformer_lm", dataclass=MixedTransformerLanguageModelConfig)
-class MixedTransformerLanguageModel(TransformerLanguageModel):
+class MixedTransformerLanguageModel(GenerationChecks, TransformerLanguageModel):
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
@@ -127,6 +189,7 @@ class MixedTransformerLanguageModel(TransformerLanguageModel):
         # The whole architecture, resolved and validated before any module is built: errors name the option.
         architecture = model_architecture(args, decoder_only=True)
         resolve_kind_options(args, architecture, positions)
+        check_adaptive_embeddings(args, len(task.target_dictionary))
         record_architecture(args, architecture)
         if args.character_embeddings or args.adaptive_input:
             # fairseq builds these inputs inline in build_model; reuse them

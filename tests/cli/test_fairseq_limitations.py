@@ -37,8 +37,21 @@ starts to accept the option, the test fails and says what to remove.
    (checked by hand when this was written: the references come back as the
    hypotheses, BLEU 100).
 
+3. `fairseq-generate --constraints`::
+
+       File ".../fairseq/search.py", line 241, in init_constraints
+         for constraint_tensor in batch_constraints:
+       TypeError: 'NoneType' object is not iterable
+
+   fairseq-generate reads a binarised test set, which holds no constraints
+   (`sample` has no "constraints"; fairseq_cli/generate.py, `_main`), and
+   `LexicallyConstrainedBeamSearch.init_constraints` iterates over None.
+   Constraints are given to fairseq-interactive, after a tab on each input
+   line; that works for both models (tests/cli/test_end_to_end.py checks it
+   on a cosFormer and Extractor decoder).
+
 Each fairseq CLI run is a fresh interpreter (~3-5 s of imports), so the file
-keeps to the runs it needs: preprocess, two trainings, four failing runs.
+keeps to the runs it needs: preprocess, two trainings, six failing runs.
 """
 import re
 
@@ -120,3 +133,15 @@ def test_score_reference_fails_in_fairseq_interactive(data_bin, checkpoint):
         input_text="s1 s2 s3\n",
     )
 
+
+
+def test_constraints_fail_in_fairseq_generate(data_bin, checkpoint):
+    fails_with(
+        fairseq_command("generate") + [
+            data_bin, "--user-dir", PLUGIN_DIR, "--path", checkpoint, "--cpu", "--gen-subset", "test", "--num-workers", "0",
+            "--batch-size", str(BATCH_SIZE), *EVALUATE_ALL, "--beam", "4", "--constraints",
+        ],
+        "--constraints in fairseq-generate",
+        r"TypeError: 'NoneType' object is not iterable",
+        r'fairseq/search\.py", line \d+, in init_constraints\n\s+for constraint_tensor in batch_constraints:',
+    )

@@ -272,3 +272,83 @@ def test_plain_lm_architecture_builds_from_fairseq_train_structured_config(data_
     assert OmegaConf.is_struct(cfg.model)
     model = task.build_model(cfg.model)
     assert [l.self_attn.kind_name for l in model.decoder.layers] == ["softmax", "softmax"]
+
+
+# ------------------------------------------------ generation options (prepare_for_inference_) ---
+def generation_config(data_dir, *extra):
+    """The configuration fairseq-generate hands every model's prepare_for_inference_."""
+    args = options.parse_args_and_arch(options.get_generation_parser(), input_args=[data_dir, "-s", "src", "-t", "tgt", *extra])
+    return convert_namespace_to_omegaconf(args)
+
+
+MIXED_DECODER = ["--encoder-layers", "2", "--decoder-layers", "3", "--encoder-attention-kinds", "softmax,cosformer",
+                 "--decoder-attention-kinds", "softmax,cosformer,extractor_he"]
+
+
+@pytest.mark.parametrize("dropout, extra, message", [
+    ("0.1", ["--retain-dropout", "--retain-dropout-modules", "TransformerDecoderLayerBase,MixedTransformerDecoderLayer"],
+     "--retain-dropout-modules TransformerDecoderLayerBase: no module of the model of that class applies dropout; the "
+     "model's modules that do: MixedTransformerDecoder, MixedTransformerDecoderLayer, MixedTransformerEncoder, "
+     "MixedTransformerEncoderLayer (class names)"),
+    ("0.0", ["--retain-dropout"],
+     "--retain-dropout: the model applies no dropout (every dropout probability it was trained with is 0), so its "
+     "outputs would be those without the option; give probabilities with --model-overrides, e.g. \"{'dropout': 0.1}\""),
+], ids=["fairseq's layer name", "no dropout"])
+def test_retain_dropout_that_would_change_nothing_is_refused(data_dir, dropout, extra, message):
+    """fairseq ignores a module name that matches none (its own layers' names are not ours) and a model without
+    dropout keeps none: refused before decoding."""
+    _, _, model = build(data_dir, "mixed_transformer_iwslt_de_en", *MIXED_DECODER, "--dropout", dropout)
+    with pytest.raises(AttentionConfigError) as error:
+        model.prepare_for_inference_(generation_config(data_dir, *extra))
+    assert str(error.value) == message
+
+
+def test_retain_dropout_modules_keep_dropout_in_the_named_layers_only(data_dir):
+    """The names the refusal lists work: the decoder layers (softmax, cosFormer, Extractor) keep their dropout
+    when decoding, the encoder does not."""
+    _, _, model = build(data_dir, "mixed_transformer_iwslt_de_en", *MIXED_DECODER, "--dropout", "0.3")
+    model.eval()
+    model.prepare_for_inference_(generation_config(data_dir, "--retain-dropout", "--retain-dropout-modules", "MixedTransformerDecoderLayer"))
+    src, lengths, prev = batch()
+    with torch.no_grad():
+        encoded = [model.encoder(src, lengths)["encoder_out"][0] for _ in range(2)]
+        decoded = [model(src, lengths, prev)[0] for _ in range(2)]
+    assert torch.equal(*encoded) and not torch.equal(*decoded)
+
+
+def test_language_model_with_checkpointed_activations_computes_the_same_gradients(data_dir):
+    """--checkpoint-activations (and --offload-activations, which implies it) recompute every layer in the
+    backward pass, dropout included (fairseq restores the random state): softmax, cosFormer and Extractor layers
+    give the gradients of the plain model."""
+    gradients = []
+    for extra in ([], ["--checkpoint-activations"], ["--offload-activations"]):
+        _, _, model = build(data_dir, "mixed_transformer_lm_tiny", "--tokens-per-sample", "16", "--decoder-layers", "3",
+                            "--decoder-attention-kinds", "softmax,cosformer,extractor_we", "--dropout", "0.3",
+                            "--attention-dropout", "0.3", "--activation-dropout", "0.3", *extra, task="language_modeling")
+        assert all(hasattr(layer, "precheckpoint_forward") for layer in model.decoder.layers) == bool(extra)
+        model.train()
+        torch.manual_seed(1)
+        tokens = torch.randint(4, 20, (2, 12))
+        model(tokens)[0].float().logsumexp(-1).sum().backward()
+        gradients.append({name: p.grad for name, p in model.named_parameters()})
+    for other in gradients[1:]:
+        assert other.keys() == gradients[0].keys()
+        assert all(torch.allclose(other[name], gradients[0][name], atol=1e-6) for name in other)
+
+
+def test_adaptive_softmax_language_model_checkpoint_loads(data_dir, tmp_path):
+    """The presets share input and output embeddings, which an adaptive softmax ignores (it has its own): the
+    option is built and saved off, and a checkpoint saved with it on (before this was done) loads too; fairseq's
+    upgrade_state_dict added the shared output matrix the model does not have, and the checkpoint did not load."""
+    args, _, model = build(data_dir, "mixed_transformer_lm_tiny", "--tokens-per-sample", "16", "--decoder-layers", "3",
+                           "--decoder-attention-kinds", "softmax,cosformer,extractor_we", "--adaptive-softmax-cutoff", "8,16",
+                           task="language_modeling")
+    assert model.decoder.adaptive_softmax is not None and not args.share_decoder_input_output_embed
+    args.share_decoder_input_output_embed = True  # as saved before
+    path = str(tmp_path / "checkpoint.pt")
+    save_fairseq_checkpoint(args, model.eval(), path)
+    loaded = checkpoint_utils.load_model_ensemble([path], arg_overrides={"data": data_dir})[0][0].eval()
+    tokens = torch.randint(4, 20, (2, 10))
+    with torch.no_grad():
+        assert torch.equal(model.get_normalized_probs(model(tokens), log_probs=True),
+                           loaded.get_normalized_probs(loaded(tokens), log_probs=True))

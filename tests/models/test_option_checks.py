@@ -123,3 +123,63 @@ def test_an_option_no_layer_uses_is_named_in_a_warning(data_dir, caplog, arch, e
 def test_options_some_layer_uses_give_no_warning(data_dir, caplog, arch, extra):
     build(data_dir, arch, *extra)
     assert unused_warnings(caplog) == []
+
+
+# ------------------------------------- adaptive input / softmax, character embeddings ---
+LM_KINDS = ["--decoder-layers", "3", "--decoder-attention-kinds", "softmax,cosformer,extractor_we", "--tokens-per-sample", "16"]
+ADAPTIVE_INPUT = ["--adaptive-input", "--adaptive-input-cutoff", "4,8"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (ADAPTIVE_INPUT,
+     "--adaptive-input with --share-decoder-input-output-embed (on in this package's language-model presets): the output "
+     "projection would share the input's embedding matrix, which --adaptive-input does not have; add an adaptive softmax "
+     "(--adaptive-softmax-cutoff; with --adaptive-input the same cutoffs and --tie-adaptive-weights tie the two), or use "
+     "--arch mixed_transformer_lm, which shares nothing"),
+    (["--character-embeddings"],
+     "--character-embeddings with --share-decoder-input-output-embed (on in this package's language-model presets): the "
+     "output projection would share the input's embedding matrix, which --character-embeddings does not have; add an "
+     "adaptive softmax (--adaptive-softmax-cutoff; with --adaptive-input the same cutoffs and --tie-adaptive-weights tie "
+     "the two), or use --arch mixed_transformer_lm, which shares nothing"),
+    (["--adaptive-input"], "--adaptive-input needs --adaptive-input-cutoff (comma-separated cutoffs of the dictionary)"),
+    (["--adaptive-softmax-cutoff", "4,8", "--tie-adaptive-weights"],
+     "--tie-adaptive-weights ties an adaptive softmax to an adaptive input: it needs --adaptive-input and "
+     "--adaptive-softmax-cutoff"),
+    (ADAPTIVE_INPUT + ["--adaptive-softmax-cutoff", "4,10", "--tie-adaptive-weights"],
+     "--tie-adaptive-weights: the adaptive softmax (--adaptive-softmax-cutoff 4,10, --adaptive-softmax-factor 4) and the "
+     "adaptive input (--adaptive-input-cutoff 4,8, --adaptive-input-factor 4) must have the same cutoffs and factor"),
+    (ADAPTIVE_INPUT + ["--adaptive-softmax-cutoff", "4,8", "--tie-adaptive-weights", "--decoder-output-dim", "16"],
+     "--tie-adaptive-weights: --decoder-input-dim 32 and --decoder-output-dim 16 must be equal"),
+    (["--adaptive-softmax-cutoff", "8,4"],
+     "--adaptive-softmax-cutoff 8,4: expected increasing whole numbers separated by commas, from 1 up to the dictionary's "
+     "16 entries, e.g. 4,8"),
+], ids=["adaptive input shared", "character embeddings shared", "no input cutoffs", "tie without adaptive input",
+        "tie with other cutoffs", "tie with other widths", "decreasing cutoffs"])
+def test_adaptive_embedding_options_fairseq_fails_on_are_refused_at_build_time(data_dir, extra, message):
+    """fairseq's transformer_lm fails on these with an AttributeError or a bare assert (or, the cutoffs, an
+    assert in AdaptiveSoftmax); the presets share input and output embeddings by default."""
+    with pytest.raises(AttentionConfigError) as error:
+        build(data_dir, "mixed_transformer_lm_tiny", *LM_KINDS, *extra)
+    assert str(error.value) == message
+
+
+def test_adaptive_input_tied_to_an_adaptive_softmax_builds_on_a_preset(data_dir, caplog):
+    """What the refusals propose: the preset's sharing gives way to the adaptive softmax, said in a warning."""
+    model = build(data_dir, "mixed_transformer_lm_tiny", *LM_KINDS, *ADAPTIVE_INPUT, "--adaptive-softmax-cutoff", "4,8",
+                  "--tie-adaptive-weights")
+    softmax = model.decoder.adaptive_softmax
+    assert softmax is not None and softmax.tail[0][-1].weight is model.decoder.embed_tokens.embeddings[1][0].weight
+    tokens = torch.randint(4, 16, (2, 10))
+    assert model.get_normalized_probs(model(tokens), log_probs=True).exp().sum(-1).allclose(torch.ones(2, 10))
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "--share-decoder-input-output-embed (on in this package's language-model presets) has no effect with "
+        "--adaptive-softmax-cutoff: the adaptive softmax has its own output embeddings (tied to an adaptive input with "
+        "--adaptive-input --tie-adaptive-weights); built and saved without it"]
+
+
+def test_tie_adaptive_weights_without_adaptive_embeddings_is_named_in_a_warning(data_dir, caplog):
+    """Nothing to tie: fairseq's transformer_lm asserts; ours built such models, whose checkpoints still load."""
+    model = build(data_dir, "mixed_transformer_lm_tiny", *LM_KINDS, "--tie-adaptive-weights")
+    assert model.decoder.adaptive_softmax is None
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "--tie-adaptive-weights has no effect without --adaptive-input and --adaptive-softmax-cutoff, which it ties together"]
