@@ -60,6 +60,75 @@ def test_parse_train_log_continues_the_curves_of_a_run_resumed_from_a_checkpoint
     assert quality.parse_train_log(killed, finished=False)["train_seconds"] is None
 
 
+def test_parse_train_log_keeps_the_curves_across_a_run_that_crashed_before_it_loaded_anything():
+    """Killed at update 40 (saved at 20), a start that crashed while it built the model (no checkpoint loaded, no
+    update), then the run resumed from update 20: the curves from update 0 stay."""
+    killed = TRAIN_LOG.replace("done training in 380.9 seconds", "(killed)")
+    crashed = ("2026-11-22 | INFO | fairseq_cli.train | {'_name': None}\n"
+               "Traceback (most recent call last):\nRuntimeError: CUDA error: out of memory\n")
+    resumed = TRAIN_LOG.replace(
+        "| num. shared model params",
+        "| Loaded checkpoint ck/checkpoint_last.pt (epoch 1 @ 20 updates)\n2026-11-22 | INFO | fairseq_cli.train "
+        "| num. shared model params").replace("loss=13.236", "loss=13.0").replace("num_updates=20,", "num_updates=30,")
+    parsed = quality.parse_train_log(killed + crashed + resumed)
+    assert parsed["train_curve"] == [[20, 13.236], [30, 13.0], [40, 11.775]]
+    assert parsed["valid_curve"] == [[41, 8.129], [50, 6.563]]
+    # a run from scratch (fairseq found no checkpoint) replaces the curves before it
+    scratch = TRAIN_LOG.replace("| num. shared model params", "| No existing checkpoint found ck/checkpoint_last.pt\n"
+                                "2026-11-22 | INFO | fairseq_cli.train | num. shared model params").replace(
+        "loss=11.775", "loss=11.0").replace("num_updates=20,", "num_updates=10,")
+    assert quality.parse_train_log(killed + crashed + scratch)["train_curve"] == [[10, 13.236], [40, 11.0]]
+
+
+def test_a_rows_settings_resume_as_row_json_holds_them_and_only_on_the_same_device(tmp_path, monkeypatch):
+    """Settings compare as row.json holds them (a tuple is a list there), so that a row of such settings
+    resumes instead of starting again each time; a run on another device than the folder's is not resumed (its
+    training time would mix the two), while a CPU run keeps the row.json of the settings alone."""
+    monkeypatch.setattr(quality, "checkpoint_updates", lambda path: 40 if os.path.isfile(path) else 0)
+    folder = tmp_path / "row"
+    settings = {"env": {"MAX_UPDATE": "100"}, "args": ("--arch", "x")}
+    assert quality.row_updates_done(str(folder), settings, restart=False, label="x") == 0
+    (folder / "checkpoint_last.pt").write_bytes(b"")
+    assert quality.row_updates_done(str(folder), settings, restart=False, label="x") == 40
+    cpu, cuda = (quality.Context(data_root="d", work_dir="w", quick=False, device=device) for device in ("cpu", "cuda"))
+    assert quality.row_run_settings(cpu, settings) == settings  # (the folders of before the device counted)
+    assert quality.row_updates_done(str(folder), quality.row_run_settings(cpu, settings), restart=False, label="x") == 40
+    assert quality.row_updates_done(str(folder), quality.row_run_settings(cuda, settings), restart=False, label="x") == 0
+    (folder / "checkpoint_last.pt").write_bytes(b"")
+    assert quality.row_updates_done(str(folder), quality.row_run_settings(cuda, settings), restart=False, label="x") == 40
+    assert quality.row_updates_done(str(folder), quality.row_run_settings(cpu, settings), restart=False, label="x") == 0
+
+
+def test_a_row_waiting_for_another_process_gives_up_when_the_run_stops(tmp_path, monkeypatch):
+    """A thread of run_parallel (which no signal reaches) waiting for another process's training of its row
+    gives up when the run stops, instead of waiting hours and then training; no command starts after the stop."""
+    import threading
+
+    ctx = quality.Context(data_root=str(tmp_path / "data"), work_dir=str(tmp_path / "work"), quick=False)
+    suite = quality.SUITES["grimm"]
+    row = suite.rows[0]
+    waiting, outcome = threading.Event(), []
+    monkeypatch.setattr(quality, "log", lambda message: waiting.set() if "waiting for it" in message else None)
+    monkeypatch.setattr(quality, "train_and_score_row", lambda *args, **kwargs: outcome.append("trained"))
+
+    def run():
+        try:
+            quality.run_row(ctx, suite, row)
+        except SystemExit as error:
+            outcome.append(str(error))
+
+    with quality.exclusive_lock(quality.row_dir(ctx, suite, row) + ".lock"):  # (the other process, training it)
+        second = threading.Thread(target=run, daemon=True)
+        second.start()
+        assert waiting.wait(60), "the row did not wait"
+        ctx.stop()
+        second.join(30)
+        assert not second.is_alive(), "the row went on waiting after the run stopped"
+    assert len(outcome) == 1 and "waiting for another process's training: the run is stopping" in outcome[0]
+    with pytest.raises(SystemExit, match="not started: the run is stopping"):
+        ctx.run(suite.name, {}, [sys.executable, "-c", "pass"])
+
+
 def test_a_rows_folder_resumes_a_run_of_the_same_settings_and_restarts_any_other(tmp_path, monkeypatch):
     monkeypatch.setattr(quality, "checkpoint_updates", lambda path: 40 if os.path.isfile(path) else 0)
     folder = tmp_path / "row"
