@@ -6,6 +6,7 @@ import math
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 
@@ -550,6 +551,33 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
     again = json.loads(paths[0].read_text())
     assert again["train_seconds"] == finished["train_seconds"] and again["score"] == finished["score"]
     assert again["train_curve"] == finished["train_curve"]
+
+    # A row stopped halfway resumes from its last checkpoint (fairseq's own resume, its log's "Loaded checkpoint"
+    # line): the curve continues the first run's, the training stops at the budget (no update past it) and its
+    # time is fairseq's, summed over both runs
+    save_dir = work / "checkpoints" / "grimm" / "extractor_me"
+    started_with = (save_dir / quality.ROW_SETTINGS_FILE).read_text()
+    shutil.rmtree(save_dir)
+    save_dir.mkdir()
+    (save_dir / quality.ROW_SETTINGS_FILE).write_text(started_with)
+    assert "MAX_UPDATE=6 " in finished["train_command"]
+    halfway = subprocess.run(["bash", "-c", finished["train_command"].replace("MAX_UPDATE=6 ", "MAX_UPDATE=3 ")],
+                             cwd=quality.REPO, capture_output=True, text=True,
+                             env={**os.environ, "PYTHON": sys.executable,
+                                  "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]})
+    assert halfway.returncode == 0, halfway.stderr[-3000:]
+    last = str(save_dir / "checkpoint_last.pt")
+    assert quality.checkpoint_updates(last) == 3
+    for path in paths:
+        path.unlink()
+    resumed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "training (6 updates, from 3)" in resumed.stderr and "removed" not in resumed.stderr
+    again = json.loads(paths[0].read_text())
+    assert quality.checkpoint_updates(last) == 6 and again["updates"] == 6
+    updates = [u for u, _ in again["train_curve"]]
+    assert updates == sorted(set(updates)) and updates[0] < 3 and updates[-1] == 6, again["train_curve"]
+    assert again["train_seconds"] == quality.total_train_seconds(last, "") > 0
 
 
 def test_decode_speed_samples_exactly_the_asked_lengths(tmp_path):
