@@ -286,31 +286,21 @@ def test_a_process_that_reaches_a_rung_under_way_waits_for_it_and_reads_its_resu
     second.join(60)
     assert not second.is_alive() and climbed == [{"row": "softmax", "seed": 1, "updates": 1000, "valid_loss": 1.25}]
 
-
-
-
-def test_a_climb_waiting_for_another_process_gives_up_when_the_run_stops(tmp_path, monkeypatch):
-    """A thread of run_parallel (which no signal reaches) waiting for a rung under way in another process gives
-    up when the run stops (another rung failed, or SIGTERM), instead of waiting for that climb and then training."""
-    import threading
-
-    ctx = convergence.quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False)
-    save_dir = convergence.save_dir_of(ctx, "shakespeare8", 1, 1000)
-    waiting, outcome = threading.Event(), []
-    monkeypatch.setattr(convergence, "log", lambda message: waiting.set() if "waiting for it" in message else None)
-    monkeypatch.setattr(convergence, "train_rung", lambda *args: outcome.append("trained"))
+    # a climb waiting for it gives up when its run stops (a thread of run_parallel, which no signal reaches)
+    os.remove(path)
+    gave_up = []
 
     def climb():
-        try:
-            convergence.climb_rung(ctx, "shakespeare8", str(tmp_path / "results"), 1, 1000)
-        except SystemExit as error:
-            outcome.append(str(error))
+        with pytest.raises(SystemExit, match="waiting for another process's climb: the run is stopping"):
+            convergence.climb_rung(ctx, "shakespeare8", str(results), 1, 1000)
+        gave_up.append(True)
 
-    with convergence.exclusive_lock(os.path.join(save_dir, "rung.lock")):  # (the other process, training it)
-        second = threading.Thread(target=climb, daemon=True)
-        second.start()
-        assert waiting.wait(60), "the second climb did not wait"
+    with convergence.exclusive_lock(os.path.join(save_dir, "rung.lock")):
+        waiting.clear()
+        third = threading.Thread(target=climb, daemon=True)
+        third.start()
+        assert waiting.wait(60), "the third climb did not wait"
         ctx.stop()
-        second.join(30)
-        assert not second.is_alive(), "the climb went on waiting after the run stopped"
-    assert len(outcome) == 1 and "waiting for another process's climb: the run is stopping" in outcome[0]
+        third.join(30)
+        assert not third.is_alive() and gave_up == [True], "the climb went on waiting after the run stopped"
+

@@ -100,36 +100,6 @@ def test_a_rows_settings_resume_as_row_json_holds_them_and_only_on_the_same_devi
     assert quality.row_updates_done(str(folder), quality.row_run_settings(cpu, settings), restart=False, label="x") == 0
 
 
-def test_a_row_waiting_for_another_process_gives_up_when_the_run_stops(tmp_path, monkeypatch):
-    """A thread of run_parallel (which no signal reaches) waiting for another process's training of its row
-    gives up when the run stops, instead of waiting hours and then training; no command starts after the stop."""
-    import threading
-
-    ctx = quality.Context(data_root=str(tmp_path / "data"), work_dir=str(tmp_path / "work"), quick=False)
-    suite = quality.SUITES["grimm"]
-    row = suite.rows[0]
-    waiting, outcome = threading.Event(), []
-    monkeypatch.setattr(quality, "log", lambda message: waiting.set() if "waiting for it" in message else None)
-    monkeypatch.setattr(quality, "train_and_score_row", lambda *args, **kwargs: outcome.append("trained"))
-
-    def run():
-        try:
-            quality.run_row(ctx, suite, row)
-        except SystemExit as error:
-            outcome.append(str(error))
-
-    with quality.exclusive_lock(quality.row_dir(ctx, suite, row) + ".lock"):  # (the other process, training it)
-        second = threading.Thread(target=run, daemon=True)
-        second.start()
-        assert waiting.wait(60), "the row did not wait"
-        ctx.stop()
-        second.join(30)
-        assert not second.is_alive(), "the row went on waiting after the run stopped"
-    assert len(outcome) == 1 and "waiting for another process's training: the run is stopping" in outcome[0]
-    with pytest.raises(SystemExit, match="not started: the run is stopping"):
-        ctx.run(suite.name, {}, [sys.executable, "-c", "pass"])
-
-
 def test_a_rows_folder_resumes_a_run_of_the_same_settings_and_restarts_any_other(tmp_path, monkeypatch):
     monkeypatch.setattr(quality, "checkpoint_updates", lambda path: 40 if os.path.isfile(path) else 0)
     folder = tmp_path / "row"
@@ -149,22 +119,45 @@ def test_a_rows_folder_resumes_a_run_of_the_same_settings_and_restarts_any_other
     assert not (folder / "checkpoint_last.pt").exists()
 
 
-def test_one_process_at_a_time_trains_a_row_and_another_waits_for_its_result(tmp_path, monkeypatch):
+def test_one_process_at_a_time_trains_a_row_and_another_waits_for_its_result_or_its_runs_stop(tmp_path, monkeypatch):
+    """The row's lock: another process's training of it is waited for, then its result taken; a thread of
+    run_parallel (which no signal reaches) gives up the wait when its run stops, instead of waiting hours and
+    then training, and no command starts after the stop."""
     import threading
 
     ctx = quality.Context(data_root=str(tmp_path / "data"), work_dir=str(tmp_path / "work"), quick=False)
     suite = quality.SUITES["grimm"]
     row = suite.rows[0]
-    waiting, trained = threading.Event(), []
+    waiting, outcome = threading.Event(), []
     monkeypatch.setattr(quality, "log", lambda message: waiting.set() if "waiting for it" in message else None)
-    monkeypatch.setattr(quality, "train_and_score_row", lambda *args, **kwargs: pytest.fail("trained a row under way"))
-    with quality.exclusive_lock(quality.row_dir(ctx, suite, row) + ".lock"):  # (the other process, training it)
-        second = threading.Thread(target=lambda: trained.append(quality.run_row(ctx, suite, row)))
-        second.start()
-        assert waiting.wait(60), "the second run did not wait"
-        quality.write_json(quality.result_path(ctx, suite, row), _grimm_result(ctx, suite, row, train_command="other"))
-    second.join(60)
-    assert not second.is_alive() and trained[0]["train_command"] == "other"
+    monkeypatch.setattr(quality, "train_and_score_row", lambda *args, **kwargs: outcome.append("trained"))
+
+    def run():
+        try:
+            outcome.append(quality.run_row(ctx, suite, row))
+        except SystemExit as error:
+            outcome.append(str(error))
+
+    for finish in ("the other process", "the run stops"):
+        waiting.clear()
+        if finish == "the run stops":
+            os.remove(quality.result_path(ctx, suite, row))  # (the row to train again)
+        with quality.exclusive_lock(quality.row_dir(ctx, suite, row) + ".lock"):  # (the other process, training it)
+            second = threading.Thread(target=run, daemon=True)
+            second.start()
+            assert waiting.wait(60), "the second run did not wait"
+            if finish == "the other process":
+                quality.write_json(quality.result_path(ctx, suite, row), _grimm_result(ctx, suite, row, train_command="other"))
+            else:
+                ctx.stop()
+                second.join(30)
+                assert not second.is_alive(), "the row went on waiting after the run stopped"
+        second.join(60)
+        assert not second.is_alive()
+    assert outcome[0]["train_command"] == "other" and len(outcome) == 2
+    assert "waiting for another process's training: the run is stopping" in outcome[1]
+    with pytest.raises(SystemExit, match="not started: the run is stopping"):
+        ctx.run(suite.name, {}, [sys.executable, "-c", "pass"])
 
 
 def test_the_training_time_is_fairseqs_cumulative_time_across_resumed_runs(monkeypatch):
