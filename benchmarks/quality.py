@@ -51,8 +51,8 @@ in the records or the work folder, is not trained again, so that a run from a
 separate clone continues after a restart, and in a later session, from its
 committed records (commit the records folder as rows finish); an unfinished
 one resumes from its last checkpoint when its folder's run has the current
-settings (``row.json``; its training time is fairseq's own, summed over the
-runs), else it is trained again from scratch; one process at a time trains a
+settings and device (``row.json``; its training time is fairseq's own, summed
+over the runs), else it is trained again from scratch; one process at a time trains a
 row (another one waits for its result); ``--force`` retrains. A finished row without the paired test's items (a row of
 an older version) gets them from its stored output or checkpoint, without
 training again. Training refuses a checkout with uncommitted changes (the rows
@@ -391,12 +391,12 @@ class Context:
     # --jobs (a lent GPU has room for a dozen of these small models side by side)
     device: str = "cpu"
     running: set = field(default_factory=set)  # the commands' processes now running (stopped with the run)
-    # set by ``stop``: no command starts after it, and a row waiting for another process's training gives up
-    stopping: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
-    _starting: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     # The finished rows' small results, committed (RECORDS_DIR/SUITE/ROW[_seedN].json, see keep_record): the
     # report's source. None: the work folder's results only (the callers that train rows for their own reports)
     records: Optional[str] = None
+    # set by ``stop``: no command starts after it, and a row waiting for another process's training gives up
+    stopping: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    _starting: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def run(self, suite: str, env: Dict[str, str], argv: Sequence[str], log_path: Optional[str] = None,
             record: bool = True) -> str:
