@@ -324,8 +324,10 @@ def climb_rung(ctx: quality.Context, name: str, results: str, seed: int, budget:
     if record is not None:
         return record
     save_dir = save_dir_of(ctx, name, seed, budget)
-    with exclusive_lock(os.path.join(save_dir, "rung.lock"), on_wait=lambda: log(
-            f"{ladder.row.name} seed {seed} at {budget}: another process is climbing this rung: waiting for it")):
+    label = f"{ladder.row.name} seed {seed} at {budget}"
+    with exclusive_lock(os.path.join(save_dir, "rung.lock"),
+                        on_wait=lambda: log(f"{label}: another process is climbing this rung: waiting for it"),
+                        while_waiting=lambda: ctx.raise_if_stopping(f"{label}: waiting for another process's climb")):
         record = recorded_rung(ctx, name, path, settings)  # (the process waited for has finished it)
         if record is not None:
             return record

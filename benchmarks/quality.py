@@ -51,8 +51,8 @@ in the records or the work folder, is not trained again, so that a run from a
 separate clone continues after a restart, and in a later session, from its
 committed records (commit the records folder as rows finish); an unfinished
 one resumes from its last checkpoint when its folder's run has the current
-settings (``row.json``; its training time is fairseq's own, summed over the
-runs), else it is trained again from scratch; one process at a time trains a
+settings and device (``row.json``; its training time is fairseq's own, summed
+over the runs), else it is trained again from scratch; one process at a time trains a
 row (another one waits for its result); ``--force`` retrains. A finished row without the paired test's items (a row of
 an older version) gets them from its stored output or checkpoint, without
 training again. Training refuses a checkout with uncommitted changes (the rows
@@ -82,6 +82,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -393,6 +394,9 @@ class Context:
     # The finished rows' small results, committed (RECORDS_DIR/SUITE/ROW[_seedN].json, see keep_record): the
     # report's source. None: the work folder's results only (the callers that train rows for their own reports)
     records: Optional[str] = None
+    # set by ``stop``: no command starts after it, and a row waiting for another process's training gives up
+    stopping: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    _starting: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def run(self, suite: str, env: Dict[str, str], argv: Sequence[str], log_path: Optional[str] = None,
             record: bool = True) -> str:
@@ -404,16 +408,19 @@ class Context:
         full_env["PATH"] = os.path.dirname(self.python) + os.pathsep + full_env.get("PATH", "")
         # Its own process group, stopped whole when this run is (Ctrl-C, or SIGTERM turned into an exception
         # at the end of a session): a recipe's fairseq process must not train on, orphaned, beside later runs.
-        process = subprocess.Popen(list(argv), cwd=REPO, env=full_env, text=True, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-        self.running.add(process)
+        with self._starting:  # (``stop`` sees every process started before it, and none starts after it)
+            self.raise_if_stopping(f"`{shell_line(env, argv)}` not started")
+            process = subprocess.Popen(list(argv), cwd=REPO, env=full_env, text=True, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+            self.running.add(process)
         try:
             stdout, _ = process.communicate()
         except BaseException:
             stop_process_group(process)
             raise
         finally:
-            self.running.discard(process)
+            with self._starting:
+                self.running.discard(process)
         if log_path:
             os.makedirs(os.path.dirname(log_path), exist_ok=True)
             with open(log_path, "a", encoding="utf-8") as f:
@@ -422,6 +429,19 @@ class Context:
             tail = "\n".join(stdout.splitlines()[-25:])
             raise SystemExit(f"error: `{shell_line(env, argv)}` failed (exit {process.returncode}):\n{tail}")
         return stdout
+
+    def stop(self):
+        """Stop the commands under way (their process groups) and start no other one: the first failure of
+        ``run_parallel``'s calls, whose other threads no signal reaches."""
+        with self._starting:
+            self.stopping.set()
+            processes = list(self.running)
+        for process in processes:
+            stop_process_group(process)
+
+    def raise_if_stopping(self, what: str = "stopped"):
+        if self.stopping.is_set():
+            raise SystemExit(f"error: {what}: the run is stopping (another row failed, or the run was stopped)")
 
 
 def stop_on_sigterm(signum, frame):
@@ -801,7 +821,8 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False, seed: int
     save_dir = row_dir(ctx, suite, row, seed)
     # one process at a time trains a row (the lock lies beside the folder, which may be removed)
     with exclusive_lock(save_dir + ".lock", on_wait=lambda: log(f"{label}: another process is training this row: "
-                                                                "waiting for it")):
+                                                                "waiting for it"),
+                        while_waiting=lambda: ctx.raise_if_stopping(f"{label}: waiting for another process's training")):
         previous = None if force else load_result(ctx, suite, row, seed, trust_recorded_data=False)
         if previous is not None:  # (the process waited for has finished it)
             return previous
@@ -814,11 +835,19 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False, seed: int
 ROW_SETTINGS_FILE = "row.json"  # in a row's folder: the settings its run started with
 
 
+def row_run_settings(ctx: Context, settings: dict) -> dict:
+    """What a row's run in its folder must keep to be resumed: its settings, and the device, which the settings
+    leave out (a row finished on either counts) but a run's training time must not mix (a CPU run's row.json
+    is its settings alone, as before the device counted)."""
+    return settings if ctx.device == "cpu" else {**settings, "device": ctx.device}
+
+
 def row_updates_done(save_dir: str, settings: dict, restart: bool, label: str) -> int:
     """Ready ``save_dir`` for the row's training and return the updates it has done: a run of the same settings
     (its ``row.json``) resumes from its checkpoint_last.pt, as fairseq-train does; the folder of a run of other
     settings (or of one that kept no settings), or any with ``restart``, is removed first."""
     settings_file = os.path.join(save_dir, ROW_SETTINGS_FILE)
+    settings = json.loads(json.dumps(settings))  # as row.json holds them (a tuple is a list there)
     if os.path.isdir(save_dir) and (restart or read_json(settings_file) != settings):
         log(f"{label}: {relative(save_dir)} holds a run {'to restart' if restart else 'of other settings'}: "
             "removed, trained from scratch")
@@ -834,7 +863,7 @@ def train_and_score_row(ctx: Context, suite: Suite, row: Row, seed: int, setting
     save_dir = row_dir(ctx, suite, row, seed)
     env = row_env(ctx, suite, row, seed)
     budget = int(env["MAX_UPDATE"])
-    done = row_updates_done(save_dir, settings, restart, label)
+    done = row_updates_done(save_dir, row_run_settings(ctx, settings), restart, label)
     train = [f"recipes/{suite.recipe}/train.sh", row.arch, *suite.model_args, *row.args, *suite.train_args]
     started = time.time()
     # fairseq-train resumed at its --max-update would train one more update: a run that got there (stopped
@@ -1162,30 +1191,34 @@ def _fields(line: str) -> Dict[str, float]:
 
 
 _LOADED_CHECKPOINT = re.compile(r"Loaded checkpoint .* \(epoch \d+ @ (\d+) updates\)")
+_NO_CHECKPOINT = "No existing checkpoint found"  # (fairseq's trainer: a run from scratch)
 
 
 def parse_train_log(text: str, finished: bool = True) -> dict:
     """Parameters, training time, the training-loss curve (``train_inner`` lines) and the
     validations (fairseq-train's ``--log-format simple`` output). A log holds every run started in
     its folder: a run resumed from a checkpoint continues the curves of the runs before it (what they
-    logged past that checkpoint is dropped), one started from scratch replaces them. ``finished``: the
-    last run must have ended its training (``done training``)."""
+    logged past that checkpoint is dropped), one started from scratch replaces them, and one that
+    stopped before it loaded or trained anything (a crash while it built the model or read the data)
+    leaves them as they are. ``finished``: the last run must have ended its training (``done training``)."""
     runs = text.split("fairseq_cli.train | {")  # each fairseq-train start prints its config dict
     runs = runs[1:] if len(runs) > 1 else runs
     curve: List[list] = []
     valid: List[dict] = []
     for run in runs:
-        loaded = _LOADED_CHECKPOINT.search(run)
-        resumed_at = int(loaded.group(1)) if loaded else 0
-        curve = [point for point in curve if point[0] <= resumed_at]
-        valid = [v for v in valid if int(v.get("num_updates", 0)) <= resumed_at]
+        run_curve, run_valid = [], []
         for line in run.splitlines():
             if "| train_inner |" in line:
                 values = _fields(line)
                 if "num_updates" in values and "loss" in values:
-                    curve.append([int(values["num_updates"]), values["loss"]])
+                    run_curve.append([int(values["num_updates"]), values["loss"]])
             elif "| valid on 'valid' subset |" in line:
-                valid.append(pipe_fields(line))
+                run_valid.append(pipe_fields(line))
+        loaded = _LOADED_CHECKPOINT.search(run)
+        if loaded or _NO_CHECKPOINT in run or run_curve or run_valid:
+            resumed_at = int(loaded.group(1)) if loaded else 0
+            curve = [point for point in curve if point[0] <= resumed_at] + run_curve
+            valid = [v for v in valid if int(v.get("num_updates", 0)) <= resumed_at] + run_valid
     last = runs[-1]
     params = re.findall(r"num\. shared model params: ([0-9,]+)", last) or re.findall(
         r"num\. model params: ([0-9,]+)", last)
@@ -1909,8 +1942,7 @@ def run_parallel(ctx: Context, calls, jobs: int):
         except BaseException:
             for future in futures:
                 future.cancel()
-            for process in list(ctx.running):
-                stop_process_group(process)
+            ctx.stop()
             raise
 
 

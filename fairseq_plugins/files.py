@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import time
 import uuid
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -67,6 +68,9 @@ def atomic_directory(path: str) -> Iterator[str]:
     """Yield an empty folder ``<path>.<unique>.partial`` to fill; on success it replaces ``path`` (a folder there
     before is removed), on any error it is removed. Unique per writer, as ``atomic_output``'s files (two writers
     at once: the last one wins); a killed run's leftover is removed by the next writer of ``path``."""
+    # "bin/" names the folder bin: its partial must lie beside it ("bin/.<unique>.partial" lies inside the folder
+    # that success removes first)
+    path = os.path.normpath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     remove_dead_partials(path)
     partial = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
@@ -86,11 +90,17 @@ def atomic_directory(path: str) -> Iterator[str]:
         raise
 
 
+LOCK_POLL_SECONDS = 0.5
+
+
 @contextlib.contextmanager
-def exclusive_lock(path: str, on_wait: Optional[Callable[[], None]] = None):
+def exclusive_lock(path: str, on_wait: Optional[Callable[[], None]] = None,
+                   while_waiting: Optional[Callable[[], None]] = None):
     """Hold an exclusive ``fcntl.flock`` on the file ``path`` (created where missing) for the block: one holder
     at a time, across processes and threads; released when the block ends or the process does (also when it is
-    killed). ``on_wait`` is called once where another holder makes this one wait (to say so)."""
+    killed). ``on_wait`` is called once where another holder makes this one wait (to say so); ``while_waiting``
+    then about every ``LOCK_POLL_SECONDS``, and gives up the wait by raising (a thread, which no signal reaches,
+    told to stop while another process holds the lock for hours)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "a") as lock:
         try:
@@ -98,7 +108,16 @@ def exclusive_lock(path: str, on_wait: Optional[Callable[[], None]] = None):
         except BlockingIOError:
             if on_wait is not None:
                 on_wait()
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            if while_waiting is None:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            else:
+                while True:
+                    while_waiting()
+                    try:
+                        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        time.sleep(LOCK_POLL_SECONDS)
         try:
             yield
         finally:

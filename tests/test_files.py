@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from fairseq_plugins.files import atomic_directory, atomic_output, write_json, write_lines
+from fairseq_plugins.files import atomic_directory, atomic_output, exclusive_lock, write_json, write_lines
 
 
 def leftovers(folder):
@@ -114,3 +114,43 @@ def test_two_writers_of_one_folder_each_fill_their_own_and_the_last_one_wins(tmp
             (tmp_path / second / "from_second").write_text("b")
         (tmp_path / first / "from_first").write_text("a")
     assert os.listdir(target) == ["from_first"] and leftovers(tmp_path) == []
+
+
+def test_a_folder_named_with_a_trailing_slash_is_filled_beside_it(tmp_path):
+    """``bin/`` is the folder bin: its partial lies beside it, not inside the folder that success replaces."""
+    target = tmp_path / "bin"
+    target.mkdir()
+    (target / "stale").write_text("x")
+    with atomic_directory(str(target) + os.sep) as partial:
+        assert os.path.dirname(os.path.abspath(partial)) == str(tmp_path)
+        (tmp_path / partial / "dict.txt").write_text("a 1\n")
+    assert os.listdir(target) == ["dict.txt"] and leftovers(tmp_path) == []
+
+
+def test_a_lock_wait_gives_up_when_told_to(tmp_path):
+    """``while_waiting`` is called while another holder (a thread here, as another process) keeps the lock, and
+    its exception ends the wait; without another holder the lock is taken at once."""
+    import threading
+
+    path = str(tmp_path / "row.lock")
+    calls, outcome = [], []
+
+    def give_up():
+        calls.append(1)
+        if len(calls) == 3:
+            raise TimeoutError("stopped")
+
+    def wait():
+        try:
+            with exclusive_lock(path, while_waiting=give_up):
+                outcome.append("held")
+        except TimeoutError:
+            outcome.append("gave up")
+
+    with exclusive_lock(path):
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        waiter.join(30)
+        assert not waiter.is_alive() and outcome == ["gave up"] and len(calls) == 3
+    with exclusive_lock(path, while_waiting=give_up):
+        assert len(calls) == 3  # (not called: nobody held it)

@@ -286,4 +286,21 @@ def test_a_process_that_reaches_a_rung_under_way_waits_for_it_and_reads_its_resu
     second.join(60)
     assert not second.is_alive() and climbed == [{"row": "softmax", "seed": 1, "updates": 1000, "valid_loss": 1.25}]
 
+    # a climb waiting for it gives up when its run stops (a thread of run_parallel, which no signal reaches)
+    os.remove(path)
+    gave_up = []
+
+    def climb():
+        with pytest.raises(SystemExit, match="waiting for another process's climb: the run is stopping"):
+            convergence.climb_rung(ctx, "shakespeare8", str(results), 1, 1000)
+        gave_up.append(True)
+
+    with convergence.exclusive_lock(os.path.join(save_dir, "rung.lock")):
+        waiting.clear()
+        third = threading.Thread(target=climb, daemon=True)
+        third.start()
+        assert waiting.wait(60), "the third climb did not wait"
+        ctx.stop()
+        third.join(30)
+        assert not third.is_alive() and gave_up == [True], "the climb went on waiting after the run stopped"
 

@@ -6,6 +6,7 @@ import math
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 
@@ -60,6 +61,45 @@ def test_parse_train_log_continues_the_curves_of_a_run_resumed_from_a_checkpoint
     assert quality.parse_train_log(killed, finished=False)["train_seconds"] is None
 
 
+def test_parse_train_log_keeps_the_curves_across_a_run_that_crashed_before_it_loaded_anything():
+    """Killed at update 40 (saved at 20), a start that crashed while it built the model (no checkpoint loaded, no
+    update), then the run resumed from update 20: the curves from update 0 stay."""
+    killed = TRAIN_LOG.replace("done training in 380.9 seconds", "(killed)")
+    crashed = ("2026-11-22 | INFO | fairseq_cli.train | {'_name': None}\n"
+               "Traceback (most recent call last):\nRuntimeError: CUDA error: out of memory\n")
+    resumed = TRAIN_LOG.replace(
+        "| num. shared model params",
+        "| Loaded checkpoint ck/checkpoint_last.pt (epoch 1 @ 20 updates)\n2026-11-22 | INFO | fairseq_cli.train "
+        "| num. shared model params").replace("loss=13.236", "loss=13.0").replace("num_updates=20,", "num_updates=30,")
+    parsed = quality.parse_train_log(killed + crashed + resumed)
+    assert parsed["train_curve"] == [[20, 13.236], [30, 13.0], [40, 11.775]]
+    assert parsed["valid_curve"] == [[41, 8.129], [50, 6.563]]
+    # a run from scratch (fairseq found no checkpoint) replaces the curves before it
+    scratch = TRAIN_LOG.replace("| num. shared model params", "| No existing checkpoint found ck/checkpoint_last.pt\n"
+                                "2026-11-22 | INFO | fairseq_cli.train | num. shared model params").replace(
+        "loss=11.775", "loss=11.0").replace("num_updates=20,", "num_updates=10,")
+    assert quality.parse_train_log(killed + crashed + scratch)["train_curve"] == [[10, 13.236], [40, 11.0]]
+
+
+def test_a_rows_settings_resume_as_row_json_holds_them_and_only_on_the_same_device(tmp_path, monkeypatch):
+    """Settings compare as row.json holds them (a tuple is a list there), so that a row of such settings
+    resumes instead of starting again each time; a run on another device than the folder's is not resumed (its
+    training time would mix the two), while a CPU run keeps the row.json of the settings alone."""
+    monkeypatch.setattr(quality, "checkpoint_updates", lambda path: 40 if os.path.isfile(path) else 0)
+    folder = tmp_path / "row"
+    settings = {"env": {"MAX_UPDATE": "100"}, "args": ("--arch", "x")}
+    assert quality.row_updates_done(str(folder), settings, restart=False, label="x") == 0
+    (folder / "checkpoint_last.pt").write_bytes(b"")
+    assert quality.row_updates_done(str(folder), settings, restart=False, label="x") == 40
+    cpu, cuda = (quality.Context(data_root="d", work_dir="w", quick=False, device=device) for device in ("cpu", "cuda"))
+    assert quality.row_run_settings(cpu, settings) == settings  # (the folders of before the device counted)
+    assert quality.row_updates_done(str(folder), quality.row_run_settings(cpu, settings), restart=False, label="x") == 40
+    assert quality.row_updates_done(str(folder), quality.row_run_settings(cuda, settings), restart=False, label="x") == 0
+    (folder / "checkpoint_last.pt").write_bytes(b"")
+    assert quality.row_updates_done(str(folder), quality.row_run_settings(cuda, settings), restart=False, label="x") == 40
+    assert quality.row_updates_done(str(folder), quality.row_run_settings(cpu, settings), restart=False, label="x") == 0
+
+
 def test_a_rows_folder_resumes_a_run_of_the_same_settings_and_restarts_any_other(tmp_path, monkeypatch):
     monkeypatch.setattr(quality, "checkpoint_updates", lambda path: 40 if os.path.isfile(path) else 0)
     folder = tmp_path / "row"
@@ -79,22 +119,45 @@ def test_a_rows_folder_resumes_a_run_of_the_same_settings_and_restarts_any_other
     assert not (folder / "checkpoint_last.pt").exists()
 
 
-def test_one_process_at_a_time_trains_a_row_and_another_waits_for_its_result(tmp_path, monkeypatch):
+def test_one_process_at_a_time_trains_a_row_and_another_waits_for_its_result_or_its_runs_stop(tmp_path, monkeypatch):
+    """The row's lock: another process's training of it is waited for, then its result taken; a thread of
+    run_parallel (which no signal reaches) gives up the wait when its run stops, instead of waiting hours and
+    then training, and no command starts after the stop."""
     import threading
 
     ctx = quality.Context(data_root=str(tmp_path / "data"), work_dir=str(tmp_path / "work"), quick=False)
     suite = quality.SUITES["grimm"]
     row = suite.rows[0]
-    waiting, trained = threading.Event(), []
+    waiting, outcome = threading.Event(), []
     monkeypatch.setattr(quality, "log", lambda message: waiting.set() if "waiting for it" in message else None)
-    monkeypatch.setattr(quality, "train_and_score_row", lambda *args, **kwargs: pytest.fail("trained a row under way"))
-    with quality.exclusive_lock(quality.row_dir(ctx, suite, row) + ".lock"):  # (the other process, training it)
-        second = threading.Thread(target=lambda: trained.append(quality.run_row(ctx, suite, row)))
-        second.start()
-        assert waiting.wait(60), "the second run did not wait"
-        quality.write_json(quality.result_path(ctx, suite, row), _grimm_result(ctx, suite, row, train_command="other"))
-    second.join(60)
-    assert not second.is_alive() and trained[0]["train_command"] == "other"
+    monkeypatch.setattr(quality, "train_and_score_row", lambda *args, **kwargs: outcome.append("trained"))
+
+    def run():
+        try:
+            outcome.append(quality.run_row(ctx, suite, row))
+        except SystemExit as error:
+            outcome.append(str(error))
+
+    for finish in ("the other process", "the run stops"):
+        waiting.clear()
+        if finish == "the run stops":
+            os.remove(quality.result_path(ctx, suite, row))  # (the row to train again)
+        with quality.exclusive_lock(quality.row_dir(ctx, suite, row) + ".lock"):  # (the other process, training it)
+            second = threading.Thread(target=run, daemon=True)
+            second.start()
+            assert waiting.wait(60), "the second run did not wait"
+            if finish == "the other process":
+                quality.write_json(quality.result_path(ctx, suite, row), _grimm_result(ctx, suite, row, train_command="other"))
+            else:
+                ctx.stop()
+                second.join(30)
+                assert not second.is_alive(), "the row went on waiting after the run stopped"
+        second.join(60)
+        assert not second.is_alive()
+    assert outcome[0]["train_command"] == "other" and len(outcome) == 2
+    assert "waiting for another process's training: the run is stopping" in outcome[1]
+    with pytest.raises(SystemExit, match="not started: the run is stopping"):
+        ctx.run(suite.name, {}, [sys.executable, "-c", "pass"])
 
 
 def test_the_training_time_is_fairseqs_cumulative_time_across_resumed_runs(monkeypatch):
@@ -481,6 +544,33 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
     again = json.loads(paths[0].read_text())
     assert again["train_seconds"] == finished["train_seconds"] and again["score"] == finished["score"]
     assert again["train_curve"] == finished["train_curve"]
+
+    # A row stopped halfway resumes from its last checkpoint (fairseq's own resume, its log's "Loaded checkpoint"
+    # line): the curve continues the first run's, the training stops at the budget (no update past it) and its
+    # time is fairseq's, summed over both runs
+    save_dir = work / "checkpoints" / "grimm" / "extractor_me"
+    started_with = (save_dir / quality.ROW_SETTINGS_FILE).read_text()
+    shutil.rmtree(save_dir)
+    save_dir.mkdir()
+    (save_dir / quality.ROW_SETTINGS_FILE).write_text(started_with)
+    assert "MAX_UPDATE=6 " in finished["train_command"]
+    halfway = subprocess.run(["bash", "-c", finished["train_command"].replace("MAX_UPDATE=6 ", "MAX_UPDATE=3 ")],
+                             cwd=quality.REPO, capture_output=True, text=True,
+                             env={**os.environ, "PYTHON": sys.executable,
+                                  "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]})
+    assert halfway.returncode == 0, halfway.stderr[-3000:]
+    last = str(save_dir / "checkpoint_last.pt")
+    assert quality.checkpoint_updates(last) == 3
+    for path in paths:
+        path.unlink()
+    resumed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "training (6 updates, from 3)" in resumed.stderr and "removed" not in resumed.stderr
+    again = json.loads(paths[0].read_text())
+    assert quality.checkpoint_updates(last) == 6 and again["updates"] == 6
+    updates = [u for u, _ in again["train_curve"]]
+    assert updates == sorted(set(updates)) and updates[0] < 3 and updates[-1] == 6, again["train_curve"]
+    assert again["train_seconds"] == quality.total_train_seconds(last, "") > 0
 
 
 def test_decode_speed_samples_exactly_the_asked_lengths(tmp_path):
