@@ -415,7 +415,9 @@ def render(results: str, names: Sequence[str]) -> str:
     for name in sorted(names, key=lambda n: (LADDERS[n].retired, n)):
         ladder = LADDERS[name]
         every = load_records(results, name)
-        records = [r for r in every if is_current(ladder, r)]
+        # (a retired ladder's records are its whole account: its settings, built from the suites' current
+        # ones, are not checked against them, so a later change to a suite never hides them)
+        records = every if ladder.retired else [r for r in every if is_current(ladder, r)]
         unit = f"{ladder.tolerance:.0%} (relative)" if ladder.relative else f"{ladder.tolerance:g}"
         lines += [f"## {ladder.suite.title}: {ladder.row.name} ({ladder.row.arch} {' '.join(ladder.suite.model_args)})", "",
                   f"Decision: `{ladder.metric}` within {unit} of the next rung's"
