@@ -52,7 +52,8 @@ separate clone continues after a restart, and in a later session, from its
 committed records (commit the records folder as rows finish); an unfinished
 one resumes from its last checkpoint when its folder's run has the current
 settings and device (``row.json``; its training time is fairseq's own, summed
-over the runs), else it is trained again from scratch; one process at a time trains a
+over the runs, and its result lists each run's revision, ``training_runs``),
+else it is trained again from scratch; one process at a time trains a
 row (another one waits for its result); ``--force`` retrains. A finished row without the paired test's items (a row of
 an older version) gets them from its stored output or checkpoint, without
 training again. Training refuses a checkout with uncommitted changes (the rows
@@ -833,6 +834,7 @@ def run_row(ctx: Context, suite: Suite, row: Row, force: bool = False, seed: int
 
 
 ROW_SETTINGS_FILE = "row.json"  # in a row's folder: the settings its run started with
+ROW_RUNS_FILE = "runs.json"  # and the revision and first update of each fairseq-train run that trained it
 
 
 def row_run_settings(ctx: Context, settings: dict) -> dict:
@@ -868,8 +870,14 @@ def train_and_score_row(ctx: Context, suite: Suite, row: Row, seed: int, setting
     started = time.time()
     # fairseq-train resumed at its --max-update would train one more update: a run that got there (stopped
     # while it was scored) is only scored
+    runs_file = os.path.join(save_dir, ROW_RUNS_FILE)
+    runs = read_json(runs_file, [])
     if done < budget:
         log(f"{label}: training ({budget} updates{f', from {done}' if done else ''})")
+        # each run's revision: a resumed row's updates may come from several (recorded with the result)
+        runs = runs + [{"git": measured_revision(), "from_update": done,
+                        "started": datetime.datetime.now().isoformat(timespec="seconds")}]
+        write_json(runs_file, runs)
         ctx.run(suite.name, env, train)
     train_elapsed = time.time() - started
     with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
@@ -886,7 +894,7 @@ def train_and_score_row(ctx: Context, suite: Suite, row: Row, seed: int, setting
     training["gflops"] = checkpoint_gflops(suite, os.path.join(save_dir, "checkpoint_last.pt"))
     result = {"fingerprint": fingerprint(settings), "settings": settings, "seed": seed,
               "train_command": shell_line(env, train), "evaluate_command": shell_line(evaluate_env, evaluate),
-              "train_process_seconds": round(train_elapsed, 1), "score": score, **training, **items,
+              "train_process_seconds": round(train_elapsed, 1), "training_runs": runs, "score": score, **training, **items,
               "finished": datetime.datetime.now().isoformat(timespec="seconds"), **provenance(ctx.device)}
     write_json(result_path(ctx, suite, row, seed), result, sort_keys=True)
     keep_record(ctx, suite, row, seed, result)

@@ -544,6 +544,9 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
     again = json.loads(paths[0].read_text())
     assert again["train_seconds"] == finished["train_seconds"] and again["score"] == finished["score"]
     assert again["train_curve"] == finished["train_curve"]
+    # (one fairseq-train run trained it, from scratch, at the revision it records)
+    assert again["training_runs"] == finished["training_runs"] and [r["from_update"] for r in again["training_runs"]] == [0]
+    assert again["training_runs"][0]["git"] == again["git"]
 
     # A row stopped halfway resumes from its last checkpoint (fairseq's own resume, its log's "Loaded checkpoint"
     # line): the curve continues the first run's, the training stops at the budget (no update past it) and its
@@ -571,6 +574,7 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
     updates = [u for u, _ in again["train_curve"]]
     assert updates == sorted(set(updates)) and updates[0] < 3 and updates[-1] == 6, again["train_curve"]
     assert again["train_seconds"] == quality.total_train_seconds(last, "") > 0
+    assert [r["from_update"] for r in again["training_runs"]] == [3]  # (the first half was run by hand)
 
 
 def test_decode_speed_samples_exactly_the_asked_lengths(tmp_path):
