@@ -116,9 +116,11 @@ def cutoffs(args, option: str, vocabulary: int):
     value = getattr(args, option[2:].replace("-", "_"), None)
     if value is None:
         return None
-    try:
-        points = [int(point) for point in str(value).strip("[]() ").split(",")]
-    except ValueError:
+    from fairseq import options
+
+    try:  # (parsed as fairseq's transformer_lm parses it)
+        points = options.eval_str_list(value, type=int)
+    except Exception:  # (eval of the option's text: a SyntaxError, NameError, ValueError ...)
         points = []
     if not points or any(b <= a for a, b in zip([0] + points, points)) or points[-1] > vocabulary:
         raise AttentionConfigError(f"{option} {value}: expected increasing whole numbers separated by commas, from 1 up to "
