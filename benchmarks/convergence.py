@@ -228,8 +228,9 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
     command = [f"recipes/{suite.recipe}/train.sh", row.arch, *suite.model_args, *row.args, *suite.train_args]
     last = os.path.join(save_dir, "checkpoint_last.pt")
     started = time.time()
-    # the settings the run in this folder started with: a resumed run must be the same run
-    settings, settings_file = rung_settings(ladder, seed, budget), os.path.join(save_dir, "rung.json")
+    # the settings the run in this folder started with, and its device: a resumed run must be the same run
+    settings = quality.row_run_settings(ctx, rung_settings(ladder, seed, budget))
+    settings_file = os.path.join(save_dir, "rung.json")
     if os.path.isfile(settings_file):
         started_with = read_json(settings_file)
         if started_with != settings:

@@ -264,6 +264,12 @@ def test_a_rung_of_other_settings_is_an_error_never_reused_and_never_a_budget(tm
     with pytest.raises(SystemExit, match=r"rung.json: this rung's run started with other settings \(arch: other -> "
                                          r"softmax_1head_lm\): remove .*softmax_seed1_u2000 to train the rung again"):
         train_rung(ctx, ladder, str(save_dir), 2000, 1)
+    # nor one a CPU started, on a GPU (a rung's training time must not mix devices); the CPU's rung.json is
+    # its settings alone (the folders of before the device counted resume as they were)
+    (save_dir / "rung.json").write_text(json.dumps(convergence.rung_settings(ladder, 1, 2000)))
+    cuda = convergence.quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False, device="cuda")
+    with pytest.raises(SystemExit, match=r"rung.json: this rung's run started with other settings \(device: None -> cuda\)"):
+        train_rung(cuda, ladder, str(save_dir), 2000, 1)
 
 
 def test_a_process_that_reaches_a_rung_under_way_waits_for_it_and_reads_its_result(tmp_path, monkeypatch):
