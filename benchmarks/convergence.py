@@ -16,7 +16,10 @@ first b whose metric is within the tolerance of 2b's.
   on test 2016 (as the search issue defines it; the validation BLEU is recorded beside it).
 * ``shakespeare8``: a character-level LM on tiny Shakespeare (bench-quality's data), 8 layers, d = 64,
   FFN 256, 4 heads, 512-token context, 4,096 tokens per update, lr 5e-3; tolerance 1 % of the validation
-  loss, confirmed at 4B; test bits per character recorded.
+  loss; test bits per character recorded. (The retired ladder, which started at 250 updates, also asked 2B
+  to be within it of 4B: a character LM's early plateau, before it uses its context, is not convergence. The
+  current ladder's first rung, 1,000 annealed updates, is past it: 3.20 bits against the plateau's 3.46-3.58
+  at 250-1,000 updates of the retired ladder.)
 
 Every rung resumes: a rung with a result is skipped, an interrupted training resumes from its
 ``checkpoint_last.pt`` (the time fairseq's checkpoints carry across runs is the rung's training time). A
@@ -86,8 +89,8 @@ _MULTI30K = dict(row=quality.Row("softmax", "mixed_transformer_iwslt_de_en"), fi
                  tolerance=0.5, relative=False, metric="test_sacrebleu", floor=quality.BLEU_FLOOR,
                  subsets=("valid", "test"))
 AVERAGED_SHARE = 4  # the averaged checkpoints span the last 1 / AVERAGED_SHARE of a rung's run
-_SHAKESPEARE8 = dict(row=quality.Row("softmax", "softmax_1head_lm"), max_budget=32000, tolerance=0.01, relative=True,
-                     metric="valid_loss", floor=None, subsets=("test",), confirm=True)
+_SHAKESPEARE8 = dict(row=quality.Row("softmax", "softmax_1head_lm"), max_budget=64000, tolerance=0.01, relative=True,
+                     metric="valid_loss", floor=None, subsets=("test",))
 
 
 _ONE_RUN = ("One run up the ladder with a schedule that ignores --max-update (each rung is where that run "
@@ -103,7 +106,7 @@ LADDERS = {
     "multi30k": Ladder(suite=dataclasses.replace(MULTI30K, env={**quality.CONVERGED_MULTI30K_ENV, "SUBSETS": "valid test"}),
                        average_last=10, valid_metric="valid_tokenized_bleu", **_MULTI30K),
     "shakespeare8": Ladder(suite=dataclasses.replace(SHAKESPEARE, model_args=quality.LM8_SIZES, env=quality.LM8_ENV),
-                           first=1000, **_SHAKESPEARE8),
+                           first=1000, **_SHAKESPEARE8),  # (its first rung is past the early plateau: no confirming)
     # the first ladders: one inverse-square-root run each, which never anneals (the schedule the suites left)
     "multi30k_inverse_sqrt": Ladder(
         suite=dataclasses.replace(MULTI30K, title=MULTI30K.title + ", inverse square root (retired)",
@@ -112,7 +115,7 @@ LADDERS = {
     "shakespeare8_inverse_sqrt": Ladder(
         suite=dataclasses.replace(SHAKESPEARE, title=SHAKESPEARE.title + ", 8 layers, inverse square root (retired)",
                                   model_args=quality.LM8_SIZES, env=_inverse_sqrt(quality.LM8_ENV, "2e-3")),
-        first=250, retired=True, note=_ONE_RUN, **_SHAKESPEARE8),
+        first=250, retired=True, note=_ONE_RUN, **{**_SHAKESPEARE8, "confirm": True}),
     "multi30k_cosine_lr2e-3": Ladder(
         suite=dataclasses.replace(MULTI30K, title=MULTI30K.title + ", cosine at lr 2e-3 (retired)",
                                   env={**quality.CONVERGED_MULTI30K_ENV, "SUBSETS": "valid test", "LR": "2e-3"}),

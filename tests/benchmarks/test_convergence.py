@@ -144,11 +144,17 @@ def test_the_budget_is_the_first_rung_within_the_tolerance_and_a_plateau_needs_c
     bleu, loss = convergence.LADDERS["multi30k"], convergence.LADDERS["shakespeare8"]
     assert convergence.budget_of(bleu, _records([20.0, 30.0, 30.3, 30.4])) == 2000
     assert convergence.budget_of(bleu, _records([20.0, 30.0, 31.0])) is None
-    # a character LM's plateau (3.55 -> 3.52 bits) followed by the drop once it uses its context
-    plateau = _records([3.55, 3.52, 2.40, 2.00, 1.99, 1.985])
-    assert not convergence.LADDERS["multi30k"].confirm and loss.confirm
-    assert convergence.budget_of(loss, plateau[:2]) is None  # not before 4B confirms it
-    assert convergence.budget_of(loss, plateau) == 8000
+    # the LM ladder as the issue defines it: 1 % of itself at 2B (no confirming: its first rung is past the
+    # early plateau), and a B of 32,000 can be decided (the 64,000 rung is on the ladder)
+    assert not loss.confirm and convergence.budget_of(loss, _records([3.2, 2.64, 2.33, 2.18, 2.09, 2.08])) == 16000
+    assert convergence.budget_of(loss, _records([3.2, 2.64, 2.33, 2.18, 2.09, 2.05, 2.04])) == 32000
+    # the retired ladder confirmed at 4B: a character LM's plateau (3.55 -> 3.52 bits) followed by the drop
+    # once it uses its context
+    retired = convergence.LADDERS["shakespeare8_inverse_sqrt"]
+    plateau = _records([3.55, 3.52, 2.40, 2.00, 1.99, 1.985], first=retired.first)
+    assert not convergence.LADDERS["multi30k"].confirm and retired.confirm
+    assert convergence.budget_of(retired, plateau[:2]) is None  # not before 4B confirms it
+    assert convergence.budget_of(retired, plateau) == 8 * retired.first
 
 
 def test_a_rung_also_scores_the_average_of_its_last_checkpoints(tmp_path, monkeypatch):
