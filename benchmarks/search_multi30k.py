@@ -383,6 +383,14 @@ def unconfirmed(results: str, name: str) -> Optional[dict]:
     return result if result.get("best") is None and result.get("confirmed_latency") else None
 
 
+def file_version(path: str) -> Optional[Tuple[int, int, int]]:
+    """What changes when ``path`` is written (again, or replaced by an atomic write); None: no such file."""
+    if not os.path.isfile(path):
+        return None
+    stat = os.stat(path)
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
 def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Scale = REAL):
     """``search evolve`` at each budget not searched yet. A latency budget whose fittest final candidates all
     measured above it (the predictor off, or the machine's load) gets no found row this time: logged, shown in
@@ -396,14 +404,14 @@ def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Sc
             continue
         log(f"evolve {name}: {' '.join(constraint[:2])}")
         result_path = os.path.join(output, "result.json")
-        before = open(result_path, encoding="utf-8").read() if os.path.isfile(result_path) else None
+        before = file_version(result_path)
         try:
             search_cli(ctx, "evolve", "--space", SPACE, "--fitness", "ranker", "--ranker", os.path.join(results, "ranker_loss", "ranker.txt"),
                        "--checkpoint", require_supernet(checkpoint), *constraint, *scale.latency_options(),
                        *scale.evolution_options, "--reference", reference_file(results), "--output", output)
         except SystemExit as error:  # (a one-line error of the command; a SIGTERM's exit code goes on)
             if not (isinstance(error.code, str) and unconfirmed(results, name) is not None
-                    and open(result_path, encoding="utf-8").read() != before):  # (written by this search)
+                    and file_version(result_path) != before):  # (written by this search)
                 raise
             log(f"evolve {name}: {error.code.strip().splitlines()[-1].removeprefix('error: ')}; no found row at this "
                 "budget for now (the next run of the evolve stage searches it again)")
