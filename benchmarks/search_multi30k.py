@@ -28,7 +28,9 @@ work folders), each recording its revision, machine and time:
    (HAT's baselines, ``scaled_family``) measured by the protocol (ms and relative to the softmax layout) and
    FLOPs counted; three scaled baselines picked nearest to ``BASELINE_TARGETS`` (``select_baselines``); their
    relative latencies are the three latency budgets, the middle one's FLOPs the FLOPs budget.
-5. ``evolve``: ``search evolve`` at each budget (ranker fitness; relative latency predicted, then measured).
+5. ``evolve``: ``search evolve`` at each budget (ranker fitness; relative latency predicted, then measured; a
+   budget whose fittest final candidates all measured above it gets no found row for now, is reported, and
+   is searched again by the next run, the other stages going on).
 6. ``inherited``: the validation loss inside the supernet of every architecture trained from scratch; with
    the found and baseline rows, single-seed architectures spread over the space (``spread.jsonl``) bring the
    distinct architectures to ``RANKED``.
@@ -40,9 +42,20 @@ work folders), each recording its revision, machine and time:
    fronts, the target (``front_verdict``), Kendall's tau of the inherited order against the from-scratch one
    beside parameter count and FLOPs, the rankers over the splits and the latency predictor's share within 10 %.
 
+``--quick``: a smoke run of every stage for real at toy size, as ``benchmarks/quality.py --quick`` (its
+``Context(quick=True)``: the first lines of each data file under ``WORK_DIR/quick_raw``, the rows at
+bench-quality's quick budget, which stands in for B, so no convergence budget is needed), differing from
+the real run in sizes only (``QUICK``: a supernet of a few small updates over the same bracket space, the
+latency protocol at its minimum, 12 samples per collection, a small evolution, 12 distinct architectures
+at one seed), in its own work folder (``work_dirs/search_multi30k_quick``; the stage results in
+``WORK_DIR/records``, the rows trained there too), never writing into docs/records/ (the report only to
+``--output``, else printed) and never asking for a committed revision: minutes, to find a broken stage
+before days of compute do.
+
     python benchmarks/search_multi30k.py                          # every stage (days on 2 CPU cores)
     python benchmarks/search_multi30k.py --stages train --device cuda --jobs 16    # the trainings on a GPU
     python benchmarks/search_multi30k.py --report-only            # re-render docs/records/search.md
+    python benchmarks/search_multi30k.py --quick --output /tmp/search.md   # every stage at toy size (minutes)
 """
 import argparse
 import functools
@@ -55,7 +68,7 @@ import signal
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 if __package__ in (None, ""):  # run by path: make the checkout importable
@@ -76,8 +89,6 @@ CONVERGED = quality.SUITES["multi30k_converged"]
 SEARCH_SUITE = replace(CONVERGED, name="search_multi30k", model_args=(), rows=(), quick_rows=())
 CONVERGED_ROWS = {row.name: row for row in CONVERGED.rows}
 LATENCY = dict(source_length=30, decoder_steps=30, beam=5, threads=1)
-LATENCY_OPTIONS = ["--source-length", str(LATENCY["source_length"]), "--target-length", str(LATENCY["decoder_steps"]),
-                   "--beam", str(LATENCY["beam"]), "--threads", str(LATENCY["threads"])]
 BASELINE = "softmax"
 # The hand-written layouts (bench-quality's multi30k_converged rows of these names, 3 + 3 layers of width 128,
 # FFN 512, 4 heads): (encoder self, decoder self, cross) kinds per layer
@@ -96,7 +107,48 @@ SCALED_DEPTHS = ((2, 1), (3, 3), (6, 4))
 BASELINE_TARGETS = (0.6, 1.3, 2.0)
 RANKED = 20  # distinct architectures trained from scratch for the ranking (spread ones added to reach it)
 SPREAD_POOL, SPREAD_SEED = 1000, 1
-SUPERNET_FACTOR = 2  # the supernet's updates, in units of B (each of its updates trains four sub-networks)
+SEEDS = quality.CONVERGED_SEEDS
+ONE_SEED = quality.ONE_SEED
+SUPERNET_FACTOR = 2  # the supernet's updates, in units of B (each of its updates trains 2 x kinds + 2 sub-networks)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The sizes of a run, the only thing ``--quick`` changes (every stage runs the same code either way):
+    the supernet's updates and batches, the latency protocol's settings, collect's spread check, evolve's population and
+    length, the samples collected, the distinct architectures trained from scratch and the pool the spread ones
+    come from, and the seeds (None: each row's own)."""
+    latency: Dict[str, object]              # LatencySettings fields (the others: its defaults)
+    supernet_updates: Optional[int] = None  # None: SUPERNET_FACTOR x B
+    supernet_env: Dict[str, str] = field(default_factory=dict)  # recipe variables of the supernet's training
+    collect_options: Tuple[str, ...] = ()   # collect --what latency's spread check (empty: its defaults)
+    evolution_options: Tuple[str, ...] = ()  # evolve's population and iterations (empty: HAT's defaults)
+    loss_samples: int = 300
+    latency_samples: int = 300
+    ranked: int = RANKED
+    spread_pool: int = SPREAD_POOL
+    seeds: Optional[Tuple[int, ...]] = None
+
+    def latency_options(self) -> List[str]:
+        """The protocol's settings as the search CLIs' options."""
+        from fairseq_plugins.search.latency import OPTIONS
+
+        return [a for key, value in self.latency.items() for a in (OPTIONS[key], str(value))]
+
+
+REAL = Scale(LATENCY)
+# --quick: a smoke run of every stage at toy size (recipes/lib/search.sh's SEARCH_TINY sizes): 6 updates of 256
+# tokens for the supernet (each of its updates trains 6 sub-networks, two of them the space's largest), the
+# latency protocol at its minimum (one process of 2 rounds of 3 timed runs, 8 + 8 tokens, beam 2) with every
+# measurement kept (a collection too small to drop any), 12 samples per collection (``rank`` needs 10), an
+# evolution of 6 over 2 iterations whose whole final population is measured, 12 distinct architectures
+# trained (at least one spread one), one seed
+QUICK = Scale(dict(source_length=8, decoder_steps=8, beam=2, threads=1, warmup=1, repeats=3, rounds=2, processes=1),
+              supernet_updates=6, supernet_env={"MAX_TOKENS": "256", "TOKENS_PER_UPDATE": "256"},
+              collect_options=("--max-spread", "10", "--remeasure", "0"),
+              evolution_options=("--population", "6", "--parents", "2", "--mutations", "2", "--crossovers", "2",
+                                 "--iterations", "2", "--confirm", "6"),
+              loss_samples=12, latency_samples=12, ranked=12, spread_pool=100, seeds=quality.ONE_SEED)
 REPORT_BEGIN = "<!-- search-multi30k:begin (written by benchmarks/search_multi30k.py; edit the script, not this section) -->"
 REPORT_END = "<!-- search-multi30k:end -->"
 
@@ -189,8 +241,11 @@ def search_cli(ctx: Context, *argv: str) -> dict:
 
 
 # ------------------------------------------------------------------- stages ---
-def convergence_budget() -> int:
-    """B, as bench-quality's multi30k_converged suite reads it (a one-line error until it is measured)."""
+def convergence_budget(quick: bool = False) -> int:
+    """B, as bench-quality's multi30k_converged suite reads it (a one-line error until it is measured); a smoke
+    run (``--quick``) needs none: its rows train the suite's quick budget (as ``quality.budget_measured``)."""
+    if quick:
+        return int(CONVERGED.quick_env["MAX_UPDATE"])
     return quality.convergence_budget(CONVERGED.budget_from)
 
 
@@ -204,11 +259,14 @@ def require_supernet(checkpoint: str) -> str:
     return checkpoint
 
 
-def train_supernet(ctx: Context, results: str, updates: int) -> dict:
+def train_supernet(ctx: Context, results: str, updates: int, scale: Scale = REAL) -> dict:
     """supernet_ranking.py's supernet stage over this search's space, with the converged settings."""
     # (not the rows' checkpoint averaging: the stages read the supernet's last checkpoint)
-    env = {k: v for k, v in quality.suite_env(ctx, CONVERGED, averaging=False).items()
+    env = {k: v for k, v in {**quality.suite_env(ctx, CONVERGED, averaging=False), **scale.supernet_env}.items()
            if k not in ("GEN_EXTRA_ARGS", "SUBSETS")}
+    if env.get("LR_SCHEDULER") == "cosine" and updates <= int(env["WARMUP"]):  # (fairseq divides by the difference)
+        raise SystemExit(f"error: --supernet-updates {updates}: expected more than the {env['WARMUP']} warm-up updates "
+                         "(the cosine schedule decays over the updates after them)")
     return supernet_ranking.train_supernet(ctx, results, updates, space=SPACE, train_env=env)
 
 
@@ -220,24 +278,28 @@ def reference_file(results: str) -> str:
     return path
 
 
-def collect(ctx: Context, results: str, checkpoint: str, loss_samples: int, latency_samples: int):
-    latency = [*LATENCY_OPTIONS, "--reference", reference_file(results)]
+def collect(ctx: Context, results: str, checkpoint: str, loss_samples: int, latency_samples: int, scale: Scale = REAL):
+    latency = [*scale.latency_options(), *scale.collect_options, "--reference", reference_file(results)]
     for what, n, extra in (("loss", loss_samples, []), ("latency", latency_samples, latency)):
         log(f"collect: {what} of {n} architectures (resumes {relative(os.path.join(results, what + '.jsonl'))})")
         search_cli(ctx, "collect", "--what", what, "--checkpoint", require_supernet(checkpoint), "--space", SPACE,
                    "-n", str(n), "--output", os.path.join(results, f"{what}.jsonl"), *extra)
 
 
+# the collection each ranker learns from: the relative latency is a field of the latency collection's records
+RANKED_FROM = {"loss": "loss", "latency": "latency", "relative_latency": "latency"}
+
+
 def rank(ctx: Context, results: str):
-    for target in ("loss", "latency", "relative_latency"):
-        search_cli(ctx, "rank", "--data", os.path.join(results, f"{target}.jsonl"), "--target", target,
+    for target, collection in RANKED_FROM.items():
+        search_cli(ctx, "rank", "--data", os.path.join(results, f"{collection}.jsonl"), "--target", target,
                    "--output", os.path.join(results, f"ranker_{target}"))
 
 
 MEASURED = "measured_latency.jsonl"  # every architecture measured by the protocol, by architecture
 
 
-def measured_latency(results: str, checkpoint: str, named: Dict[str, dict]) -> Dict[str, dict]:
+def measured_latency(results: str, checkpoint: str, named: Dict[str, dict], scale: Scale = REAL) -> Dict[str, dict]:
     """name -> the protocol's record (ms, relative latency over the softmax layout, its repeatability) and the
     counted GFLOPs and parameters of every architecture of ``named``, measured inside the supernet where not
     measured before (``MEASURED``, one line per architecture, appended as each is measured)."""
@@ -247,7 +309,7 @@ def measured_latency(results: str, checkpoint: str, named: Dict[str, dict]) -> D
 
     path = os.path.join(results, MEASURED)
     done = {architecture_key(r["architecture"]): r for r in read_jsonl(path)}
-    wanted = asdict(LatencySettings(**LATENCY))
+    wanted = asdict(LatencySettings(**scale.latency))
     for record in done.values():  # one protocol for every latency compared (a budget, a Pareto front)
         stored = recorded_settings({k: record[k] for k in wanted if k in record})
         if stored != wanted:
@@ -262,7 +324,7 @@ def measured_latency(results: str, checkpoint: str, named: Dict[str, dict]) -> D
 
         model, task, _ = load_supernet(require_supernet(checkpoint))
         reference = layout_architecture(BASELINE)
-        settings = LatencySettings(**LATENCY)
+        settings = LatencySettings(**scale.latency)
         architectures = {name: Architecture.from_dict(named[name]) for name in missing}
         for name, architecture in architectures.items():
             model.space.check_contains(architecture, name)
@@ -271,7 +333,7 @@ def measured_latency(results: str, checkpoint: str, named: Dict[str, dict]) -> D
             measured = measure_subnetworks(model, task.target_dictionary, [architectures[n] for n in group], reference,
                                            settings)
             for name, record in zip(group, measured):
-                cost = counted_cost(model, task, architectures[name], LATENCY["source_length"], LATENCY["decoder_steps"])
+                cost = counted_cost(model, task, architectures[name], settings.source_length, settings.decoder_steps)
                 # (the provenance first: its "threads", this process's, must not replace the measurement's setting,
                 # which the next run compares)
                 record = {**supernet_ranking.provenance(), **record, "architecture": named[name], "name": name,
@@ -283,12 +345,12 @@ def measured_latency(results: str, checkpoint: str, named: Dict[str, dict]) -> D
     return {name: done[architecture_key(architecture)] for name, architecture in named.items()}
 
 
-def measure_budgets(results: str, checkpoint: str) -> dict:
+def measure_budgets(results: str, checkpoint: str, scale: Scale = REAL) -> dict:
     """The layouts and the scaled family measured, three baselines picked, the budgets (``budgets.json``;
     computed again from the stored measurements when ``BASELINE_TARGETS`` changes)."""
     family = {name: a.to_dict() for name, a in scaled_family().items()}
     layouts = {name: layout_architecture(name).to_dict() for name in LAYOUTS}
-    measured = measured_latency(results, checkpoint, {**layouts, **family})
+    measured = measured_latency(results, checkpoint, {**layouts, **family}, scale)
     baselines = select_baselines({name: measured[name]["relative_latency"] for name in family})
     middle = baselines[len(baselines) // 2]
     result = {"targets": list(BASELINE_TARGETS), "baselines": baselines,
@@ -302,20 +364,60 @@ def measure_budgets(results: str, checkpoint: str) -> dict:
     return result
 
 
-def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict):
-    searches = [(f"latency_{name}", ["--relative-latency", str(limit), "--latency-predictor",
-                                     os.path.join(results, "ranker_relative_latency", "regressor.txt")])
-                for name, limit in budgets["relative_latency"].items()]
-    searches.append((f"flops_{budgets['gflops']['of']}", ["--flops", str(budgets["gflops"]["limit"])]))
-    for name, constraint in searches:
+def searches(results: str, budgets: dict) -> List[Tuple[str, List[str]]]:
+    """(name, constraint options) of each budget's evolution: the three latency budgets, then the FLOPs one."""
+    found = [(f"latency_{name}", ["--relative-latency", str(limit), "--latency-predictor",
+                                  os.path.join(results, "ranker_relative_latency", "regressor.txt")])
+             for name, limit in budgets["relative_latency"].items()]
+    return found + [(f"flops_{budgets['gflops']['of']}", ["--flops", str(budgets["gflops"]["limit"])])]
+
+
+def unconfirmed(results: str, name: str) -> Optional[dict]:
+    """The result of ``name``'s evolution when it ended without an architecture: none of the fittest final
+    candidates measured within the latency budget (``evolve`` keeps what it found and measured in result.json,
+    without ``best``, and searches again when run again); else None."""
+    path = os.path.join(results, f"evolve_{name}", "result.json")
+    if not os.path.isfile(path):
+        return None
+    result = json.load(open(path, encoding="utf-8"))
+    return result if result.get("best") is None and result.get("confirmed_latency") else None
+
+
+def file_version(path: str) -> Optional[Tuple[int, int, int]]:
+    """What changes when ``path`` is written (again, or replaced by an atomic write); None: no such file."""
+    if not os.path.isfile(path):
+        return None
+    stat = os.stat(path)
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
+def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Scale = REAL):
+    """``search evolve`` at each budget not searched yet. A latency budget whose fittest final candidates all
+    measured above it (the predictor off, or the machine's load) gets no found row this time: logged, shown in
+    the report, searched again by the next run of this stage, and the other budgets and stages go on (a run
+    of days must not stop its trainings for it)."""
+    missed = []
+    for name, constraint in searches(results, budgets):
         output = os.path.join(results, f"evolve_{name}")
         if os.path.isfile(os.path.join(output, "best.json")):
             log(f"evolve {name}: done before")
             continue
         log(f"evolve {name}: {' '.join(constraint[:2])}")
-        search_cli(ctx, "evolve", "--space", SPACE, "--fitness", "ranker", "--ranker", os.path.join(results, "ranker_loss", "ranker.txt"),
-                   "--checkpoint", require_supernet(checkpoint), *constraint, *LATENCY_OPTIONS,
-                   "--reference", reference_file(results), "--output", output)
+        result_path = os.path.join(output, "result.json")
+        before = file_version(result_path)
+        try:
+            search_cli(ctx, "evolve", "--space", SPACE, "--fitness", "ranker", "--ranker", os.path.join(results, "ranker_loss", "ranker.txt"),
+                       "--checkpoint", require_supernet(checkpoint), *constraint, *scale.latency_options(),
+                       *scale.evolution_options, "--reference", reference_file(results), "--output", output)
+        except SystemExit as error:  # (a one-line error of the command; a SIGTERM's exit code goes on)
+            if not (isinstance(error.code, str) and unconfirmed(results, name) is not None
+                    and file_version(result_path) != before):  # (written by this search)
+                raise
+            log(f"evolve {name}: {error.code.strip().splitlines()[-1].removeprefix('error: ')}; no found row at this "
+                "budget for now (the next run of the evolve stage searches it again)")
+            missed.append(name)
+    if missed:
+        log(f"evolve: {count(len(missed), 'budget')} without an architecture measured within it: {', '.join(missed)}")
 
 
 # ------------------------------------------------------------------- the plan ---
@@ -330,17 +432,13 @@ class Planned:
     seeds: Tuple[int, ...]
 
 
-SEEDS = quality.CONVERGED_SEEDS
-ONE_SEED = quality.ONE_SEED
-
-
 def evolved(results: str, budgets: Optional[dict]) -> Dict[str, Optional[dict]]:
-    """name of the found row -> best.json's architecture of each budget's search (None: not searched yet)."""
+    """name of the found row -> best.json's architecture of each budget's search (None: not searched yet, or
+    searched without a candidate measured within the budget: ``unconfirmed``)."""
     if budgets is None:
         return {}
-    names = [f"latency_{name}" for name in budgets["relative_latency"]] + [f"flops_{budgets['gflops']['of']}"]
     found = {}
-    for name in names:
+    for name, _ in searches(results, budgets):
         best = os.path.join(results, f"evolve_{name}", "best.json")
         found[f"found_{name}"] = json.load(open(best, encoding="utf-8")) if os.path.isfile(best) else None
     return found
@@ -351,11 +449,11 @@ def read_budgets(results: str) -> Optional[dict]:
     return json.load(open(path, encoding="utf-8")) if os.path.isfile(path) else None
 
 
-def plan(results: str) -> List[Planned]:
+def plan(results: str, scale: Scale = REAL) -> List[Planned]:
     """Every row trained from scratch, as far as the finished stages decide it: the hand-written layouts at
     bench-quality's seeds (cosFormer everywhere at one), once ``budgets`` ran the three scaled baselines at three
     seeds, once ``evolve`` ran the found architectures (latency budgets: three seeds; FLOPs budget: one), and
-    the spread architectures (``spread.jsonl``: one seed each)."""
+    the spread architectures (``spread.jsonl``: one seed each); every row at ``scale.seeds`` where it names them."""
     rows = [Planned(name, "layout", layout_architecture(name).to_dict(), quality.seeds_of(CONVERGED, CONVERGED_ROWS[name]))
             for name in LAYOUTS]
     budgets = read_budgets(results)
@@ -368,30 +466,31 @@ def plan(results: str) -> List[Planned]:
                                 ONE_SEED if name.startswith("found_flops_") else SEEDS))
     rows += [Planned(f"spread_{r['index']:02d}", "spread", r["architecture"], ONE_SEED)
              for r in read_jsonl(os.path.join(results, "spread.jsonl"))]
-    return rows
+    return rows if scale.seeds is None else [replace(row, seeds=scale.seeds) for row in rows]
 
 
-def choose_spread(results: str, ranked: int = RANKED) -> List[dict]:
+def choose_spread(results: str, scale: Scale = REAL) -> List[dict]:
     """Once every other row is decided (the budgets searched), the single-seed architectures that bring the
-    distinct architectures trained from scratch to ``ranked``: evenly spaced FLOPs quantiles of
-    ``SPREAD_POOL`` seeded samples of the space (supernet_ranking's choice), none already planned; chosen once
-    (``spread.jsonl``)."""
+    distinct architectures trained from scratch to ``scale.ranked``: evenly spaced FLOPs quantiles of
+    ``scale.spread_pool`` seeded samples of the space (supernet_ranking's choice), none already planned; chosen
+    once (``spread.jsonl``)."""
     path = os.path.join(results, "spread.jsonl")
     if os.path.isfile(path):
         return read_jsonl(path)
     found = evolved(results, read_budgets(results))
-    if not found or any(a is None for a in found.values()):
+    # (a budget searched without a result counts as searched: its search again may add a found row beyond ranked)
+    if not found or any(a is None and unconfirmed(results, name[len("found_"):]) is None for name, a in found.items()):
         log("spread: waits for the budgets' searches (evolve)")
         return []
     planned = {architecture_key(p.architecture) for p in plan(results)}
-    needed = ranked - len(planned)
+    needed = scale.ranked - len(planned)
     picks: List[dict] = []
     count = needed
     while len(picks) < needed:
-        picks = [a for a in supernet_ranking.spread_architectures(SPACE, count, SPREAD_POOL, SPREAD_SEED)
+        picks = [a for a in supernet_ranking.spread_architectures(SPACE, count, scale.spread_pool, SPREAD_SEED)
                  if architecture_key(a) not in planned]
         count += 1
-    records = [{"index": i, "architecture": a, "pool": SPREAD_POOL, "seed": SPREAD_SEED} for i, a in enumerate(picks)]
+    records = [{"index": i, "architecture": a, "pool": scale.spread_pool, "seed": SPREAD_SEED} for i, a in enumerate(picks)]
     with atomic_output(path) as f:
         f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
     return records
@@ -593,7 +692,7 @@ def row_points(rows: Dict[str, dict]) -> Tuple[List[Point], List[Point]]:
     return points(tagged, FOUND_GROUPS), points(tagged, BASELINE_GROUPS)
 
 
-def ranking_lines(results: str, rows: Dict[str, dict]) -> List[str]:
+def ranking_lines(results: str, rows: Dict[str, dict], ranked: int = RANKED) -> List[str]:
     """Kendall's tau of the inherited order against the from-scratch one (validation loss at B, mean over
     seeds) beside parameter count and FLOPs (supernet_ranking.py's bootstrap), the rankers over the held-out
     splits, and the latency predictor's share within 10 %."""
@@ -607,11 +706,11 @@ def ranking_lines(results: str, rows: Dict[str, dict]) -> List[str]:
             complete.append((row["architecture"], inherited[key], {"loss": row["valid_loss"], "params": row["params"]}))
     if len(complete) >= 3:
         table = supernet_ranking.trivial_baselines(complete)  # (its first line says what the table holds)
-        lines += [f"**Ranking** ({len(complete)} distinct architectures trained from scratch at B, target {RANKED}): the "
+        lines += [f"**Ranking** ({len(complete)} distinct architectures trained from scratch at B, target {ranked}): the "
                   "inherited validation loss inside the supernet against the from-scratch validation loss (mean over "
                   "seeds). " + table[0], "", *table[2:]]
     else:
-        lines += [f"Ranking: not yet ({len(complete)} architectures with both losses; target {RANKED}).", ""]
+        lines += [f"Ranking: not yet ({len(complete)} architectures with both losses; target {ranked}).", ""]
     report = os.path.join(results, "ranker_loss", "report.json")
     if os.path.isfile(report):
         splits = json.load(open(report, encoding="utf-8")).get("held_out_splits")
@@ -703,15 +802,21 @@ def budget_lines(results: str) -> List[str]:
             + f"; FLOPs budget: {budgets['gflops']['limit']} GFLOPs ({budgets['gflops']['of']}'s)."]
 
 
-def render(ctx: Optional[Context], results: str, command: str, plot_path: Optional[str]) -> str:
+QUICK_NOTE = ("**A smoke run (`--quick`)**: every stage at toy size (the first lines of the data, a few updates, the "
+              "latency protocol at its minimum, one seed); its numbers measure nothing.")
+
+
+def render(ctx: Optional[Context], results: str, command: str, plot_path: Optional[str], scale: Scale = REAL) -> str:
     lines = [REPORT_BEGIN, "", "## Measured: the search on Multi30k de-en at the convergence budget, against scaled baselines", ""]
+    if scale == QUICK:
+        lines += [QUICK_NOTE, ""]
     runs = load_runs(results)
     stages = json.load(open(os.path.join(results, "stages.json"), encoding="utf-8")) if os.path.isfile(
         os.path.join(results, "stages.json")) else {}
     lines += [f"Rendered by `{command}` from `{relative(results)}/` (committed stage results; each records its revision, "
               "machine and command). Space: `search_spaces/multi30k_bracket.yaml`.", ""]
     updates = sorted({r.get("updates") for records in runs.values() for r in records if r.get("updates")})
-    planned = plan(results)
+    planned = plan(results, scale)
     lines += [f"* Every from-scratch row: {', '.join(map(str, updates)) or 'B'} updates (the convergence budget B of "
               "`benchmarks/convergence.py --suite multi30k`), bench-quality's `multi30k_converged` settings; the "
               "hand-written layouts are that suite's rows (the same trainings). Scored as those rows are, beam 5: "
@@ -741,7 +846,7 @@ def render(ctx: Optional[Context], results: str, command: str, plot_path: Option
         if plot_path:
             plot(rows, plot_path)
             lines += [f"![BLEU against relative latency and FLOPs]({os.path.basename(plot_path)})", ""]
-        lines += ranking_lines(results, rows)
+        lines += ranking_lines(results, rows, scale.ranked)
         example = next(iter(runs.values()))[0]
         lines += ["One training (the others differ in the architecture and `SEED`):", "", "```bash",
                   example.get("train_command", ""), "```", ""]
@@ -814,21 +919,27 @@ def evolution_lines(results: str) -> List[str]:
              + (f"stopped after {s['patience']} without improvement" if s.get('patience') else "no early stop")
              + "; fitness: the loss ranker; the latency predicted by the latency regressor, then the final candidates "
              "measured):"]
+    units = {"--latency-ms": " ms", "--relative-latency": "x the reference", "--flops": " GFLOPs", "--params": " M parameters"}
     for name, result in found:
         best, confirmed = result["best"], result["confirmed_latency"] or []  # (None: a FLOPs budget, counted)
+        history = result["history"]
+        budget = ", ".join(f"{limit}{units.get(option, ' ' + option)}" for option, limit in result["constraints"].items())
+        searched = (f"  * {name} ({budget}): {count(len(history), 'iteration')}"
+                    f"{' (stopped early)' if result['stopped_early'] else ''}, {history[-1]['evaluated']:,} architectures evaluated; ")
+        if best is None:  # (``unconfirmed``: searched again by the next run of the evolve stage)
+            key = "relative_latency" if "--relative-latency" in result["constraints"] else "latency_ms"
+            measured = ", ".join(f"{c[key]:.3g}" for c in confirmed)
+            lines.append(searched + f"**no architecture**: none of the {len(confirmed)} fittest final candidates measured "
+                         f"within the budget (measured: {measured}); no found row at this budget yet.")
+            continue
         measured = next((c for c in confirmed if c["architecture"] == best["architecture"]), None)
         measured_text = (f"measured {measured['latency_ms']:.1f} ± {measured['stdev_ms']:.1f} ms"
                          + (f", {measured['relative_latency']:.3f}x the reference" if "relative_latency" in measured else "")
                          if measured else "not measured")
-        history = result["history"]
-        units = {"--latency-ms": " ms", "--relative-latency": "x the reference", "--flops": " GFLOPs", "--params": " M parameters"}
-        budget = ", ".join(f"{limit}{units.get(option, ' ' + option)}" for option, limit in result["constraints"].items())
         predicted = (f"latency predicted {best['latency_ms']:.1f} ms" if "latency_ms" in best else
                      f"relative latency predicted {best['relative_latency']:.3f}" if "relative_latency" in best else "")
         lines.append(
-            f"  * {name} ({budget}): {count(len(history), 'iteration')}"
-            f"{' (stopped early)' if result['stopped_early'] else ''}, {history[-1]['evaluated']:,} architectures evaluated; "
-            f"best: {supernet_ranking.describe(best['architecture'])}; {best['mparams']:.2f} M parameters, "
+            searched + f"best: {supernet_ranking.describe(best['architecture'])}; {best['mparams']:.2f} M parameters, "
             f"{best['gflops']:.3f} GFLOPs; "
             + (f"{predicted}, {measured_text}; {sum(c['within_budget'] for c in confirmed)} of {len(confirmed)} measured "
                "candidates within the budget." if result["confirmed_latency"] is not None else "FLOPs counted, not measured."))
@@ -840,69 +951,88 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated stages (default: %(default)s)")
     parser.add_argument("--data-root", default=os.path.join(os.path.dirname(REPO), "shared", "data"), help="the shared data")
-    parser.add_argument("--work-dir", default=os.path.join(REPO, "work_dirs", "search_multi30k_converged"),
-                        help="the supernet and the search's data (default: %(default)s)")
-    parser.add_argument("--quality-work-dir", default=os.path.join(REPO, "work_dirs", "bench_quality"),
-                        help="bench-quality's work folder, where every from-scratch row trains (shared with its "
-                             "multi30k_converged suite; default: %(default)s)")
-    parser.add_argument("--results", default=os.path.join(REPO, "docs", "records", "data", "search_multi30k_converged"),
-                        help="the stages' small results, committed (default: %(default)s)")
-    parser.add_argument("--supernet-updates", type=int, help=f"(default: {SUPERNET_FACTOR} B)")
-    parser.add_argument("--loss-samples", type=int, default=300, help="(default: %(default)s)")
-    parser.add_argument("--latency-samples", type=int, default=300, help="(default: %(default)s)")
+    parser.add_argument("--work-dir", help="the supernet and the search's data (default: work_dirs/search_multi30k_converged; "
+                                           "--quick: work_dirs/search_multi30k_quick)")
+    parser.add_argument("--quality-work-dir", help="bench-quality's work folder, where every from-scratch row trains (shared "
+                                                   "with its multi30k_converged suite; default: work_dirs/bench_quality; "
+                                                   "--quick: the --work-dir)")
+    parser.add_argument("--results", help="the stages' small results, committed (default: "
+                                          "docs/records/data/search_multi30k_converged; --quick: WORK_DIR/records)")
+    parser.add_argument("--supernet-updates", type=int, help=f"(default: {SUPERNET_FACTOR} B; --quick: {QUICK.supernet_updates})")
+    parser.add_argument("--loss-samples", type=int, help=f"(default: {REAL.loss_samples}; --quick: {QUICK.loss_samples})")
+    parser.add_argument("--latency-samples", type=int, help=f"(default: {REAL.latency_samples}; --quick: {QUICK.latency_samples})")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the supernet and the rows train (cuda: one GPU, float32); latency is always "
                              "measured on the CPU by the protocol (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=1, help="trainings at once (default: %(default)s; a GPU holds a dozen+)")
-    parser.add_argument("--output", default=os.path.join(REPO, "docs", "records", "search.md"), help="the report (default: %(default)s)")
+    parser.add_argument("--output", help="the report (default: docs/records/search.md; --quick: none unless given, printed)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: every stage for real at toy size (the first lines of the data, bench-quality's "
+                             "quick budget for the rows and twice it for the supernet, no convergence budget needed, the "
+                             "latency protocol at its minimum, a small evolution, one seed); nothing written outside the "
+                             "work folder but --output")
     parser.add_argument("--report-only", action="store_true", help="only re-render the report")
-    parser.add_argument("--allow-dirty", action="store_true", help="measure with uncommitted changes (recorded)")
+    parser.add_argument("--allow-dirty", action="store_true", help="measure with uncommitted changes (recorded); "
+                                                                   "--quick never asks")
     args = parser.parse_args(argv)
     stages = supernet_ranking.parse_stages(parser, args.stages, STAGES)
     if args.jobs < 1:
         parser.error(f"--jobs: expected at least 1, got {args.jobs}")
-    if args.supernet_updates is not None and args.supernet_updates < 1:
-        parser.error(f"--supernet-updates: expected at least 1, got {args.supernet_updates}")
+    for option in ("supernet_updates", "loss_samples", "latency_samples"):
+        if getattr(args, option) is not None and getattr(args, option) < 1:
+            parser.error(f"--{option.replace('_', '-')}: expected at least 1, got {getattr(args, option)}")
+    scale = QUICK if args.quick else REAL
     if not args.report_only and {"supernet", "train"} & set(stages):
-        budget = convergence_budget()  # (before any long work: a one-line error until B is measured)
-        log(f"the convergence budget B: {budget} updates")
-    os.makedirs(args.results, exist_ok=True)
+        budget = convergence_budget(args.quick)  # (before any long work: a one-line error until B is measured)
+        log(f"the convergence budget B: {budget} updates" + (" (--quick: bench-quality's quick budget)" if args.quick else ""))
+    work_dir = os.path.abspath(args.work_dir or os.path.join(
+        REPO, "work_dirs", "search_multi30k_quick" if args.quick else "search_multi30k_converged"))
+    quality_work_dir = os.path.abspath(args.quality_work_dir or (
+        work_dir if args.quick else os.path.join(REPO, "work_dirs", "bench_quality")))
+    results = os.path.abspath(args.results or (
+        os.path.join(work_dir, "records") if args.quick else os.path.join(REPO, "docs", "records", "data", "search_multi30k_converged")))
+    output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "records", "search.md"))
+    os.makedirs(results, exist_ok=True)
     command = "python benchmarks/search_multi30k.py" + "".join(" " + shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=os.path.abspath(args.work_dir), quick=False,
-                  device=args.device)
+    ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=work_dir, quick=args.quick, device=args.device)
     if not args.report_only:
-        require_committed(args.allow_dirty, "benchmarks/search_multi30k.py")
+        if not args.quick:
+            require_committed(args.allow_dirty, "benchmarks/search_multi30k.py")
         signal.signal(signal.SIGTERM, quality.stop_on_sigterm)  # a stopped stage still records its time
         prepare(ctx, DATA_SUITE)
-        times = Stages(args.results)
+        times = Stages(results)
         checkpoint = supernet_checkpoint(ctx)
         if "supernet" in stages:  # (its time: supernet.json)
-            train_supernet(ctx, args.results, args.supernet_updates or SUPERNET_FACTOR * budget)
+            train_supernet(ctx, results, args.supernet_updates or scale.supernet_updates or SUPERNET_FACTOR * budget, scale)
         if "collect" in stages:
-            timed(times, "collect", collect, ctx, args.results, checkpoint, args.loss_samples, args.latency_samples)
+            timed(times, "collect", collect, ctx, results, checkpoint, args.loss_samples or scale.loss_samples,
+                  args.latency_samples or scale.latency_samples, scale)
         if "rank" in stages:
-            timed(times, "rank", rank, ctx, args.results)
+            timed(times, "rank", rank, ctx, results)
         if "budgets" in stages or "evolve" in stages:
-            budgets = timed(times, "budgets", measure_budgets, args.results, checkpoint)
+            budgets = timed(times, "budgets", measure_budgets, results, checkpoint, scale)
             if "evolve" in stages:
-                timed(times, "evolve", evolve, ctx, args.results, checkpoint, budgets)
-        choose_spread(args.results)
-        rows = plan(args.results)
+                timed(times, "evolve", evolve, ctx, results, checkpoint, budgets, scale)
+        choose_spread(results, scale)
+        rows = plan(results, scale)
         log(f"plan: {count(len(distinct(rows)), 'distinct architecture')}, {count(training_count(rows), 'training')}")
         if "inherited" in stages:
-            timed(times, "inherited", inherited, ctx, args.results, rows)
+            timed(times, "inherited", inherited, ctx, results, rows)
         if "train" in stages:
-            quality_ctx = Context(data_root=ctx.data_root, work_dir=os.path.abspath(args.quality_work_dir), quick=False,
-                                  device=args.device)
+            quality_ctx = Context(data_root=ctx.data_root, work_dir=quality_work_dir, quick=args.quick, device=args.device)
             prepare(quality_ctx, CONVERGED)
-            timed(times, "train", train, quality_ctx, args.results, rows, args.jobs)
+            timed(times, "train", train, quality_ctx, results, rows, args.jobs)
         if "latency" in stages:
-            timed(times, "latency", measured_latency, args.results, checkpoint,
-                  {row.name: row.architecture for row in distinct(rows)})
+            timed(times, "latency", measured_latency, results, checkpoint,
+                  {row.name: row.architecture for row in distinct(rows)}, scale)
     prepare(ctx, DATA_SUITE)  # (the references of the paired test)
-    report = render(ctx, args.results, command, os.path.join(os.path.dirname(os.path.abspath(args.output)), "search_pareto.png"))
-    write_report(args.output, report, REPORT_BEGIN, REPORT_END)
-    log(f"report: {relative(args.output)}")
+    plot_path = os.path.join(os.path.dirname(os.path.abspath(output)), "search_pareto.png") if output else None
+    report = render(ctx, results, command, plot_path, scale)
+    if output:
+        write_report(output, report, REPORT_BEGIN, REPORT_END)
+        log(f"report: {relative(output)}")
+    else:
+        print(report)
     return 0
 
 

@@ -6,6 +6,7 @@ CLIs and recipes, tested elsewhere)."""
 import dataclasses
 import json
 import os
+import re
 
 import pytest
 
@@ -105,7 +106,7 @@ def test_the_plan_follows_the_finished_stages(tmp_path, monkeypatch):
     """A tiny config (the CPU space, 12 ranked architectures, a pool of 60): the layouts first, the baselines
     after budgets, the found rows after evolve, then the spread ones up to RANKED distinct architectures."""
     monkeypatch.setattr(run, "SPACE", os.path.join(os.path.dirname(run.SPACE), "multi30k_cpu.yaml"))
-    monkeypatch.setattr(run, "SPREAD_POOL", 60)
+    scale = dataclasses.replace(run.REAL, ranked=12, spread_pool=60)
     results = tmp_path
     plan = run.plan(str(results))
     assert [(r.name, r.group, r.seeds) for r in plan] == [
@@ -116,10 +117,10 @@ def test_the_plan_follows_the_finished_stages(tmp_path, monkeypatch):
     # the spread architectures wait for every budget's search
     fake_evolve(results, ["latency_scaled_d96_2+1", "latency_scaled_d192_2+1"],
                 [tiny_architecture(96, 2, 1, "cosformer"), tiny_architecture(96, 2, 2, "cosformer")])
-    assert run.choose_spread(str(results), ranked=12) == [] and not (results / "spread.jsonl").exists()
+    assert run.choose_spread(str(results), scale) == [] and not (results / "spread.jsonl").exists()
     fake_evolve(results, ["latency_scaled_d256_3+3", "flops_scaled_d192_2+1"],
                 [tiny_architecture(128, 3, 2, "cosformer"), tiny_architecture(96, 3, 1, "cosformer")])
-    spread = run.choose_spread(str(results), ranked=12)
+    spread = run.choose_spread(str(results), scale)
     plan = run.plan(str(results))
     assert len(run.distinct(plan)) >= 12 and len(spread) == 12 - 11
     assert [(r.name, r.group, r.seeds) for r in plan[7:]] == [
@@ -128,7 +129,83 @@ def test_the_plan_follows_the_finished_stages(tmp_path, monkeypatch):
         ("spread_00", "spread", (1,))]
     # 3 layouts x 3 + cosFormer everywhere + 3 baselines x 3 + 3 found x 3 + FLOPs found + spread
     assert run.training_count(plan) == 9 + 1 + 9 + 9 + 1 + 1
-    assert run.choose_spread(str(results), ranked=20) == spread  # chosen once
+    assert run.choose_spread(str(results), dataclasses.replace(scale, ranked=20)) == spread  # chosen once
+
+
+def test_a_budget_whose_candidates_all_measured_above_it_gets_no_row_and_the_run_goes_on(tmp_path, monkeypatch):
+    """evolve at a latency budget whose fittest final candidates all measured above it (the CLI's one-line error,
+    its result.json without ``best``): logged, the next budgets searched, no found row for it, the spread rows
+    chosen (the budget counts as searched), and the report says so; any other failure stops the run."""
+    monkeypatch.setattr(run, "SPACE", os.path.join(os.path.dirname(run.SPACE), "multi30k_cpu.yaml"))
+    scale = dataclasses.replace(run.REAL, ranked=12, spread_pool=60)
+    results = tmp_path
+    fake_budgets(results)
+    names = [name for name, _ in run.searches(str(results), run.read_budgets(str(results)))]
+    assert names == ["latency_scaled_d96_2+1", "latency_scaled_d192_2+1", "latency_scaled_d256_3+3", "flops_scaled_d192_2+1"]
+    candidate = {"architecture": tiny_architecture(96, 2, 1), "latency_ms": 9.0, "relative_latency": 0.61,
+                 "within_budget": False}
+    searched = []
+
+    def fake_search_cli(ctx, command, *argv):
+        output = argv[argv.index("--output") + 1]
+        name = os.path.basename(output)[len("evolve_"):]
+        searched.append(name)
+        os.makedirs(output, exist_ok=True)
+        result = {"settings": {"population": 6, "parents": 2, "mutations": 2, "mutation_probability": 0.3, "crossovers": 2,
+                               "iterations": 2, "patience": None},
+                  "constraints": {"--relative-latency": 0.55}, "stopped_early": False, "history": [{"evaluated": 6}]}
+        if name == "latency_scaled_d96_2+1":  # (as evolve_command leaves it, then its one-line error)
+            with open(os.path.join(output, "result.json"), "w") as f:
+                json.dump({**result, "best": None, "confirmed_latency": [candidate]}, f)
+            raise SystemExit("error: `python -m fairseq_plugins.search evolve ...` failed (exit 2):\nerror: --relative-latency "
+                             "0.55: none of the 1 fittest candidates measured within the budget (measured: 0.61)")
+        architecture = tiny_architecture(96, 2, 1 + names.index(name) % 3, "cosformer")
+        with open(os.path.join(output, "best.json"), "w") as f:
+            json.dump(architecture, f)
+        with open(os.path.join(output, "result.json"), "w") as f:
+            json.dump({**result, "best": {"architecture": architecture, "fitness": 1.0, "gflops": 0.01, "mparams": 1.0},
+                       "confirmed_latency": None}, f)
+
+    monkeypatch.setattr(run, "search_cli", fake_search_cli)
+    checkpoint = tmp_path / "supernet.pt"
+    checkpoint.write_text("")
+    run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
+    assert searched == names
+    assert run.unconfirmed(str(results), "latency_scaled_d96_2+1")["confirmed_latency"] == [candidate]
+    assert run.evolved(str(results), run.read_budgets(str(results)))["found_latency_scaled_d96_2+1"] is None
+    assert run.choose_spread(str(results), scale)  # (the budget was searched: the spread rows do not wait for it)
+    planned = [row.name for row in run.plan(str(results))]
+    assert "found_latency_scaled_d96_2+1" not in planned and "found_latency_scaled_d192_2+1" in planned
+    (line,) = [line for line in run.evolution_lines(str(results)) if line.startswith("  * latency_scaled_d96_2+1")]
+    assert "**no architecture**: none of the 1 fittest final candidates measured within the budget (measured: 0.61)" in line
+    # searched again by the next run; the others are done
+    searched.clear()
+    run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
+    assert searched == ["latency_scaled_d96_2+1"]
+
+    # another failure (no fresh result.json without best) stops the run
+    def broken(ctx, command, *argv):
+        raise SystemExit("error: --ranker ranker.txt: no such model")
+
+    monkeypatch.setattr(run, "search_cli", broken)
+    with pytest.raises(SystemExit, match="no such model"):
+        run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
+
+
+def test_quick_changes_only_sizes_and_needs_no_convergence_budget(tmp_path, monkeypatch):
+    """--quick: one seed for every row, the latency protocol's options at its minimum, B from bench-quality's quick
+    settings even where the convergence budget is not measured."""
+    from benchmarks import convergence
+
+    monkeypatch.setattr(convergence, "DEFAULT_RESULTS", str(tmp_path / "convergence"))
+    assert run.convergence_budget(quick=True) == int(quality.SUITES["multi30k_converged"].quick_env["MAX_UPDATE"])
+    fake_budgets(tmp_path)
+    assert {row.seeds for row in run.plan(str(tmp_path), run.QUICK)} == {(1,)}
+    assert {row.seeds for row in run.plan(str(tmp_path))} == {(1,), (1, 2, 3)}
+    options = run.QUICK.latency_options()
+    assert options[:6] == ["--source-length", "8", "--target-length", "8", "--beam", "2"] and "--processes" in options
+    assert run.REAL.latency_options() == ["--source-length", "30", "--target-length", "30", "--beam", "5", "--threads", "1"]
+    LatencySettings(**run.QUICK.latency).check()
 
 
 def test_the_full_plan_counts_about_forty_trainings(tmp_path, monkeypatch):
@@ -137,8 +214,7 @@ def test_the_full_plan_counts_about_forty_trainings(tmp_path, monkeypatch):
                            "flops_scaled_d192_2+1"],
                 [tiny_architecture(96, 2, 1, "cosformer"), tiny_architecture(96, 2, 2, "cosformer"),
                  tiny_architecture(128, 3, 2, "cosformer"), tiny_architecture(96, 3, 1, "cosformer")])
-    monkeypatch.setattr(run, "SPREAD_POOL", 200)
-    run.choose_spread(str(tmp_path))
+    run.choose_spread(str(tmp_path), dataclasses.replace(run.REAL, spread_pool=200))
     plan = run.plan(str(tmp_path))
     assert len(run.distinct(plan)) == run.RANKED == 20
     assert run.training_count(plan) == 10 + 9 + 9 + 1 + 9  # 38
@@ -400,3 +476,124 @@ def test_the_supernet_trains_over_the_bracket_space_with_the_converged_settings(
     assert env["MAX_UPDATE"] == str(2 * B) and env["DROPOUT"] == quality.CONVERGED_MULTI30K_ENV["DROPOUT"] == "0.3"
     assert "GEN_EXTRA_ARGS" not in env and env["NUM_GPUS"] == ("1" if device == "cuda" else "0")
     assert not set(averaging) & set(env)
+    # fairseq's cosine schedule divides by the updates after the warm-up: none is a one-line error, not a crash
+    with pytest.raises(SystemExit, match="^error: --supernet-updates 400: expected more than the 400 warm-up updates"):
+        run.train_supernet(ctx, str(tmp_path), 400)
+
+
+def _tiny_multi30k(root):
+    """Generated stand-ins for Multi30k's raw files (train, val, test_2016_flickr): a word-for-word code between
+    German-like and English-like words, which a few updates begin to learn."""
+    import random
+
+    words = {"Hund": "dog", "Katze": "cat", "Kind": "child", "Frau": "woman", "Mann": "man", "Vogel": "bird",
+             "sieht": "sees", "mag": "likes", "ruft": "calls", "den": "the", "einen": "a", "heute": "today",
+             "Garten": "garden", "Straße": "street"}
+    rng = random.Random(0)
+    raw = root / "multi30k"
+    raw.mkdir(parents=True)
+    for name, size in (("train", 800), ("val", 40), ("test_2016_flickr", 40)):
+        pairs = [[rng.choice(list(words)) for _ in range(rng.randint(3, 8))] for _ in range(size)]
+        (raw / f"{name}.de").write_text("".join(" ".join(p) + " .\n" for p in pairs))
+        (raw / f"{name}.en").write_text("".join(" ".join(words[w] for w in p) + " .\n" for p in pairs))
+
+
+def test_quick_run_runs_every_stage_for_real_and_resumes(tmp_path):
+    """``--quick`` end to end on generated data, every stage for real (recipes, search CLIs, latency protocol,
+    bench-quality's rows): a supernet checkpoint, both collections, the rankers, the budgets, an evolution per
+    budget, the inherited losses, every planned row trained once (one seed) and scored, every planned
+    architecture measured, and the report with its tables and Pareto plot; nothing written into docs/records/
+    (the records lie under the work folder); a second run trains nothing again (but a found row that a latency
+    budget left without an architecture may confirm when searched again); without --output the report is
+    printed. The stage times of the run (records/stages.json, supernet.json) are printed (pytest -s)."""
+    import subprocess
+    import sys
+    import time
+
+    _tiny_multi30k(tmp_path / "data")
+    work, report = tmp_path / "work", tmp_path / "docs" / "search.md"
+    records = work / "records"
+    command = [sys.executable, os.path.join(run.REPO, "benchmarks", "search_multi30k.py"), "--quick", "--jobs", "2",
+               "--data-root", str(tmp_path / "data"), "--work-dir", str(work), "--output", str(report)]
+    started = time.time()
+
+    def written_into_docs_records() -> list:
+        return [os.path.join(folder, name) for folder, _, names in os.walk(os.path.join(run.REPO, "docs", "records"))
+                for name in names if os.path.getmtime(os.path.join(folder, name)) >= started]
+
+    first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-5000:]
+    assert "convergence budget B: 6 updates (--quick" in first.stderr
+
+    supernet = json.loads((records / "supernet.json").read_text())
+    assert supernet["updates"] == run.QUICK.supernet_updates and supernet["space"] == "search_spaces/multi30k_bracket.yaml"
+    assert (work / "checkpoints" / "supernet" / "checkpoint_last.pt").is_file()
+    for what, samples in (("loss", run.QUICK.loss_samples), ("latency", run.QUICK.latency_samples)):
+        collected = [json.loads(line) for line in (records / f"{what}.jsonl").read_text().splitlines()]
+        assert collected[0]["record"] == "collection" and len(collected) == 1 + samples
+    assert collected[0]["latency"]["rounds"] == 2 and collected[0]["latency"]["source_length"] == 8
+    for target in run.RANKED_FROM:
+        ranker = json.loads((records / f"ranker_{target}" / "report.json").read_text())
+        assert ranker["target"] == target and ranker["held_out_splits"]["splits"] > 1
+    budgets = run.read_budgets(str(records))
+    assert len(budgets["baselines"]) == 3 and budgets["gflops"]["of"] == budgets["baselines"][1]
+    for name, _ in run.searches(str(records), budgets):  # (a latency budget may end without an architecture)
+        result = json.loads((records / f"evolve_{name}" / "result.json").read_text())
+        assert (result["best"] is None) == (run.unconfirmed(str(records), name) is not None)
+        assert (records / f"evolve_{name}" / "best.json").is_file() == (result["best"] is not None)
+    confirmed = {name for name, _ in run.searches(str(records), budgets) if (records / f"evolve_{name}" / "best.json").is_file()}
+    assert f"flops_{budgets['gflops']['of']}" in confirmed  # (counted, not measured: never unconfirmed)
+
+    plan = run.plan(str(records), run.QUICK)
+    distinct = run.distinct(plan)
+    assert {row.group for row in plan} >= {"layout", "scaled", "found_flops", "spread"}
+    assert len(distinct) >= run.QUICK.ranked and all(row.seeds == (1,) for row in plan)
+    inherited = {run.architecture_key(r["architecture"]) for r in run.read_jsonl(str(records / "inherited.jsonl"))}
+    measured = {run.architecture_key(r["architecture"]) for r in run.read_jsonl(str(records / run.MEASURED))}
+    assert {run.architecture_key(row.architecture) for row in distinct} <= inherited & measured
+    trained = sorted(path.name for path in (records / "train").iterdir())
+    assert trained == sorted(f"{row.name}_seed1.json" for row in plan)
+    for row in plan:
+        record = json.loads((records / "train" / f"{row.name}_seed1.json").read_text())
+        assert record["updates"] == 6 and record["architecture"] == row.architecture and 0 <= record["bleu"] <= 100
+        assert record["result"].startswith(str(work))  # (bench-quality's row result, in the work folder)
+
+    text = report.read_text()
+    assert run.QUICK_NOTE in text and "**Target**" in text and "**Ranking**" in text and "* Evolution (population 6" in text
+    for row in plan:
+        assert f"| {row.name} | {row.group} |" in text
+    assert (tmp_path / "docs" / "search_pareto.png").stat().st_size > 5000
+    # nothing of the run in the checkout's records (its results, bench-quality's rows) or default work folders
+    assert not written_into_docs_records()
+    assert not os.path.exists(os.path.join(run.REPO, "work_dirs", "search_multi30k_quick"))
+
+    times = json.loads((records / "stages.json").read_text())
+    print("stage times of the quick run (wall s): supernet", supernet["process_seconds"],
+          {stage: round(entry["seconds"], 1) for stage, entry in times.items()},
+          "; budgets without an architecture:", sorted({name for name, _ in run.searches(str(records), budgets)} - confirmed))
+
+    # the second run trains nothing again and reads every stage back; only a latency budget that ended without an
+    # architecture is searched again, and a found row it may confirm now is the one thing trained, evaluated
+    # inside the supernet and measured
+    second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr[-5000:]
+    assert "supernet: done before" in second.stderr
+    for name, _ in run.searches(str(records), budgets):
+        assert (f"evolve {name}: done before" in second.stderr) == (name in confirmed), name
+    new = [row for row in run.plan(str(records), run.QUICK) if row.name not in {r.name for r in plan}]
+    assert all(row.group == "found" for row in new)
+    assert f"train: {len(new)} trainings to go" in second.stderr
+    assert re.findall(r"\] train: (\S+) seed", second.stderr) == [row.name for row in new]
+    assert second.stderr.count(": training (") == len(new)
+    known = {run.architecture_key(row.architecture) for row in distinct}
+    added = {run.architecture_key(row.architecture) for row in new} - known
+    assert second.stderr.count("inherited: architecture") == len(added)
+    assert len(re.findall(r"\] latency: ", second.stderr)) == len(added)
+    assert sorted(path.name for path in (records / "train").iterdir()) == sorted(trained + [f"{row.name}_seed1.json" for row in new])
+
+    # without --output the report is printed, nothing written beside the checkout's records
+    printed = subprocess.run(command[:command.index("--output")] + ["--report-only"], cwd=tmp_path, capture_output=True,
+                             text=True)
+    assert printed.returncode == 0, printed.stderr[-5000:]
+    assert printed.stdout.startswith(run.REPORT_BEGIN) and run.QUICK_NOTE in printed.stdout
+    assert not written_into_docs_records()
