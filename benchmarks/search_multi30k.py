@@ -62,6 +62,7 @@ import functools
 import json
 import math
 import os
+import re
 import resource
 import shlex
 import signal
@@ -79,6 +80,7 @@ from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import REPO, require_committed  # noqa: E402
 from benchmarks.quality import Context, prepare, relative, scored_references, write_report  # noqa: E402
 from benchmarks.supernet_ranking import architecture_key, read_jsonl  # noqa: E402
+from fairseq_plugins.errors import EXIT_STATUS  # noqa: E402
 from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
 
 STAGES = ("supernet", "collect", "rank", "budgets", "evolve", "inherited", "train", "latency")
@@ -259,15 +261,20 @@ def require_supernet(checkpoint: str) -> str:
     return checkpoint
 
 
-def train_supernet(ctx: Context, results: str, updates: int, scale: Scale = REAL) -> dict:
-    """supernet_ranking.py's supernet stage over this search's space, with the converged settings."""
-    # (not the rows' checkpoint averaging: the stages read the supernet's last checkpoint)
+def supernet_env(ctx: Context, updates: int, scale: Scale = REAL) -> Dict[str, str]:
+    """The recipe settings of the supernet's training: the converged ones (not the rows' checkpoint averaging:
+    the stages read the supernet's last checkpoint); a one-line error for ``updates`` the schedule cannot take."""
     env = {k: v for k, v in {**quality.suite_env(ctx, CONVERGED, averaging=False), **scale.supernet_env}.items()
            if k not in ("GEN_EXTRA_ARGS", "SUBSETS")}
     if env.get("LR_SCHEDULER") == "cosine" and updates <= int(env["WARMUP"]):  # (fairseq divides by the difference)
         raise SystemExit(f"error: --supernet-updates {updates}: expected more than the {env['WARMUP']} warm-up updates "
                          "(the cosine schedule decays over the updates after them)")
-    return supernet_ranking.train_supernet(ctx, results, updates, space=SPACE, train_env=env)
+    return env
+
+
+def train_supernet(ctx: Context, results: str, updates: int, scale: Scale = REAL) -> dict:
+    """supernet_ranking.py's supernet stage over this search's space, with the converged settings."""
+    return supernet_ranking.train_supernet(ctx, results, updates, space=SPACE, train_env=supernet_env(ctx, updates, scale))
 
 
 def reference_file(results: str) -> str:
@@ -372,6 +379,17 @@ def searches(results: str, budgets: dict) -> List[Tuple[str, List[str]]]:
     return found + [(f"flops_{budgets['gflops']['of']}", ["--flops", str(budgets["gflops"]["limit"])])]
 
 
+def finished_best(results: str, name: str) -> Optional[dict]:
+    """best.json's architecture of ``name``'s evolution once that search finished (its result.json, which
+    ``evolve`` writes last, holds ``best``); None: not searched yet, searched without an architecture
+    (``unconfirmed``), or stopped between writing best.json and result.json (searched again)."""
+    output = os.path.join(results, f"evolve_{name}")
+    result, best = os.path.join(output, "result.json"), os.path.join(output, "best.json")
+    if not (os.path.isfile(result) and os.path.isfile(best)) or json.load(open(result, encoding="utf-8")).get("best") is None:
+        return None
+    return json.load(open(best, encoding="utf-8"))
+
+
 def unconfirmed(results: str, name: str) -> Optional[dict]:
     """The result of ``name``'s evolution when it ended without an architecture: none of the fittest final
     candidates measured within the latency budget (``evolve`` keeps what it found and measured in result.json,
@@ -391,6 +409,15 @@ def file_version(path: str) -> Optional[Tuple[int, int, int]]:
     return stat.st_ino, stat.st_mtime_ns, stat.st_size
 
 
+def one_line_error(error: SystemExit) -> Optional[str]:
+    """The one-line error a command that ``Context.run`` ran ended with (its exit status ``EXIT_STATUS``, its
+    last line ``error: ...``), without the prefix; None for anything else (a crash's traceback, a signal, a
+    SIGTERM of this process: an int code)."""
+    match = re.search(r"` failed \(exit (-?\d+)\):\n(.*)\Z", error.code, re.S) if isinstance(error.code, str) else None
+    lines = match.group(2).strip().splitlines() if match and int(match.group(1)) == EXIT_STATUS else []
+    return lines[-1][len("error: "):] if lines and lines[-1].startswith("error: ") else None
+
+
 def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Scale = REAL):
     """``search evolve`` at each budget not searched yet. A latency budget whose fittest final candidates all
     measured above it (the predictor off, or the machine's load) gets no found row this time: logged, shown in
@@ -399,7 +426,7 @@ def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Sc
     missed = []
     for name, constraint in searches(results, budgets):
         output = os.path.join(results, f"evolve_{name}")
-        if os.path.isfile(os.path.join(output, "best.json")):
+        if finished_best(results, name) is not None:
             log(f"evolve {name}: done before")
             continue
         log(f"evolve {name}: {' '.join(constraint[:2])}")
@@ -409,12 +436,13 @@ def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Sc
             search_cli(ctx, "evolve", "--space", SPACE, "--fitness", "ranker", "--ranker", os.path.join(results, "ranker_loss", "ranker.txt"),
                        "--checkpoint", require_supernet(checkpoint), *constraint, *scale.latency_options(),
                        *scale.evolution_options, "--reference", reference_file(results), "--output", output)
-        except SystemExit as error:  # (a one-line error of the command; a SIGTERM's exit code goes on)
-            if not (isinstance(error.code, str) and unconfirmed(results, name) is not None
+        except SystemExit as error:  # (only the command's one-line error; a crash or a SIGTERM goes on)
+            message = one_line_error(error)
+            if not (message is not None and unconfirmed(results, name) is not None
                     and file_version(result_path) != before):  # (written by this search)
                 raise
-            log(f"evolve {name}: {error.code.strip().splitlines()[-1].removeprefix('error: ')}; no found row at this "
-                "budget for now (the next run of the evolve stage searches it again)")
+            log(f"evolve {name}: {message}; no found row at this budget for now (the next run of the evolve stage "
+                "searches it again)")
             missed.append(name)
     if missed:
         log(f"evolve: {count(len(missed), 'budget')} without an architecture measured within it: {', '.join(missed)}")
@@ -437,11 +465,7 @@ def evolved(results: str, budgets: Optional[dict]) -> Dict[str, Optional[dict]]:
     searched without a candidate measured within the budget: ``unconfirmed``)."""
     if budgets is None:
         return {}
-    found = {}
-    for name, _ in searches(results, budgets):
-        best = os.path.join(results, f"evolve_{name}", "best.json")
-        found[f"found_{name}"] = json.load(open(best, encoding="utf-8")) if os.path.isfile(best) else None
-    return found
+    return {f"found_{name}": finished_best(results, name) for name, _ in searches(results, budgets)}
 
 
 def read_budgets(results: str) -> Optional[dict]:
@@ -968,7 +992,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--output", help="the report (default: docs/records/search.md; --quick: none unless given, printed)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: every stage for real at toy size (the first lines of the data, bench-quality's "
-                             "quick budget for the rows and twice it for the supernet, no convergence budget needed, the "
+                             "quick budget for the rows, a few updates for the supernet, no convergence budget needed, the "
                              "latency protocol at its minimum, a small evolution, one seed); nothing written outside the "
                              "work folder but --output")
     parser.add_argument("--report-only", action="store_true", help="only re-render the report")
@@ -995,6 +1019,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.makedirs(results, exist_ok=True)
     command = "python benchmarks/search_multi30k.py" + "".join(" " + shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=work_dir, quick=args.quick, device=args.device)
+    if not args.report_only and "supernet" in stages:
+        supernet_updates = args.supernet_updates or scale.supernet_updates or SUPERNET_FACTOR * budget
+        supernet_env(ctx, supernet_updates, scale)  # (its one-line error before any long work)
     if not args.report_only:
         if not args.quick:
             require_committed(args.allow_dirty, "benchmarks/search_multi30k.py")
@@ -1003,7 +1030,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         times = Stages(results)
         checkpoint = supernet_checkpoint(ctx)
         if "supernet" in stages:  # (its time: supernet.json)
-            train_supernet(ctx, results, args.supernet_updates or scale.supernet_updates or SUPERNET_FACTOR * budget, scale)
+            train_supernet(ctx, results, supernet_updates, scale)
         if "collect" in stages:
             timed(times, "collect", collect, ctx, results, checkpoint, args.loss_samples or scale.loss_samples,
                   args.latency_samples or scale.latency_samples, scale)

@@ -96,10 +96,12 @@ def fake_budgets(results, baselines=("scaled_d96_2+1", "scaled_d192_2+1", "scale
 
 
 def fake_evolve(results, names, architectures):
+    """Finished searches as ``search evolve`` leaves them: best.json, then result.json holding ``best``."""
     for name, architecture in zip(names, architectures):
         folder = results / f"evolve_{name}"
         folder.mkdir()
         (folder / "best.json").write_text(json.dumps(architecture))
+        (folder / "result.json").write_text(json.dumps({"best": {"architecture": architecture}, "confirmed_latency": None}))
 
 
 def test_the_plan_follows_the_finished_stages(tmp_path, monkeypatch):
@@ -190,6 +192,58 @@ def test_a_budget_whose_candidates_all_measured_above_it_gets_no_row_and_the_run
     monkeypatch.setattr(run, "search_cli", broken)
     with pytest.raises(SystemExit, match="no such model"):
         run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
+
+    # nor is anything but the command's one-line error taken for a missed budget, even right after it wrote a
+    # fresh result.json without best: a crash (a traceback, exit 1) or this process's SIGTERM (an int code)
+    def stopped(code):
+        def search(ctx, command, *argv):
+            output = argv[argv.index("--output") + 1]
+            with open(os.path.join(output, "result.json"), "w") as f:
+                json.dump({"best": None, "confirmed_latency": [candidate], "stamp": repr(code)}, f)
+            raise SystemExit(code)
+        return search
+
+    crash = ("error: `python -m fairseq_plugins.search evolve ...` failed (exit 1):\nTraceback (most recent call last):\n"
+             "  File \"x.py\", line 1\nTypeError: unsupported format string passed to NoneType.__format__")
+    for code in (crash, 128 + 15):
+        monkeypatch.setattr(run, "search_cli", stopped(code))
+        with pytest.raises(SystemExit) as stop:
+            run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
+        assert stop.value.code == code
+
+
+def test_the_one_line_error_of_a_command_is_told_from_any_other_failure():
+    ran = "error: `python -m fairseq_plugins.search evolve --output x` failed (exit {}):\n{}"
+    assert run.one_line_error(SystemExit(ran.format(2, "INFO | loaded\nerror: --flops 0.1: too small\n"))) == "--flops 0.1: too small"
+    assert run.one_line_error(SystemExit(ran.format(1, "Traceback (most recent call last):\nerror: x"))) is None
+    assert run.one_line_error(SystemExit(ran.format(2, "error: x\nKeyError: 'best'"))) is None
+    assert run.one_line_error(SystemExit(ran.format(-15, ""))) is None
+    assert run.one_line_error(SystemExit(143)) is None and run.one_line_error(SystemExit("error: no supernet")) is None
+
+
+def test_a_search_stopped_between_best_json_and_result_json_is_searched_again(tmp_path, monkeypatch):
+    """``search evolve`` writes best.json, then result.json: a best.json beside no result.json, or beside the
+    result.json of an earlier search that found none within the budget, is no finished search: no found row,
+    and the next run of the stage searches the budget again."""
+    fake_budgets(tmp_path)
+    budgets = run.read_budgets(str(tmp_path))
+    names = [name for name, _ in run.searches(str(tmp_path), budgets)]
+    fake_evolve(tmp_path, names[1:], [tiny_architecture(96, 2, 1 + i, "cosformer") for i in range(3)])
+    folder = tmp_path / f"evolve_{names[0]}"
+    folder.mkdir()
+    (folder / "best.json").write_text(json.dumps(tiny_architecture(96, 2, 1, "cosformer")))
+    searched = []
+    monkeypatch.setattr(run, "search_cli", lambda ctx, command, *argv: searched.append(argv[argv.index("--output") + 1]))
+    checkpoint = tmp_path / "supernet.pt"
+    checkpoint.write_text("")
+    for stale in (None, {"best": None, "confirmed_latency": [{"relative_latency": 0.61, "within_budget": False}]}):
+        if stale is not None:
+            (folder / "result.json").write_text(json.dumps(stale))
+        assert run.evolved(str(tmp_path), budgets)[f"found_{names[0]}"] is None
+        assert f"found_{names[0]}" not in [row.name for row in run.plan(str(tmp_path))]
+        searched.clear()
+        run.evolve(None, str(tmp_path), str(checkpoint), budgets)
+        assert searched == [str(folder)]
 
 
 def test_quick_changes_only_sizes_and_needs_no_convergence_budget(tmp_path, monkeypatch):
@@ -479,6 +533,15 @@ def test_the_supernet_trains_over_the_bracket_space_with_the_converged_settings(
     # fairseq's cosine schedule divides by the updates after the warm-up: none is a one-line error, not a crash
     with pytest.raises(SystemExit, match="^error: --supernet-updates 400: expected more than the 400 warm-up updates"):
         run.train_supernet(ctx, str(tmp_path), 400)
+    # ... and from the command line, before any long work (the data, the committed-revision check)
+    def long_work(*args):
+        raise AssertionError("started long work")
+
+    monkeypatch.setattr(run, "prepare", long_work)
+    monkeypatch.setattr(run, "require_committed", long_work)
+    with pytest.raises(SystemExit, match="^error: --supernet-updates 400: expected more than the 400 warm-up updates"):
+        run.main(["--stages", "supernet", "--supernet-updates", "400", "--device", device, "--results", str(tmp_path / "r"),
+                  "--work-dir", str(tmp_path / "work")])
 
 
 def _tiny_multi30k(root):
