@@ -115,7 +115,7 @@ LADDERS = {
     "shakespeare8_inverse_sqrt": Ladder(
         suite=dataclasses.replace(SHAKESPEARE, title=SHAKESPEARE.title + ", 8 layers, inverse square root (retired)",
                                   model_args=quality.LM8_SIZES, env=_inverse_sqrt(quality.LM8_ENV, "2e-3")),
-        first=250, retired=True, note=_ONE_RUN, **{**_SHAKESPEARE8, "confirm": True}),
+        first=250, retired=True, note=_ONE_RUN, **{**_SHAKESPEARE8, "confirm": True, "max_budget": 32000}),
     "multi30k_cosine_lr2e-3": Ladder(
         suite=dataclasses.replace(MULTI30K, title=MULTI30K.title + ", cosine at lr 2e-3 (retired)",
                                   env={**quality.CONVERGED_MULTI30K_ENV, "SUBSETS": "valid test", "LR": "2e-3"}),
@@ -232,10 +232,15 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
     last = os.path.join(save_dir, "checkpoint_last.pt")
     started = time.time()
     # the settings the run in this folder started with, and its device: a resumed run must be the same run
-    settings = quality.row_run_settings(ctx, rung_settings(ladder, seed, budget))
+    # (a run trained to the end is scored on any device: only its training time is the device's)
+    settings = rung_settings(ladder, seed, budget)
     settings_file = os.path.join(save_dir, "rung.json")
+    if not os.path.isfile(kept):
+        settings = quality.row_run_settings(ctx, settings)
     if os.path.isfile(settings_file):
         started_with = read_json(settings_file)
+        if os.path.isfile(kept):
+            started_with = {k: v for k, v in started_with.items() if k != "device"}
         if started_with != settings:
             raise other_settings(settings_file, started_with, settings, "this rung's run started",
                                  f"remove {save_dir} to train the rung again with the current settings")

@@ -276,6 +276,14 @@ def test_a_rung_of_other_settings_is_an_error_never_reused_and_never_a_budget(tm
     cuda = convergence.quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False, device="cuda")
     with pytest.raises(SystemExit, match=r"rung.json: this rung's run started with other settings \(device: None -> cuda\)"):
         train_rung(cuda, ladder, str(save_dir), 2000, 1)
+    # a GPU's rung trained to the end (its kept checkpoint) is scored on the CPU without training
+    (save_dir / "rung.json").write_text(json.dumps({**convergence.rung_settings(ladder, 1, 2000), "device": "cuda"}))
+    (save_dir / "checkpoint_u2000.pt").write_bytes(b"kept")
+    (save_dir / "train.log").write_text("2026-11-28 12:00:00 | INFO | valid | epoch 009 | valid on 'valid' subset | "
+                                        "loss 2.5 | nll_loss 2.5 | ppl 5.66 | num_updates 2000\n")
+    monkeypatch.setattr(convergence.quality, "total_train_seconds", lambda kept, text: 60.0)
+    trained = train_rung(ctx, ladder, str(save_dir), 2000, 1)
+    assert float(trained["valid_loss"]) == 2.5 and trained["train_seconds_total"] == 60.0
 
 
 def test_a_process_that_reaches_a_rung_under_way_waits_for_it_and_reads_its_result(tmp_path, monkeypatch):
