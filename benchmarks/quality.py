@@ -98,6 +98,7 @@ from benchmarks.provenance import (REPO, available_cores, cpu_model, is_dirty,  
 from data_prep.common import PrepError, read_lines, write_lines  # noqa: E402
 from data_prep.syntax_hints import info_path, read_summary  # noqa: E402
 from fairseq_plugins.data.syntax_hints import hint_dataset_prefix  # noqa: E402
+from fairseq_plugins.errors import EXIT_STATUS  # noqa: E402
 from fairseq_plugins.files import atomic_output, exclusive_lock, write_json  # noqa: E402
 
 
@@ -381,6 +382,23 @@ def relative(path: str) -> str:
     return os.path.relpath(path, REPO) if path.startswith(REPO + os.sep) else path
 
 
+class CommandFailed(SystemExit):
+    """A command of ``Context.run`` that failed: stops the run with its last lines (``code``, as SystemExit
+    prints it), and keeps its exit status and those lines for a caller that goes on after some failures."""
+
+    def __init__(self, command: str, returncode: int, tail: str):
+        super().__init__(f"error: {command} failed (exit {returncode}):\n{tail}")
+        self.returncode, self.tail = returncode, tail
+
+    def one_line_error(self) -> Optional[str]:
+        """The one-line error the command ended with (exit status ``EXIT_STATUS``, last line ``error: ...``),
+        without its prefix; None for anything else (a crash's traceback, a signal)."""
+        lines = self.tail.strip().splitlines()
+        if self.returncode != EXIT_STATUS or not lines or not lines[-1].startswith("error: "):
+            return None
+        return lines[-1][len("error: "):]
+
+
 @dataclass
 class Context:
     data_root: str
@@ -428,7 +446,7 @@ class Context:
                 f.write(stdout)
         if process.returncode != 0:
             tail = "\n".join(stdout.splitlines()[-25:])
-            raise SystemExit(f"error: `{shell_line(env, argv)}` failed (exit {process.returncode}):\n{tail}")
+            raise CommandFailed(f"`{shell_line(env, argv)}`", process.returncode, tail)
         return stdout
 
     def stop(self):

@@ -62,7 +62,6 @@ import functools
 import json
 import math
 import os
-import re
 import resource
 import shlex
 import signal
@@ -80,7 +79,6 @@ from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import REPO, require_committed  # noqa: E402
 from benchmarks.quality import Context, prepare, relative, scored_references, write_report  # noqa: E402
 from benchmarks.supernet_ranking import architecture_key, read_jsonl  # noqa: E402
-from fairseq_plugins.errors import EXIT_STATUS  # noqa: E402
 from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
 
 STAGES = ("supernet", "collect", "rank", "budgets", "evolve", "inherited", "train", "latency")
@@ -382,7 +380,7 @@ def searches(results: str, budgets: dict) -> List[Tuple[str, List[str]]]:
 def finished_best(results: str, name: str) -> Optional[dict]:
     """best.json's architecture of ``name``'s evolution once that search finished (its result.json, which
     ``evolve`` writes last, holds ``best``); None: not searched yet, searched without an architecture
-    (``unconfirmed``), or stopped between writing best.json and result.json (searched again)."""
+    (``missed``), or stopped between writing best.json and result.json (searched again)."""
     output = os.path.join(results, f"evolve_{name}")
     result, best = os.path.join(output, "result.json"), os.path.join(output, "best.json")
     if not (os.path.isfile(result) and os.path.isfile(best)) or json.load(open(result, encoding="utf-8")).get("best") is None:
@@ -390,15 +388,16 @@ def finished_best(results: str, name: str) -> Optional[dict]:
     return json.load(open(best, encoding="utf-8"))
 
 
-def unconfirmed(results: str, name: str) -> Optional[dict]:
-    """The result of ``name``'s evolution when it ended without an architecture: none of the fittest final
-    candidates measured within the latency budget (``evolve`` keeps what it found and measured in result.json,
-    without ``best``, and searches again when run again); else None."""
+def missed(results: str, name: str) -> Optional[dict]:
+    """The result of ``name``'s evolution when it ended without an architecture (``search evolve`` keeps it in
+    result.json without ``best``, and searches again when run again): none of the fittest final candidates
+    measured within the latency budget (``confirmed_latency``: what it found and measured), or no architecture
+    drawn met the budget (``unsatisfiable``: why); else None."""
     path = os.path.join(results, f"evolve_{name}", "result.json")
     if not os.path.isfile(path):
         return None
     result = json.load(open(path, encoding="utf-8"))
-    return result if result.get("best") is None and result.get("confirmed_latency") else None
+    return result if result.get("best") is None and (result.get("confirmed_latency") or result.get("unsatisfiable")) else None
 
 
 def file_version(path: str) -> Optional[Tuple[int, int, int]]:
@@ -409,21 +408,13 @@ def file_version(path: str) -> Optional[Tuple[int, int, int]]:
     return stat.st_ino, stat.st_mtime_ns, stat.st_size
 
 
-def one_line_error(error: SystemExit) -> Optional[str]:
-    """The one-line error a command that ``Context.run`` ran ended with (its exit status ``EXIT_STATUS``, its
-    last line ``error: ...``), without the prefix; None for anything else (a crash's traceback, a signal, a
-    SIGTERM of this process: an int code)."""
-    match = re.search(r"` failed \(exit (-?\d+)\):\n(.*)\Z", error.code, re.S) if isinstance(error.code, str) else None
-    lines = match.group(2).strip().splitlines() if match and int(match.group(1)) == EXIT_STATUS else []
-    return lines[-1][len("error: "):] if lines and lines[-1].startswith("error: ") else None
-
-
 def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Scale = REAL):
-    """``search evolve`` at each budget not searched yet. A latency budget whose fittest final candidates all
-    measured above it (the predictor off, or the machine's load) gets no found row this time: logged, shown in
-    the report, searched again by the next run of this stage, and the other budgets and stages go on (a run
-    of days must not stop its trainings for it)."""
-    missed = []
+    """``search evolve`` at each budget not searched yet. A budget the search ends without an architecture
+    (``missed``: the fittest final candidates all measured above it, the predictor off or the machine loaded; or
+    none of the architectures drawn predicted within it) gets no found row this time: logged, shown in the
+    report, searched again by the next run of this stage, and the other budgets and stages go on (a run of days
+    must not stop its trainings for it)."""
+    without = []
     for name, constraint in searches(results, budgets):
         output = os.path.join(results, f"evolve_{name}")
         if finished_best(results, name) is not None:
@@ -436,16 +427,16 @@ def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Sc
             search_cli(ctx, "evolve", "--space", SPACE, "--fitness", "ranker", "--ranker", os.path.join(results, "ranker_loss", "ranker.txt"),
                        "--checkpoint", require_supernet(checkpoint), *constraint, *scale.latency_options(),
                        *scale.evolution_options, "--reference", reference_file(results), "--output", output)
-        except SystemExit as error:  # (only the command's one-line error; a crash or a SIGTERM goes on)
-            message = one_line_error(error)
-            if not (message is not None and unconfirmed(results, name) is not None
+        except quality.CommandFailed as error:  # (only the command's one-line error; a crash goes on)
+            message = error.one_line_error()
+            if not (message is not None and missed(results, name) is not None
                     and file_version(result_path) != before):  # (written by this search)
                 raise
             log(f"evolve {name}: {message}; no found row at this budget for now (the next run of the evolve stage "
                 "searches it again)")
-            missed.append(name)
-    if missed:
-        log(f"evolve: {count(len(missed), 'budget')} without an architecture measured within it: {', '.join(missed)}")
+            without.append(name)
+    if without:
+        log(f"evolve: {count(len(without), 'budget')} without an architecture within it: {', '.join(without)}")
 
 
 # ------------------------------------------------------------------- the plan ---
@@ -462,7 +453,7 @@ class Planned:
 
 def evolved(results: str, budgets: Optional[dict]) -> Dict[str, Optional[dict]]:
     """name of the found row -> best.json's architecture of each budget's search (None: not searched yet, or
-    searched without a candidate measured within the budget: ``unconfirmed``)."""
+    searched without an architecture within the budget: ``missed``)."""
     if budgets is None:
         return {}
     return {f"found_{name}": finished_best(results, name) for name, _ in searches(results, budgets)}
@@ -503,7 +494,7 @@ def choose_spread(results: str, scale: Scale = REAL) -> List[dict]:
         return read_jsonl(path)
     found = evolved(results, read_budgets(results))
     # (a budget searched without a result counts as searched: its search again may add a found row beyond ranked)
-    if not found or any(a is None and unconfirmed(results, name[len("found_"):]) is None for name, a in found.items()):
+    if not found or any(a is None and missed(results, name[len("found_"):]) is None for name, a in found.items()):
         log("spread: waits for the budgets' searches (evolve)")
         return []
     planned = {architecture_key(p.architecture) for p in plan(results)}
@@ -948,9 +939,13 @@ def evolution_lines(results: str) -> List[str]:
         best, confirmed = result["best"], result["confirmed_latency"] or []  # (None: a FLOPs budget, counted)
         history = result["history"]
         budget = ", ".join(f"{limit}{units.get(option, ' ' + option)}" for option, limit in result["constraints"].items())
+        if result.get("unsatisfiable"):  # (``missed``: searched again by the next run of the evolve stage)
+            lines.append(f"  * {name} ({budget}): **no architecture**: {result['unsatisfiable']}; no found row at this "
+                         "budget yet.")
+            continue
         searched = (f"  * {name} ({budget}): {count(len(history), 'iteration')}"
                     f"{' (stopped early)' if result['stopped_early'] else ''}, {history[-1]['evaluated']:,} architectures evaluated; ")
-        if best is None:  # (``unconfirmed``: searched again by the next run of the evolve stage)
+        if best is None:  # (``missed``: searched again by the next run of the evolve stage)
             key = "relative_latency" if "--relative-latency" in result["constraints"] else "latency_ms"
             measured = ", ".join(f"{c[key]:.3g}" for c in confirmed)
             lines.append(searched + f"**no architecture**: none of the {len(confirmed)} fittest final candidates measured "

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..files import TextFileError, atomic_output, read_text, write_json
 from ..models.architecture import Architecture
-from .evolution import Candidate, Constraint, EvolutionSettings, SearchError, evolve, pareto
+from .evolution import Candidate, Constraint, EvolutionSettings, SearchError, Unsatisfiable, evolve, pareto
 from .latency import LatencySettings, recorded_settings
 from .space import SearchSpace
 
@@ -292,12 +292,23 @@ def evolve_command(args) -> dict:
     constraints = build_constraints(costs, args, space)
     fitness = build_fitness(args, supernet, space)
     state_path = os.path.join(args.output, "state.json")
-    found = evolve(space, fitness, constraints, settings, progress=evolution_progress(args.verbose),
-                   state=state_path, inputs=inputs)
-    result = {"inputs": inputs, "fitness": args.fitness, "constraints": {c.option: c.limit for c in constraints},
-              "counted": costs.what, "history": found["history"], "stopped_early": found["stopped_early"],
-              "settings": found["settings"], "population": [candidate_dict(c) for c in found["population"][:10]],
-              "confirmed_latency": None, "latency_settings": asdict(latency) if budget is not None else None}
+    searched = {"inputs": inputs, "fitness": args.fitness, "constraints": {c.option: c.limit for c in constraints},
+                "counted": costs.what, "confirmed_latency": None,
+                "latency_settings": asdict(latency) if budget is not None else None}
+    try:
+        found = evolve(space, fitness, constraints, settings, progress=evolution_progress(args.verbose),
+                       state=state_path, inputs=inputs)
+    except Unsatisfiable as error:
+        # (recorded as a search without an architecture, as one whose candidates all measured above the
+        # budget: a pipeline of many budgets reads why, and a run with the same output searches again)
+        os.makedirs(args.output, exist_ok=True)
+        write_json(result_path, {**searched, "history": [], "stopped_early": False, "settings": asdict(settings),
+                                 "population": [], "best": None, "unsatisfiable": str(error)})
+        if os.path.isfile(state_path):
+            os.remove(state_path)
+        raise
+    result = {**searched, "history": found["history"], "stopped_early": found["stopped_early"],
+              "settings": found["settings"], "population": [candidate_dict(c) for c in found["population"][:10]]}
     best = found["best"]
     os.makedirs(args.output, exist_ok=True)
     if budget is not None:

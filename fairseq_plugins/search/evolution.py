@@ -36,6 +36,10 @@ class SearchError(AttentionConfigError):
     """Settings the search cannot run with; the message names the option."""
 
 
+class Unsatisfiable(SearchError):
+    """The constraints admit none (or too few) of the architectures drawn: no search can run under them."""
+
+
 @dataclass(frozen=True)
 class EvolutionSettings:
     """HAT's defaults (its ``configs/*/supertransformer/space0.yml`` evolution settings), plus the stop."""
@@ -123,7 +127,7 @@ def feasible_children(make: Callable[[], Genome], count: int, codec: GenomeCodec
         children += [g for g, c in zip(batch, costs) if evaluator.feasible(c)][:count - len(children)]
         if len(children) < count and attempts >= max_attempts:
             bounds = ", ".join(f"{c.option} {c.limit:g}" for c in evaluator.constraints)
-            raise SearchError(f"{bounds}: only {len(children)} of {attempts} {what} satisfy the constraints; loosen them")
+            raise Unsatisfiable(f"{bounds}: only {len(children)} of {attempts} {what} satisfy the constraints; loosen them")
     return children
 
 

@@ -134,10 +134,11 @@ def test_the_plan_follows_the_finished_stages(tmp_path, monkeypatch):
     assert run.choose_spread(str(results), dataclasses.replace(scale, ranked=20)) == spread  # chosen once
 
 
-def test_a_budget_whose_candidates_all_measured_above_it_gets_no_row_and_the_run_goes_on(tmp_path, monkeypatch):
-    """evolve at a latency budget whose fittest final candidates all measured above it (the CLI's one-line error,
-    its result.json without ``best``): logged, the next budgets searched, no found row for it, the spread rows
-    chosen (the budget counts as searched), and the report says so; any other failure stops the run."""
+def test_a_budget_searched_without_an_architecture_gets_no_row_and_the_run_goes_on(tmp_path, monkeypatch):
+    """evolve at a latency budget whose fittest final candidates all measured above it, or that no architecture
+    drawn met (the CLI's one-line error, its result.json without ``best``): logged, the next budgets searched,
+    no found row for it, the spread rows chosen (the budget counts as searched), and the report says so; any
+    other failure stops the run."""
     monkeypatch.setattr(run, "SPACE", os.path.join(os.path.dirname(run.SPACE), "multi30k_cpu.yaml"))
     scale = dataclasses.replace(run.REAL, ranked=12, spread_pool=60)
     results = tmp_path
@@ -146,6 +147,7 @@ def test_a_budget_whose_candidates_all_measured_above_it_gets_no_row_and_the_run
     assert names == ["latency_scaled_d96_2+1", "latency_scaled_d192_2+1", "latency_scaled_d256_3+3", "flops_scaled_d192_2+1"]
     candidate = {"architecture": tiny_architecture(96, 2, 1), "latency_ms": 9.0, "relative_latency": 0.61,
                  "within_budget": False}
+    unsatisfiable = "--relative-latency 1.3: only 0 of 6000 random architectures satisfy the constraints; loosen them"
     searched = []
 
     def fake_search_cli(ctx, command, *argv):
@@ -159,8 +161,13 @@ def test_a_budget_whose_candidates_all_measured_above_it_gets_no_row_and_the_run
         if name == "latency_scaled_d96_2+1":  # (as evolve_command leaves it, then its one-line error)
             with open(os.path.join(output, "result.json"), "w") as f:
                 json.dump({**result, "best": None, "confirmed_latency": [candidate]}, f)
-            raise SystemExit("error: `python -m fairseq_plugins.search evolve ...` failed (exit 2):\nerror: --relative-latency "
-                             "0.55: none of the 1 fittest candidates measured within the budget (measured: 0.61)")
+            raise quality.CommandFailed("`python -m fairseq_plugins.search evolve ...`", 2, "INFO | searching\nerror: "
+                                        "--relative-latency 0.55: none of the 1 fittest candidates measured within the budget "
+                                        "(measured: 0.61)")
+        if name == "latency_scaled_d192_2+1":
+            with open(os.path.join(output, "result.json"), "w") as f:
+                json.dump({**result, "history": [], "best": None, "confirmed_latency": None, "unsatisfiable": unsatisfiable}, f)
+            raise quality.CommandFailed("`python -m fairseq_plugins.search evolve ...`", 2, f"error: {unsatisfiable}")
         architecture = tiny_architecture(96, 2, 1 + names.index(name) % 3, "cosformer")
         with open(os.path.join(output, "best.json"), "w") as f:
             json.dump(architecture, f)
@@ -173,21 +180,28 @@ def test_a_budget_whose_candidates_all_measured_above_it_gets_no_row_and_the_run
     checkpoint.write_text("")
     run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
     assert searched == names
-    assert run.unconfirmed(str(results), "latency_scaled_d96_2+1")["confirmed_latency"] == [candidate]
-    assert run.evolved(str(results), run.read_budgets(str(results)))["found_latency_scaled_d96_2+1"] is None
-    assert run.choose_spread(str(results), scale)  # (the budget was searched: the spread rows do not wait for it)
+    assert run.missed(str(results), "latency_scaled_d96_2+1")["confirmed_latency"] == [candidate]
+    assert run.missed(str(results), "latency_scaled_d192_2+1")["unsatisfiable"] == unsatisfiable
+    assert run.missed(str(results), "latency_scaled_d256_3+3") is None
+    found = run.evolved(str(results), run.read_budgets(str(results)))
+    assert found["found_latency_scaled_d96_2+1"] is None and found["found_latency_scaled_d192_2+1"] is None
+    assert run.choose_spread(str(results), scale)  # (the budgets were searched: the spread rows do not wait for them)
     planned = [row.name for row in run.plan(str(results))]
-    assert "found_latency_scaled_d96_2+1" not in planned and "found_latency_scaled_d192_2+1" in planned
-    (line,) = [line for line in run.evolution_lines(str(results)) if line.startswith("  * latency_scaled_d96_2+1")]
+    assert "found_latency_scaled_d96_2+1" not in planned and "found_latency_scaled_d192_2+1" not in planned
+    assert "found_latency_scaled_d256_3+3" in planned
+    lines = run.evolution_lines(str(results))
+    (line,) = [line for line in lines if line.startswith("  * latency_scaled_d96_2+1")]
     assert "**no architecture**: none of the 1 fittest final candidates measured within the budget (measured: 0.61)" in line
+    (line,) = [line for line in lines if line.startswith("  * latency_scaled_d192_2+1")]
+    assert line == f"  * latency_scaled_d192_2+1 (0.55x the reference): **no architecture**: {unsatisfiable}; no found row at this budget yet."
     # searched again by the next run; the others are done
     searched.clear()
     run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
-    assert searched == ["latency_scaled_d96_2+1"]
+    assert searched == ["latency_scaled_d96_2+1", "latency_scaled_d192_2+1"]
 
     # another failure (no fresh result.json without best) stops the run
     def broken(ctx, command, *argv):
-        raise SystemExit("error: --ranker ranker.txt: no such model")
+        raise quality.CommandFailed("`python -m fairseq_plugins.search evolve ...`", 2, "error: --ranker ranker.txt: no such model")
 
     monkeypatch.setattr(run, "search_cli", broken)
     with pytest.raises(SystemExit, match="no such model"):
@@ -200,25 +214,28 @@ def test_a_budget_whose_candidates_all_measured_above_it_gets_no_row_and_the_run
             output = argv[argv.index("--output") + 1]
             with open(os.path.join(output, "result.json"), "w") as f:
                 json.dump({"best": None, "confirmed_latency": [candidate], "stamp": repr(code)}, f)
-            raise SystemExit(code)
+            raise code
         return search
 
-    crash = ("error: `python -m fairseq_plugins.search evolve ...` failed (exit 1):\nTraceback (most recent call last):\n"
-             "  File \"x.py\", line 1\nTypeError: unsupported format string passed to NoneType.__format__")
-    for code in (crash, 128 + 15):
+    crash = quality.CommandFailed("`python -m fairseq_plugins.search evolve ...`", 1, "Traceback (most recent call last):\n"
+                                  "  File \"x.py\", line 1\nTypeError: unsupported format string passed to NoneType.__format__")
+    for code in (crash, SystemExit(128 + 15)):
         monkeypatch.setattr(run, "search_cli", stopped(code))
         with pytest.raises(SystemExit) as stop:
             run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
-        assert stop.value.code == code
+        assert stop.value is code
 
 
 def test_the_one_line_error_of_a_command_is_told_from_any_other_failure():
-    ran = "error: `python -m fairseq_plugins.search evolve --output x` failed (exit {}):\n{}"
-    assert run.one_line_error(SystemExit(ran.format(2, "INFO | loaded\nerror: --flops 0.1: too small\n"))) == "--flops 0.1: too small"
-    assert run.one_line_error(SystemExit(ran.format(1, "Traceback (most recent call last):\nerror: x"))) is None
-    assert run.one_line_error(SystemExit(ran.format(2, "error: x\nKeyError: 'best'"))) is None
-    assert run.one_line_error(SystemExit(ran.format(-15, ""))) is None
-    assert run.one_line_error(SystemExit(143)) is None and run.one_line_error(SystemExit("error: no supernet")) is None
+    def failed(status, tail):
+        return quality.CommandFailed("`python -m fairseq_plugins.search evolve --output x`", status, tail)
+
+    assert failed(2, "INFO | loaded\nerror: --flops 0.1: too small\n").one_line_error() == "--flops 0.1: too small"
+    assert failed(1, "Traceback (most recent call last):\nerror: x").one_line_error() is None
+    assert failed(2, "error: x\nKeyError: 'best'").one_line_error() is None
+    assert failed(-15, "").one_line_error() is None and failed(2, "").one_line_error() is None
+    # what stops a run prints the command, its status and its last lines, as a SystemExit
+    assert failed(2, "error: x").code == "error: `python -m fairseq_plugins.search evolve --output x` failed (exit 2):\nerror: x"
 
 
 def test_a_search_stopped_between_best_json_and_result_json_is_searched_again(tmp_path, monkeypatch):
@@ -602,10 +619,10 @@ def test_quick_run_runs_every_stage_for_real_and_resumes(tmp_path):
     assert len(budgets["baselines"]) == 3 and budgets["gflops"]["of"] == budgets["baselines"][1]
     for name, _ in run.searches(str(records), budgets):  # (a latency budget may end without an architecture)
         result = json.loads((records / f"evolve_{name}" / "result.json").read_text())
-        assert (result["best"] is None) == (run.unconfirmed(str(records), name) is not None)
+        assert (result["best"] is None) == (run.missed(str(records), name) is not None)
         assert (records / f"evolve_{name}" / "best.json").is_file() == (result["best"] is not None)
     confirmed = {name for name, _ in run.searches(str(records), budgets) if (records / f"evolve_{name}" / "best.json").is_file()}
-    assert f"flops_{budgets['gflops']['of']}" in confirmed  # (counted, not measured: never unconfirmed)
+    assert f"flops_{budgets['gflops']['of']}" in confirmed  # (counted, not measured, and the middle baseline's: met)
 
     plan = run.plan(str(records), run.QUICK)
     distinct = run.distinct(plan)

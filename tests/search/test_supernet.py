@@ -613,6 +613,20 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     assert not retried.get("done_before") and (tmp_path / "unmet" / "best.json").exists()
     assert json.loads((tmp_path / "unmet" / "result.json").read_text())["best"]["architecture"] == retried["best"]["architecture"]
 
+    # a budget none of the architectures drawn meets: an error naming it, and result.json says why (no best, a
+    # search the same command runs again)
+    unsatisfiable_args = ["evolve", "--space", space_file, "--ranker", ranker, "--checkpoint", checkpoint, "--flops", "1e-9",
+                          "--population", "4", "--parents", "2", "--mutations", "1", "--crossovers", "1",
+                          "--output", str(tmp_path / "unsatisfiable")]
+    message = run(*unsatisfiable_args, status=2)
+    result = json.loads((tmp_path / "unsatisfiable" / "result.json").read_text())
+    assert result["best"] is None and result["history"] == [] and result["constraints"] == {"--flops": 1e-9}
+    assert result["unsatisfiable"] == "--flops 1e-09: only 0 of 4000 random architectures satisfy the constraints; loosen them"
+    assert result["unsatisfiable"] in message and not (tmp_path / "unsatisfiable" / "best.json").exists()
+    run(*unsatisfiable_args, status=2)
+    assert warnings == [f"{tmp_path / 'unsatisfiable' / 'result.json'}: an earlier search here found no architecture "
+                        "within the budget; searching again (its result is replaced)"]
+
     other = run("evolve", "--space", space_file, "--ranker", ranker, "--flops", "2", "--population", "9", "--parents", "3",
                 "--mutations", "3", "--crossovers", "3", "--output", str(tmp_path / "evolved"), status=2)
     assert "holds a search with other inputs (" in other and "flops" in other
