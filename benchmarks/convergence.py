@@ -235,17 +235,16 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
     # (a run trained to the end is scored on any device: only its training time is the device's)
     settings = rung_settings(ladder, seed, budget)
     settings_file = os.path.join(save_dir, "rung.json")
-    if not os.path.isfile(kept):
-        settings = quality.row_run_settings(ctx, settings)
     if os.path.isfile(settings_file):
         started_with = read_json(settings_file)
-        if os.path.isfile(kept):
-            started_with = {k: v for k, v in started_with.items() if k != "device"}
-        if started_with != settings:
-            raise other_settings(settings_file, started_with, settings, "this rung's run started",
+        if not quality.same_run(started_with, settings, ctx.device, finished=os.path.isfile(kept)):
+            expected = quality.run_settings("cpu" if os.path.isfile(kept) else ctx.device, settings)
+            if os.path.isfile(kept):
+                started_with = {k: v for k, v in started_with.items() if k != "device"}
+            raise other_settings(settings_file, started_with, expected, "this rung's run started",
                                  f"remove {save_dir} to train the rung again with the current settings")
     elif not os.path.isfile(last) and not os.path.isfile(kept):  # (a folder of before rung.json: taken as it is)
-        write_json(settings_file, settings, sort_keys=True)
+        write_json(settings_file, quality.run_settings(ctx.device, settings), sort_keys=True)
     if not os.path.isfile(kept):
         # fairseq-train resumed at its --max-update trains one more update: never start it there
         done = quality.checkpoint_updates(last)

@@ -855,27 +855,40 @@ ROW_SETTINGS_FILE = "row.json"  # in a row's folder: the settings its run starte
 ROW_RUNS_FILE = "runs.json"  # and the revision and first update of each fairseq-train run that trained it
 
 
-def row_run_settings(ctx: Context, settings: dict) -> dict:
-    """What a row's run in its folder must keep to be resumed: its settings, and the device, which the settings
-    leave out (a row finished on either counts) but a run's training time must not mix (a CPU run's row.json
-    is its settings alone, as before the device counted)."""
-    return settings if ctx.device == "cpu" else {**settings, "device": ctx.device}
+def run_settings(device: str, settings: dict) -> dict:
+    """What a run folder (a row's, a convergence rung's) records that its run started with: its settings, and
+    the device, which the settings leave out (a row finished on either counts) but a run's training time must
+    not mix (a CPU run's file is its settings alone, as before the device counted). As JSON holds them (a tuple
+    is a list there), so that they compare with the file."""
+    return json.loads(json.dumps(settings if device == "cpu" else {**settings, "device": device}))
 
 
-def row_updates_done(save_dir: str, settings: dict, restart: bool, label: str) -> int:
+def same_run(started_with: dict, settings: dict, device: str, finished: bool) -> bool:
+    """Whether a run folder that recorded ``started_with`` holds the run of ``settings`` on ``device``: to be
+    resumed, the same settings and device; once trained to the end (``finished``), the same settings on any
+    device (only its training time is the device's: it is scored anywhere)."""
+    if finished:
+        return {k: v for k, v in started_with.items() if k != "device"} == run_settings("cpu", settings)
+    return started_with == run_settings(device, settings)
+
+
+def row_updates_done(save_dir: str, settings: dict, device: str, budget: int, restart: bool, label: str) -> int:
     """Ready ``save_dir`` for the row's training and return the updates it has done: a run of the same settings
-    (its ``row.json``) resumes from its checkpoint_last.pt, as fairseq-train does; the folder of a run of other
-    settings (or of one that kept no settings), or any with ``restart``, is removed first."""
+    and device (``same_run`` with its ``row.json``) resumes from its checkpoint_last.pt, as fairseq-train does,
+    or, trained to ``budget``, is scored on any device; the folder of a run of other settings (or of one that
+    kept no settings), or any with ``restart``, is removed first."""
     settings_file = os.path.join(save_dir, ROW_SETTINGS_FILE)
-    settings = json.loads(json.dumps(settings))  # as row.json holds them (a tuple is a list there)
-    if os.path.isdir(save_dir) and (restart or read_json(settings_file) != settings):
-        log(f"{label}: {relative(save_dir)} holds a run {'to restart' if restart else 'of other settings'}: "
-            "removed, trained from scratch")
-        shutil.rmtree(save_dir)
+    last = os.path.join(save_dir, "checkpoint_last.pt")
+    if os.path.isdir(save_dir):
+        started_with = read_json(settings_file)
+        if restart or started_with is None or not same_run(started_with, settings, device, checkpoint_updates(last) >= budget):
+            log(f"{label}: {relative(save_dir)} holds a run {'to restart' if restart else 'of other settings'}: "
+                "removed, trained from scratch")
+            shutil.rmtree(save_dir)
     os.makedirs(save_dir, exist_ok=True)
     if not os.path.isfile(settings_file):
-        write_json(settings_file, settings, sort_keys=True)
-    return checkpoint_updates(os.path.join(save_dir, "checkpoint_last.pt"))
+        write_json(settings_file, run_settings(device, settings), sort_keys=True)
+    return checkpoint_updates(last)
 
 
 def train_and_score_row(ctx: Context, suite: Suite, row: Row, seed: int, settings: dict, restart: bool,
@@ -883,7 +896,7 @@ def train_and_score_row(ctx: Context, suite: Suite, row: Row, seed: int, setting
     save_dir = row_dir(ctx, suite, row, seed)
     env = row_env(ctx, suite, row, seed)
     budget = int(env["MAX_UPDATE"])
-    done = row_updates_done(save_dir, row_run_settings(ctx, settings), restart, label)
+    done = row_updates_done(save_dir, settings, ctx.device, budget, restart, label)
     train = [f"recipes/{suite.recipe}/train.sh", row.arch, *suite.model_args, *row.args, *suite.train_args]
     started = time.time()
     # fairseq-train resumed at its --max-update would train one more update: a run that got there (stopped

@@ -84,38 +84,55 @@ def test_parse_train_log_keeps_the_curves_across_a_run_that_crashed_before_it_lo
 def test_a_rows_settings_resume_as_row_json_holds_them_and_only_on_the_same_device(tmp_path, monkeypatch):
     """Settings compare as row.json holds them (a tuple is a list there), so that a row of such settings
     resumes instead of starting again each time; a run on another device than the folder's is not resumed (its
-    training time would mix the two), while a CPU run keeps the row.json of the settings alone."""
-    monkeypatch.setattr(quality, "checkpoint_updates", lambda path: 40 if os.path.isfile(path) else 0)
+    training time would mix the two), while a CPU run keeps the row.json of the settings alone; a run trained
+    to the end is scored on any device."""
+    updates = {"done": 40}
+    monkeypatch.setattr(quality, "checkpoint_updates", lambda path: updates["done"] if os.path.isfile(path) else 0)
     folder = tmp_path / "row"
     settings = {"env": {"MAX_UPDATE": "100"}, "args": ("--arch", "x")}
-    assert quality.row_updates_done(str(folder), settings, restart=False, label="x") == 0
+
+    def done(device, restart=False):
+        return quality.row_updates_done(str(folder), settings, device, 100, restart=restart, label="x")
+
+    assert done("cpu") == 0
+    assert json.loads((folder / quality.ROW_SETTINGS_FILE).read_text()) == {"env": {"MAX_UPDATE": "100"}, "args": ["--arch", "x"]}
     (folder / "checkpoint_last.pt").write_bytes(b"")
-    assert quality.row_updates_done(str(folder), settings, restart=False, label="x") == 40
-    cpu, cuda = (quality.Context(data_root="d", work_dir="w", quick=False, device=device) for device in ("cpu", "cuda"))
-    assert quality.row_run_settings(cpu, settings) == settings  # (the folders of before the device counted)
-    assert quality.row_updates_done(str(folder), quality.row_run_settings(cpu, settings), restart=False, label="x") == 40
-    assert quality.row_updates_done(str(folder), quality.row_run_settings(cuda, settings), restart=False, label="x") == 0
+    assert done("cpu") == 40  # (the folders of before the device counted: their row.json is the settings alone)
+    assert done("cuda") == 0  # (not resumed: removed)
+    assert json.loads((folder / quality.ROW_SETTINGS_FILE).read_text())["device"] == "cuda"
     (folder / "checkpoint_last.pt").write_bytes(b"")
-    assert quality.row_updates_done(str(folder), quality.row_run_settings(cuda, settings), restart=False, label="x") == 40
-    assert quality.row_updates_done(str(folder), quality.row_run_settings(cpu, settings), restart=False, label="x") == 0
+    assert done("cuda") == 40
+    assert done("cpu") == 0
+    # trained to the end on the GPU: scored on the CPU, not trained again
+    assert done("cuda") == 0 and json.loads((folder / quality.ROW_SETTINGS_FILE).read_text())["device"] == "cuda"
+    (folder / "checkpoint_last.pt").write_bytes(b"")
+    updates["done"] = 100
+    assert done("cpu") == 100 and (folder / "checkpoint_last.pt").is_file()
+    assert done("cpu", restart=True) == 0  # (--force)
+    other = {**settings, "env": {"MAX_UPDATE": "200"}}
+    assert quality.row_updates_done(str(folder), other, "cpu", 200, restart=False, label="x") == 0
 
 
 def test_a_rows_folder_resumes_a_run_of_the_same_settings_and_restarts_any_other(tmp_path, monkeypatch):
     monkeypatch.setattr(quality, "checkpoint_updates", lambda path: 40 if os.path.isfile(path) else 0)
     folder = tmp_path / "row"
     settings = {"env": {"MAX_UPDATE": "100"}}
-    assert quality.row_updates_done(str(folder), settings, restart=False, label="x") == 0
+
+    def done(settings, restart=False):
+        return quality.row_updates_done(str(folder), settings, "cpu", 100, restart=restart, label="x")
+
+    assert done(settings) == 0
     assert json.loads((folder / quality.ROW_SETTINGS_FILE).read_text()) == settings
     (folder / "checkpoint_last.pt").write_bytes(b"")
-    assert quality.row_updates_done(str(folder), settings, restart=False, label="x") == 40  # resumed
+    assert done(settings) == 40  # resumed
     other = {"env": {"MAX_UPDATE": "200"}}
-    assert quality.row_updates_done(str(folder), other, restart=False, label="x") == 0  # another run: removed
+    assert done(other) == 0  # another run: removed
     assert json.loads((folder / quality.ROW_SETTINGS_FILE).read_text()) == other
     (folder / "checkpoint_last.pt").write_bytes(b"")
-    assert quality.row_updates_done(str(folder), other, restart=True, label="x") == 0  # --force
+    assert done(other, restart=True) == 0  # --force
     (folder / "checkpoint_last.pt").write_bytes(b"")
     (folder / quality.ROW_SETTINGS_FILE).unlink()  # a folder of before the settings file: its run is unknown
-    assert quality.row_updates_done(str(folder), other, restart=False, label="x") == 0
+    assert done(other) == 0
     assert not (folder / "checkpoint_last.pt").exists()
 
 
