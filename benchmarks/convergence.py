@@ -62,9 +62,10 @@ class Ladder:
     row: quality.Row            # the baseline trained up the ladder
     first: int                  # b0
     max_budget: int
-    tolerance: float            # |m(b) - m(2b)| below it: converged at b
+    tolerance: float            # m(2b) better than m(b) by less than it: converged at b
     relative: bool              # tolerance relative to m(2b) (a share) or absolute
     metric: str                 # the decision's metric key in a rung's result
+    lower_is_better: bool       # the metric's direction (a loss; else a score)
     floor: Optional[float]      # a rung counts only once the metric reaches it (a model that has learnt nothing
                                 # "converges" at BLEU 0)
     subsets: Sequence[str]      # what is scored at every rung
@@ -86,11 +87,11 @@ MULTI30K = quality.SUITES["multi30k"]
 SHAKESPEARE = quality.SUITES["shakespeare"]
 DEFAULT_RESULTS = os.path.join(REPO, "docs", "records", "data", "convergence")
 _MULTI30K = dict(row=quality.Row("softmax", "mixed_transformer_iwslt_de_en"), first=1000, max_budget=64000,
-                 tolerance=0.5, relative=False, metric="test_sacrebleu", floor=quality.BLEU_FLOOR,
+                 tolerance=0.5, relative=False, metric="test_sacrebleu", lower_is_better=False, floor=quality.BLEU_FLOOR,
                  subsets=("valid", "test"))
 AVERAGED_SHARE = 4  # the averaged checkpoints span the last 1 / AVERAGED_SHARE of a rung's run
 _SHAKESPEARE8 = dict(row=quality.Row("softmax", "softmax_1head_lm"), max_budget=64000, tolerance=0.01, relative=True,
-                     metric="valid_loss", floor=None, subsets=("test",))
+                     metric="valid_loss", lower_is_better=True, floor=None, subsets=("test",))
 
 
 _ONE_RUN = ("One run up the ladder with a schedule that ignores --max-update (each rung is where that run "
@@ -144,15 +145,17 @@ def result_path(results: str, ladder_name: str, row: str, seed: int, budget: int
 
 
 def converged(ladder: Ladder, value: float, doubled: float) -> bool:
+    """Whether twice the budget gains less than the tolerance over it; a doubled rung that is worse (a model
+    that overfits with more updates) gains nothing: b is converged, and no larger rung could decide otherwise."""
     if ladder.floor is not None and min(value, doubled) < ladder.floor:
         return False
-    difference = abs(value - doubled)
-    return difference < (ladder.tolerance * abs(doubled) if ladder.relative else ladder.tolerance)
+    gain = value - doubled if ladder.lower_is_better else doubled - value
+    return gain < (ladder.tolerance * abs(doubled) if ladder.relative else ladder.tolerance)
 
 
 def budget_of(ladder: Ladder, records: Sequence[dict]) -> Optional[int]:
-    """The budget B of one seed's rungs: the first rung b of the ladder within the tolerance of 2b (and 2b of
-    4b with ``confirm``); None while no rung qualifies, and while a rung below a qualifying one (or one that
+    """The budget B of one seed's rungs: the first rung b that 2b improves on by less than the tolerance (and 2b
+    that 4b does, with ``confirm``); None while no rung qualifies, and while a rung below a qualifying one (or one that
     decides it) has no record yet: rungs climbed side by side finish in any order, and a lower rung still to
     come could be B (a budget once measured never moves)."""
     by_updates = {r["updates"]: r[ladder.metric] for r in records}
@@ -417,9 +420,9 @@ def render(results: str, names: Sequence[str]) -> str:
     lines = ["# Convergence budgets", "",
              "Written by `benchmarks/convergence.py` from its records in `docs/records/data/convergence/`: the baseline "
              "of each suite trained at a ladder of budgets, each rung its own run whose learning rate decays to ~0 at "
-             "that budget (a cosine); the budget B is the first rung whose metric is within the tolerance of the next "
-             "rung's. The retired ladders at the end were climbed with earlier settings of the suites; each says why "
-             "it was retired.", ""]
+             "that budget (a cosine); the budget B is the first rung whose metric the next rung's improves on by less "
+             "than the tolerance (or not at all: a model that overfits). The retired ladders at the end were climbed "
+             "with earlier settings of the suites; each says why it was retired.", ""]
     for name in sorted(names, key=lambda n: (LADDERS[n].retired, n)):
         ladder = LADDERS[name]
         every = load_records(results, name)
@@ -428,7 +431,7 @@ def render(results: str, names: Sequence[str]) -> str:
         records = every if ladder.retired else [r for r in every if is_current(ladder, r)]
         unit = f"{ladder.tolerance:.0%} (relative)" if ladder.relative else f"{ladder.tolerance:g}"
         lines += [f"## {ladder.suite.title}: {ladder.row.name} ({ladder.row.arch} {' '.join(ladder.suite.model_args)})", "",
-                  f"Decision: `{ladder.metric}` within {unit} of the next rung's"
+                  f"Decision: `{ladder.metric}` within {unit} of the next rung's, or better than it"
                   + (", and the next rung's within it of the one after (a plateau is not convergence)" if ladder.confirm else "")
                   + (f", once it has reached {ladder.floor:g}" if ladder.floor is not None else "") + ".", ""]
         if ladder.note:

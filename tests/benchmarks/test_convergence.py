@@ -27,6 +27,10 @@ def test_converged_absolute_relative_and_below_the_floor():
     assert not convergence.converged(bleu, 0.01, 0.01)  # learnt nothing: not a budget
     loss = convergence.LADDERS["shakespeare8"]  # 1 % of the loss at twice the budget
     assert convergence.converged(loss, 1.505, 1.5) and not convergence.converged(loss, 1.52, 1.5)
+    # twice the budget worse by more than the tolerance (a model that overfits): converged, as any larger rung
+    # would be worse still; for a score (higher is better) and a loss (lower)
+    assert convergence.converged(bleu, 30.0, 29.0) and convergence.converged(loss, 1.5, 1.6)
+    assert convergence.budget_of(loss, _records([3.2, 2.64, 2.33, 2.18, 2.09, 2.15])) == 16000
 
 
 def test_valid_at_reads_the_validation_at_the_budget_and_refuses_a_log_without_it():
