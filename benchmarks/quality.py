@@ -2059,6 +2059,7 @@ def main(argv: Optional[Sequence[str]] = None):
         require_committed(args.allow_dirty, "benchmarks/quality.py")
     command = "python benchmarks/quality.py" + (" " + " ".join(shlex.quote(a) for a in argv) if argv else
                                                  (" " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""))
+    command = with_placeholders(command, machine_folders(ctx))  # (the report names no folder of this machine)
     for suite in suites:
         # --report-only prepares where the data is here (also how a work folder for a GPU run gets it); the rows'
         # fingerprints include the data's, checked where it is prepared (load_result)

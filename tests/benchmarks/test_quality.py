@@ -490,6 +490,8 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
     assert f"{rows['extractor_me']['score']['perplexity']:.1f}" in me_row
     assert (tmp_path / "docs" / "quality_grimm_loss.png").stat().st_size > 1000
     assert "recipes/wikitext2/train.sh softmax_1head_lm" in text
+    (rendered,) = [line for line in text.splitlines() if line.startswith("Rendered by `")]
+    assert "--data-root <data-root> --work-dir <work-dir>" in rendered  # (no folder of this machine)
 
     # An exported recipe variable does not leak into the rows (it would change them unrecorded).
     second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "MAX_UPDATE": "9"})
