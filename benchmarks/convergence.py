@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""The convergence budget of a suite: the number of updates B at which the baseline's metric is within the
-tolerance of its value at 2B (issues "Architecture search that delivers" and "Every kind at convergence").
+"""The convergence budget of a suite: the number of updates B that the baseline's metric at 2B improves on by
+less than the tolerance, or not at all (issues "Architecture search that delivers" and "Every kind at convergence").
 
 Each rung of a ladder of budgets b0, 2 b0, 4 b0, ... is its own run from scratch whose learning rate warms up
 and decays to ~0 at exactly that budget (``LR_SCHEDULER=cosine``, ``MAX_UPDATE=b``): the model a row of the
@@ -9,7 +9,7 @@ suite gets when it trains for b updates. (An inverse-square-root schedule, whose
 ``*_inverse_sqrt`` climbed that way were still gaining 1 BLEU per doubling at 16,000 updates.) The rungs are
 independent, so several can train side by side (``--rung``). Each rung's checkpoint is scored the recipe's
 way and its small result written to ``--results`` (command, revision, machine, date). The budget B is the
-first b whose metric is within the tolerance of 2b's.
+first b that 2b improves on by less than the tolerance (a worse 2b, a model that overfits, decides it too).
 
 * ``multi30k``: bench-quality's Multi30k model (3 + 3 layers, d = 128) and settings, with the recipe's
   dropout 0.3 for a long run and lr 5e-3; sacreBLEU on test 2016 and on the validation set, beam 5; tolerance 0.5 BLEU
@@ -240,7 +240,7 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
     settings_file = os.path.join(save_dir, "rung.json")
     if os.path.isfile(settings_file):
         started_with = read_json(settings_file)
-        if not quality.same_run(started_with, settings, ctx.device, finished=os.path.isfile(kept)):
+        if not quality.same_run(started_with, settings, ctx.device, finished=lambda: os.path.isfile(kept)):
             expected = quality.run_settings("cpu" if os.path.isfile(kept) else ctx.device, settings)
             if os.path.isfile(kept):
                 started_with = {k: v for k, v in started_with.items() if k != "device"}
@@ -405,7 +405,7 @@ def seed_records(results: str, name: str, seed: int) -> List[dict]:
 
 
 def measured_budget(results: str, name: str, seed: int = 1) -> Optional[int]:
-    """The first rung of the ladder whose metric is within the tolerance of the next one's (None: not yet)."""
+    """The first rung of the ladder that the next one improves on by less than the tolerance (None: not yet)."""
     return budget_of(LADDERS[name], seed_records(results, name, seed))
 
 
@@ -532,7 +532,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               quick=False, device=args.device)
         for name in names:
             budget = run_ladder(ctx, name, args.results, args.seed, args.rung, args.jobs)
-            log(f"{name}: " + (f"B = {budget}" if budget else "no budget found yet (no rung within the tolerance of the next)"))
+            log(f"{name}: " + (f"B = {budget}" if budget else "no budget found yet (no rung that the next improves on by less than the tolerance)"))
     with atomic_output(args.output) as f:
         f.write(render(args.results, sorted(LADDERS)))
     return 0

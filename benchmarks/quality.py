@@ -86,7 +86,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 if __package__ in (None, ""):  # run by path, not as python -m benchmarks.quality: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -863,27 +863,33 @@ def run_settings(device: str, settings: dict) -> dict:
     return json.loads(json.dumps(settings if device == "cpu" else {**settings, "device": device}))
 
 
-def same_run(started_with: dict, settings: dict, device: str, finished: bool) -> bool:
+def same_run(started_with: dict, settings: dict, device: str, finished: Callable[[], bool]) -> bool:
     """Whether a run folder that recorded ``started_with`` holds the run of ``settings`` on ``device``: to be
     resumed, the same settings and device; once trained to the end (``finished``), the same settings on any
-    device (only its training time is the device's: it is scored anywhere)."""
-    if finished:
-        return {k: v for k, v in started_with.items() if k != "device"} == run_settings("cpu", settings)
-    return started_with == run_settings(device, settings)
+    device (only its training time is the device's: it is scored anywhere). ``finished`` is asked only for a
+    run of the same settings on another device (it may read a checkpoint: a folder of other settings is never
+    read)."""
+    if {k: v for k, v in started_with.items() if k != "device"} != run_settings("cpu", settings):
+        return False
+    return started_with.get("device", "cpu") == device or finished()
 
 
 def row_updates_done(save_dir: str, settings: dict, device: str, budget: int, restart: bool, label: str) -> int:
     """Ready ``save_dir`` for the row's training and return the updates it has done: a run of the same settings
     and device (``same_run`` with its ``row.json``) resumes from its checkpoint_last.pt, as fairseq-train does,
     or, trained to ``budget``, is scored on any device; the folder of a run of other settings (or of one that
-    kept no settings), or any with ``restart``, is removed first."""
+    kept no settings, or one another device left unfinished), or any with ``restart``, is removed first."""
     settings_file = os.path.join(save_dir, ROW_SETTINGS_FILE)
     last = os.path.join(save_dir, "checkpoint_last.pt")
     if os.path.isdir(save_dir):
         started_with = read_json(settings_file)
-        if restart or started_with is None or not same_run(started_with, settings, device, checkpoint_updates(last) >= budget):
-            log(f"{label}: {relative(save_dir)} holds a run {'to restart' if restart else 'of other settings'}: "
-                "removed, trained from scratch")
+        if restart or started_with is None or \
+                not same_run(started_with, settings, device, lambda: checkpoint_updates(last) >= budget):
+            other_device = started_with is not None and same_run(started_with, settings, device, lambda: True)
+            why = ("to restart" if restart else "that kept no settings" if started_with is None else
+                   f"unfinished on {started_with.get('device', 'cpu')} (its training time would mix devices)"
+                   if other_device else "of other settings")
+            log(f"{label}: {relative(save_dir)} holds a run {why}: removed, trained from scratch")
             shutil.rmtree(save_dir)
     os.makedirs(save_dir, exist_ok=True)
     if not os.path.isfile(settings_file):

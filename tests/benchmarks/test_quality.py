@@ -136,6 +136,35 @@ def test_a_rows_folder_resumes_a_run_of_the_same_settings_and_restarts_any_other
     assert not (folder / "checkpoint_last.pt").exists()
 
 
+def test_a_rows_folder_of_other_settings_is_removed_without_reading_its_checkpoint(tmp_path, monkeypatch):
+    """Only a run of the same settings on another device is asked whether it was trained to the end: a folder of
+    other settings is removed unread (a damaged checkpoint there, of a run killed while fairseq copied it, does
+    not stop the row), and the log says why a folder went."""
+    folder = tmp_path / "row"
+    settings = {"env": {"MAX_UPDATE": "100"}}
+    read, logged = [], []
+    monkeypatch.setattr(quality, "log", logged.append)
+
+    def damaged(path):
+        if os.path.isfile(path):
+            read.append(path)
+            raise SystemExit(f"error: {path}: not a readable fairseq checkpoint")
+        return 0
+
+    monkeypatch.setattr(quality, "checkpoint_updates", damaged)
+    folder.mkdir()
+    (folder / quality.ROW_SETTINGS_FILE).write_text(json.dumps({"env": {"MAX_UPDATE": "50"}, "device": "cuda"}))
+    (folder / "checkpoint_last.pt").write_bytes(b"damaged")
+    assert quality.row_updates_done(str(folder), settings, "cpu", 100, restart=False, label="x") == 0
+    assert read == [] and not (folder / "checkpoint_last.pt").exists() and "of other settings" in logged[-1]
+    # the same settings, unfinished on the GPU: read (to tell a finished run), removed, and said so
+    monkeypatch.setattr(quality, "checkpoint_updates", lambda path: 40 if os.path.isfile(path) else 0)
+    (folder / quality.ROW_SETTINGS_FILE).write_text(json.dumps({**settings, "device": "cuda"}))
+    (folder / "checkpoint_last.pt").write_bytes(b"")
+    assert quality.row_updates_done(str(folder), settings, "cpu", 100, restart=False, label="x") == 0
+    assert "unfinished on cuda" in logged[-1]
+
+
 def test_one_process_at_a_time_trains_a_row_and_another_waits_for_its_result_or_its_runs_stop(tmp_path, monkeypatch):
     """The row's lock: another process's training of it is waited for, then its result taken; a thread of
     run_parallel (which no signal reaches) gives up the wait when its run stops, instead of waiting hours and
