@@ -461,7 +461,7 @@ def render(results: str, names: Sequence[str]) -> str:
                 else:
                     delta = following[ladder.metric] - record[ladder.metric]
                     ok = converged(ladder, record[ladder.metric], following[ladder.metric])
-                    change = f"{delta:+.3f}" + (" (within)" if ok else "")
+                    change = f"{delta:+.3f}" + (" (converged)" if ok else "")
                 cells = [f"{record[k]:.3f}" if isinstance(record.get(k), float) else str(record.get(k, "")) for k in keys]
                 lines.append(f"| {seed} | {record['updates']} | " + " | ".join(cells) +
                              f" | {change} | {record.get('train_seconds_total', 0) / 3600:.2f} h | {record['git']} | "

@@ -411,7 +411,7 @@ def file_version(path: str) -> Optional[Tuple[int, int, int]]:
 def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Scale = REAL):
     """``search evolve`` at each budget not searched yet. A budget the search ends without an architecture
     (``missed``: the fittest final candidates all measured above it, the predictor off or the machine loaded; or
-    none of the architectures drawn predicted within it) gets no found row this time: logged, shown in the
+    too few of the architectures drawn met it) gets no found row this time: logged, shown in the
     report, searched again by the next run of this stage, and the other budgets and stages go on (a run of days
     must not stop its trainings for it)."""
     without = []
@@ -940,8 +940,8 @@ def evolution_lines(results: str) -> List[str]:
         history = result["history"]
         budget = ", ".join(f"{limit}{units.get(option, ' ' + option)}" for option, limit in result["constraints"].items())
         if result.get("unsatisfiable"):  # (``missed``: searched again by the next run of the evolve stage)
-            lines.append(f"  * {name} ({budget}): **no architecture**: {result['unsatisfiable']}; no found row at this "
-                         "budget yet.")
+            lines.append(f"  * {name} ({budget}): **no architecture**: {result['unsatisfiable']} (the same at every "
+                         "search with this predictor); no found row at this budget.")
             continue
         searched = (f"  * {name} ({budget}): {count(len(history), 'iteration')}"
                     f"{' (stopped early)' if result['stopped_early'] else ''}, {history[-1]['evaluated']:,} architectures evaluated; ")

@@ -254,7 +254,8 @@ def evolution_progress(verbose: bool):
 
 def evolve_command(args) -> dict:
     """Run (or find done) the evolution of ``args`` (``evolve``'s options); the files: best.json and
-    train_command.sh, then result.json, written last (a folder with result.json is a finished search)."""
+    train_command.sh, then result.json, written last (a folder whose result.json holds ``best`` is a finished
+    search; one without ``best`` ended without an architecture, and is searched again)."""
     settings = EvolutionSettings(population=args.population, parents=args.parents, mutations=args.mutations,
                                  crossovers=args.crossovers, mutation_probability=args.mutation_probability,
                                  iterations=args.iterations, patience=args.patience, seed=args.seed)
@@ -299,8 +300,8 @@ def evolve_command(args) -> dict:
         found = evolve(space, fitness, constraints, settings, progress=evolution_progress(args.verbose),
                        state=state_path, inputs=inputs)
     except Unsatisfiable as error:
-        # (recorded as a search without an architecture, as one whose candidates all measured above the
-        # budget: a pipeline of many budgets reads why, and a run with the same output searches again)
+        # (the initial draw: recorded as a search without an architecture, as one whose candidates all measured
+        # above the budget: a pipeline of many budgets reads why, and a run with the same output searches again)
         os.makedirs(args.output, exist_ok=True)
         write_json(result_path, {**searched, "history": [], "stopped_early": False, "settings": asdict(settings),
                                  "population": [], "best": None, "unsatisfiable": str(error)})

@@ -116,9 +116,9 @@ class Evaluator:
 
 
 def feasible_children(make: Callable[[], Genome], count: int, codec: GenomeCodec, evaluator: Evaluator,
-                      what: str, max_attempts: int) -> List[Genome]:
+                      what: str, max_attempts: int, error: type = SearchError) -> List[Genome]:
     """``count`` genomes from ``make`` whose architectures satisfy the constraints (HAT redraws until it has
-    them); after ``max_attempts`` draws without enough, the constraints are too tight: an error."""
+    them); after ``max_attempts`` draws without enough, the constraints are too tight: ``error``."""
     children, attempts = [], 0
     while len(children) < count:
         batch = [make() for _ in range(max(1, min(64, count - len(children))))]
@@ -127,7 +127,7 @@ def feasible_children(make: Callable[[], Genome], count: int, codec: GenomeCodec
         children += [g for g, c in zip(batch, costs) if evaluator.feasible(c)][:count - len(children)]
         if len(children) < count and attempts >= max_attempts:
             bounds = ", ".join(f"{c.option} {c.limit:g}" for c in evaluator.constraints)
-            raise Unsatisfiable(f"{bounds}: only {len(children)} of {attempts} {what} satisfy the constraints; loosen them")
+            raise error(f"{bounds}: only {len(children)} of {attempts} {what} satisfy the constraints; loosen them")
     return children
 
 
@@ -186,8 +186,10 @@ def evolve(space: SearchSpace, fitness: Callable[[Sequence[Architecture]], List[
         population, history, best, stale = resumed["population"], resumed["history"], resumed["best"], resumed["stale"]
         start = resumed["iteration"] + 1
     else:
+        # (the space under the constraints: no search can start; children of feasible parents that run out
+        # mid-search are an error of the search, whose iterations so far stay in its state)
         population = feasible_children(lambda: codec.draw(rng), settings.population, codec, evaluator,
-                                       "random architectures", max_attempts)
+                                       "random architectures", max_attempts, Unsatisfiable)
         history, best, stale, start = [], None, 0, 0
     stopped_early = False
     for iteration in range(start, settings.iterations):

@@ -237,7 +237,7 @@ def test_the_budget_waits_for_every_rung_below_it_and_the_change_is_to_the_next_
     assert convergence.measured_budget(str(results), "multi30k") is None
     report = convergence.render(str(results), ["multi30k"])
     assert "| 1 | 1000 |" in report and "| 20.000 | (no next rung yet) |" in report  # not +14.0 to 4000
-    assert "| 4000 |" in report and "| 34.000 | +0.200 (within) |" in report
+    assert "| 4000 |" in report and "| 34.000 | +0.200 (converged) |" in report
     assert "seed 1: not decided before rungs 2000 are climbed" in report
 
 

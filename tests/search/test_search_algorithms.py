@@ -16,7 +16,7 @@ import fairseq_plugins  # noqa: F401
 from fairseq_plugins.complexity import architecture_cost
 from fairseq_plugins.search.__main__ import main
 from fairseq_plugins.search.collect import HEADER, read_collection, write_collection
-from fairseq_plugins.search.evolution import Constraint, EvolutionSettings, SearchError, evolve, pareto
+from fairseq_plugins.search.evolution import Constraint, EvolutionSettings, SearchError, Unsatisfiable, evolve, pareto
 from fairseq_plugins.search.features import FeatureEncoder
 from fairseq_plugins.search.genome import GenomeCodec
 from fairseq_plugins.search.ranking import kendall_tau, pair_accuracy, ranking_groups
@@ -252,8 +252,8 @@ def test_evolution_finds_the_optimum_under_the_constraint_and_never_returns_a_vi
     # the population keeps its size: parents and children must add up to it
     with pytest.raises(SearchError, match="--population 10 must be --parents \\+ --mutations \\+ --crossovers \\(2 \\+ 3 \\+ 3 = 8\\)"):
         EvolutionSettings(population=10, parents=2, mutations=3, crossovers=3).check()
-    # a budget nothing meets is an error naming it
-    with pytest.raises(SearchError, match="--flops 1e-09: only 0 of .* random architectures satisfy the constraints"):
+    # a budget nothing meets is an error naming it (Unsatisfiable: no search could start under it)
+    with pytest.raises(Unsatisfiable, match="--flops 1e-09: only 0 of .* random architectures satisfy the constraints"):
         evolve(space, lambda archs: [0.0] * len(archs), [Constraint("gflops", "--flops", 1e-9, gflops)],
                EvolutionSettings(population=4, parents=2, mutations=1, crossovers=1, iterations=2, seed=1))
 
