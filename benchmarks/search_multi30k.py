@@ -941,7 +941,7 @@ def evolution_lines(results: str) -> List[str]:
         budget = ", ".join(f"{limit}{units.get(option, ' ' + option)}" for option, limit in result["constraints"].items())
         if result.get("unsatisfiable"):  # (``missed``: searched again by the next run of the evolve stage)
             lines.append(f"  * {name} ({budget}): **no architecture**: {result['unsatisfiable']} (the same at every "
-                         "search with this predictor); no found row at this budget.")
+                         "search of these inputs: loosen it); no found row at this budget.")
             continue
         searched = (f"  * {name} ({budget}): {count(len(history), 'iteration')}"
                     f"{' (stopped early)' if result['stopped_early'] else ''}, {history[-1]['evaluated']:,} architectures evaluated; ")

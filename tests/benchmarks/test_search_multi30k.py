@@ -194,7 +194,7 @@ def test_a_budget_searched_without_an_architecture_gets_no_row_and_the_run_goes_
     assert "**no architecture**: none of the 1 fittest final candidates measured within the budget (measured: 0.61)" in line
     (line,) = [line for line in lines if line.startswith("  * latency_scaled_d192_2+1")]
     assert line == (f"  * latency_scaled_d192_2+1 (0.55x the reference): **no architecture**: {unsatisfiable} (the same at "
-                    "every search with this predictor); no found row at this budget.")
+                    "every search of these inputs: loosen it); no found row at this budget.")
     # searched again by the next run; the others are done
     searched.clear()
     run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
