@@ -27,10 +27,12 @@ work folders), each recording its revision, machine and time:
 4. ``budgets``: the hand-written layouts and a family of softmax Transformers scaled in width and depth
    (HAT's baselines, ``scaled_family``) measured by the protocol (ms and relative to the softmax layout) and
    FLOPs counted; three scaled baselines picked nearest to ``BASELINE_TARGETS`` (``select_baselines``); their
-   relative latencies are the three latency budgets, the middle one's FLOPs the FLOPs budget.
-5. ``evolve``: ``search evolve`` at each budget (ranker fitness; relative latency predicted, then measured; a
-   budget whose fittest final candidates all measured above it gets no found row for now, is reported, and
-   is searched again by the next run, the other stages going on).
+   latencies are the three latency budgets, the middle one's FLOPs the FLOPs budget.
+5. ``evolve``: ``search evolve`` at each budget (ranker fitness; a latency budget is ``--latency-of`` the
+   baseline: a candidate's predicted relative latency at most the baseline's predicted one, then the fittest
+   final candidates measured beside the baseline, no slower than it; a budget whose fittest final candidates
+   all measured slower gets no found row for now, is reported, and is searched again by the next run, the
+   other stages going on).
 6. ``inherited``: the validation loss inside the supernet of every architecture trained from scratch; with
    the found and baseline rows, single-seed architectures spread over the space (``spread.jsonl``) bring the
    distinct architectures to ``RANKED``.
@@ -370,10 +372,14 @@ def measure_budgets(results: str, checkpoint: str, scale: Scale = REAL) -> dict:
 
 
 def searches(results: str, budgets: dict) -> List[Tuple[str, List[str]]]:
-    """(name, constraint options) of each budget's evolution: the three latency budgets, then the FLOPs one."""
-    found = [(f"latency_{name}", ["--relative-latency", str(limit), "--latency-predictor",
-                                  os.path.join(results, "ranker_relative_latency", "regressor.txt")])
-             for name, limit in budgets["relative_latency"].items()]
+    """(name, constraint options) of each budget's evolution: the three latency budgets (each the latency of
+    its scaled baseline, ``--latency-of``: the predicted constraint the predictor's value for the baseline,
+    which lies at the space's corner for the smallest, where a regressor fitted on uniform samples is biased
+    upwards; the final candidates measured beside it), then the FLOPs one."""
+    family = scaled_family()
+    found = [(f"latency_{name}", ["--latency-of", relative(architecture_file(results, name, family[name].to_dict())),
+                                  "--latency-predictor", os.path.join(results, "ranker_relative_latency", "regressor.txt")])
+             for name in budgets["relative_latency"]]
     return found + [(f"flops_{budgets['gflops']['of']}", ["--flops", str(budgets["gflops"]["limit"])])]
 
 
@@ -533,13 +539,20 @@ def quality_row(results: str, row: Planned) -> Tuple[quality.Suite, quality.Row]
     checkout, so that the row's fingerprint is the same on every machine) and trained with the same settings."""
     if row.group == "layout":
         return CONVERGED, CONVERGED_ROWS[row.name]
-    path = os.path.join(results, "architectures", f"{row.name}.json")
-    text = json.dumps(row.architecture, sort_keys=True) + "\n"
+    path = architecture_file(results, row.name, row.architecture)
+    return SEARCH_SUITE, quality.Row(row.name, supernet_ranking.SCRATCH_PRESET, ("--architecture-file", relative(path)),
+                                     seeds=row.seeds)
+
+
+def architecture_file(results: str, name: str, architecture: dict) -> str:
+    """``results/architectures/NAME.json`` holding ``architecture`` (written when it differs), as
+    ``--architecture-file`` and ``search evolve --latency-of`` read it."""
+    path = os.path.join(results, "architectures", f"{name}.json")
+    text = json.dumps(architecture, sort_keys=True) + "\n"
     if not os.path.isfile(path) or open(path, encoding="utf-8").read() != text:
         with atomic_output(path) as f:
             f.write(text)
-    return SEARCH_SUITE, quality.Row(row.name, supernet_ranking.SCRATCH_PRESET, ("--architecture-file", relative(path)),
-                                     seeds=row.seeds)
+    return path
 
 
 def record_path(results: str, name: str, seed: int) -> str:
@@ -920,6 +933,19 @@ def collection_lines(results: str) -> List[str]:
     return lines
 
 
+UNITS = {"--latency-ms": " ms", "--relative-latency": "x the reference", "--flops": " GFLOPs", "--params": " M parameters"}
+
+
+def budget_text(result: dict, option: str, limit: float) -> str:
+    """A search's budget as the report names it: ``--latency-of`` the latency of the baseline its name names
+    (the predictor's value for it, and its measurement beside the final candidates), or the bound and its unit."""
+    of = result.get("latency_of")
+    if option != "--latency-of" or not of:
+        return f"{limit}{UNITS.get(option, ' ' + option)}"
+    measured = f", measured {of['relative_latency']:.3f}x beside the final candidates" if "relative_latency" in of else ""
+    return f"as fast as the baseline: predicted {limit:.3f}x the reference{measured}"
+
+
 def evolution_lines(results: str) -> List[str]:
     """One line per budget searched (``evolve_*/result.json``): the search's length, the best architecture
     within the budget, its predicted and measured latency, and how many measured candidates met the budget."""
@@ -934,11 +960,10 @@ def evolution_lines(results: str) -> List[str]:
              + (f"stopped after {s['patience']} without improvement" if s.get('patience') else "no early stop")
              + "; fitness: the loss ranker; the latency predicted by the latency regressor, then the final candidates "
              "measured):"]
-    units = {"--latency-ms": " ms", "--relative-latency": "x the reference", "--flops": " GFLOPs", "--params": " M parameters"}
     for name, result in found:
         best, confirmed = result["best"], result["confirmed_latency"] or []  # (None: a FLOPs budget, counted)
         history = result["history"]
-        budget = ", ".join(f"{limit}{units.get(option, ' ' + option)}" for option, limit in result["constraints"].items())
+        budget = ", ".join(budget_text(result, option, limit) for option, limit in result["constraints"].items())
         if result.get("unsatisfiable"):  # (``missed``: searched again by the next run of the evolve stage)
             lines.append(f"  * {name} ({budget}): **no architecture**: {result['unsatisfiable']} (the same at every "
                          "search of these inputs: loosen it); no found row at this budget.")
@@ -946,10 +971,12 @@ def evolution_lines(results: str) -> List[str]:
         searched = (f"  * {name} ({budget}): {count(len(history), 'iteration')}"
                     f"{' (stopped early)' if result['stopped_early'] else ''}, {history[-1]['evaluated']:,} architectures evaluated; ")
         if best is None:  # (``missed``: searched again by the next run of the evolve stage)
-            key = "relative_latency" if "--relative-latency" in result["constraints"] else "latency_ms"
+            key = "latency_ms" if "--latency-ms" in result["constraints"] else "relative_latency"
             measured = ", ".join(f"{c[key]:.3g}" for c in confirmed)
+            of = result.get("latency_of") or {}
+            beside = f"; the baseline beside them: {of[key]:.3g}" if key in of else ""
             lines.append(searched + f"**no architecture**: none of the {len(confirmed)} fittest final candidates measured "
-                         f"within the budget (measured: {measured}); no found row at this budget yet.")
+                         f"within the budget (measured: {measured}{beside}); no found row at this budget yet.")
             continue
         measured = next((c for c in confirmed if c["architecture"] == best["architecture"]), None)
         measured_text = (f"measured {measured['latency_ms']:.1f} ± {measured['stdev_ms']:.1f} ms"

@@ -135,13 +135,14 @@ def prune(args) -> None:
 
 
 def evolve(args) -> None:
-    """Hardware-Aware Transformers' evolutionary search over --space under the given budgets (--latency-ms with
-    a latency predictor, confirmed by measuring the --confirm fittest final candidates on this machine;
-    --flops in GFLOPs, --params in millions, counted as `cost` counts them), fitness: the loss ranker's score
-    (--fitness ranker) or the inherited loss (--fitness supernet). Writes --output/best.json (for
-    --architecture-file), result.json (costs, history, confirmation) and train_command.sh (the exact
-    fairseq-train command with the supernet's training options). An interrupted evolution resumes
-    from --output/state.json (written after every iteration) to the result an uninterrupted one gives."""
+    """Hardware-Aware Transformers' evolutionary search over --space under the given budgets (--latency-ms,
+    --relative-latency or --latency-of with a latency predictor, confirmed by measuring the --confirm fittest
+    final candidates on this machine; --flops in GFLOPs, --params in millions, counted as `cost` counts them),
+    fitness: the loss ranker's score (--fitness ranker) or the inherited loss (--fitness supernet). Writes
+    --output/best.json (for --architecture-file), result.json (costs, history, confirmation) and
+    train_command.sh (the exact fairseq-train command with the supernet's training options). An interrupted
+    evolution resumes from --output/state.json (written after every iteration) to the result an
+    uninterrupted one gives."""
     from .commands import evolve_command
 
     print(json.dumps(evolve_command(args)))
@@ -202,8 +203,13 @@ def add_budget_options(parser):
     parser.add_argument("--latency-ms", type=float, help="budget: predicted latency in milliseconds")
     parser.add_argument("--relative-latency", type=float,
                         help="budget: predicted latency over the reference's (--reference, measured beside it)")
+    parser.add_argument("--latency-of", metavar="ARCHITECTURE_JSON",
+                        help="budget: the latency of this architecture of --space (a baseline): the predicted constraint is "
+                        "the predictor's value for it (a candidate and it compared by one predictor; either regressor), and "
+                        "evolve measures its final candidates beside it: within when no slower than it, in that measurement")
     parser.add_argument("--latency-predictor",
-                        help="the regressor.txt of `rank --target latency` (--latency-ms) or `relative_latency` (--relative-latency)")
+                        help="the regressor.txt of `rank --target latency` (--latency-ms) or `relative_latency` "
+                        "(--relative-latency; --latency-of: either)")
     parser.add_argument("--flops", type=float, help="budget: forward GFLOPs of one sentence pair of the stated lengths")
     parser.add_argument("--params", type=float, help="budget: millions of parameters")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
@@ -305,7 +311,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          help="stop early when the best fitness has not improved for this many iterations (default: no early "
                          "stop, as Hardware-Aware Transformers)")
     evolver.add_argument("--confirm", type=int, default=5,
-                         help="--latency-ms: final candidates whose latency is measured (default: %(default)s)")
+                         help="a latency budget: final candidates whose latency is measured (default: %(default)s)")
     evolver.add_argument("--flops-fraction", type=float,
                          help="budget: this fraction (0 < F <= 1) of the forward GFLOPs of the largest architecture of "
                               "--space, counted as --flops counts (needs no measurement: the search recipe's default)")

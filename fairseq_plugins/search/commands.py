@@ -5,11 +5,12 @@ import json
 import logging
 import os
 import shlex
-from dataclasses import asdict
-from typing import Dict, List, Optional, Sequence, Tuple
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..files import TextFileError, atomic_output, read_text, write_json
 from ..models.architecture import Architecture
+from ..modules import AttentionConfigError
 from .evolution import Candidate, Constraint, EvolutionSettings, SearchError, Unsatisfiable, evolve, pareto
 from .latency import LatencySettings, recorded_settings
 from .space import SearchSpace
@@ -64,6 +65,32 @@ class Costs:
 
 # latency budget option -> (the constraint's name, the predictor's `rank --target`)
 LATENCY_BUDGETS = {"--latency-ms": ("latency_ms", "latency"), "--relative-latency": ("relative_latency", "relative_latency")}
+LATENCY_OF = "--latency-of"  # the budget is an architecture's latency: its predicted value, then its measured one
+
+
+@dataclass(frozen=True)
+class LatencyBudget:
+    """A latency budget: the constraint's name (``latency_ms`` or ``relative_latency``: what the predictor
+    predicts), its bound on the predicted value and the predictor. ``of`` (``--latency-of``): the architecture
+    whose latency is the budget. The bound is then the predictor's value for it: a candidate is compared with
+    it through one predictor, so that the regressor's bias where the space's samples thin out (at its corners,
+    where the smallest baselines sit) cancels, and the architecture itself is feasible. The final candidates
+    are then measured beside it, in the same measurement, and are within the budget when no slower than it."""
+    option: str
+    name: str
+    limit: float
+    predict: Callable[[Sequence[Architecture]], Sequence[float]] = field(repr=False, compare=False)
+    of: Optional[Architecture] = None
+    of_path: Optional[str] = None
+
+    def describe(self) -> str:
+        """The budget as messages name it."""
+        if self.of is None:
+            return f"{self.option} {self.limit}"
+        return f"{self.option} {self.of_path} (predicted {self.name} {self.limit:.4g})"
+
+    def constraint(self) -> Constraint:
+        return Constraint(self.name, self.option, self.limit, self.predict)
 
 
 def latency_model(path: str, space: SearchSpace, space_option: str, target: Optional[str] = None):
@@ -80,25 +107,41 @@ def latency_model(path: str, space: SearchSpace, space_option: str, target: Opti
     return predictor
 
 
-def latency_budget(args) -> Optional[Tuple[str, str, float]]:
-    """(option, constraint name, limit) of the latency budget given, or None; two are refused."""
-    given = [(option, name, getattr(args, name)) for option, (name, _) in LATENCY_BUDGETS.items()
-             if getattr(args, name) is not None]
+def latency_option(args) -> Optional[str]:
+    """The latency budget option given (``--latency-ms``, ``--relative-latency`` or ``--latency-of``), or
+    None; two are refused."""
+    given = [option for option, (name, _) in LATENCY_BUDGETS.items() if getattr(args, name) is not None]
+    given += [LATENCY_OF] if getattr(args, "latency_of", None) else []
     if len(given) > 1:
-        raise SearchError("--latency-ms and --relative-latency: give one latency budget (the predictor predicts one of them)")
+        raise SearchError(f"{' and '.join(given)}: give one latency budget (the predictor predicts one latency)")
     return given[0] if given else None
 
 
-def build_constraints(costs: Costs, args, space: SearchSpace) -> List[Constraint]:
-    constraints = []
-    budget = latency_budget(args)
-    if budget is not None:
-        option, name, limit = budget
-        target = LATENCY_BUDGETS[option][1]
-        if not args.latency_predictor:
-            raise SearchError(f"{option} needs --latency-predictor (the regressor.txt of `rank --target {target}`)")
-        predictor = latency_model(args.latency_predictor, space, f"--space {args.space}", target)
-        constraints.append(Constraint(name, option, limit, predictor.predict))
+def latency_budget(args, space: SearchSpace) -> Optional[LatencyBudget]:
+    """The latency budget of ``args``, its predictor loaded, or None."""
+    option = latency_option(args)
+    if option is None:
+        return None
+    target = LATENCY_BUDGETS[option][1] if option in LATENCY_BUDGETS else None  # (--latency-of: either)
+    if not args.latency_predictor:
+        raise SearchError(f"{option} needs --latency-predictor (the regressor.txt of `rank --target "
+                          f"{target or 'latency or relative_latency'}`)")
+    predictor = latency_model(args.latency_predictor, space, f"--space {args.space}", target)
+    name = "latency_ms" if predictor.target == "latency" else "relative_latency"
+    if option != LATENCY_OF:
+        return LatencyBudget(option, name, getattr(args, name), predictor.predict)
+    try:
+        of = Architecture.from_json(read_text(args.latency_of))
+    except (TextFileError, AttentionConfigError) as error:
+        raise SearchError(f"{LATENCY_OF} {args.latency_of}: {error}") from None
+    space.check_contains(of, f"{LATENCY_OF} {args.latency_of}")
+    return LatencyBudget(option, name, float(predictor.predict([of])[0]), predictor.predict, of, args.latency_of)
+
+
+def build_constraints(costs: Costs, args, space: SearchSpace) -> Tuple[List[Constraint], Optional[LatencyBudget]]:
+    """The constraints of ``args``' budgets, and the latency budget among them (None: none)."""
+    budget = latency_budget(args, space)
+    constraints = [budget.constraint()] if budget is not None else []
     if args.flops is not None:
         constraints.append(costs.constraint("gflops", "--flops", args.flops))
     if args.params is not None:
@@ -113,7 +156,7 @@ def build_constraints(costs: Costs, args, space: SearchSpace) -> List[Constraint
     for constraint in constraints:
         if constraint.limit <= 0:
             raise SearchError(f"{constraint.option}: expected a positive bound, got {constraint.limit}")
-    return constraints
+    return constraints, budget
 
 
 def build_fitness(args, supernet: Supernet, space: SearchSpace):
@@ -142,28 +185,33 @@ def checked_space(args, supernet: Supernet) -> SearchSpace:
     return space
 
 
-def confirm_latency(candidates: Sequence[Candidate], supernet: Supernet, budget: Tuple[str, str, float],
-                    settings: LatencySettings, count: int, device: str, reference: Optional[str]) -> List[dict]:
+def confirm_latency(candidates: Sequence[Candidate], supernet: Supernet, budget: LatencyBudget,
+                    settings: LatencySettings, count: int, device: str, reference: Optional[str]) -> Tuple[List[dict], Optional[dict]]:
     """Measure the latency of the ``count`` fittest candidates (exported from the supernet, beside the
-    reference, as ``collect`` measures): what the predicted constraint said, confirmed or not."""
+    reference, as ``collect`` measures), and with ``--latency-of`` its architecture among them: what the
+    predicted constraint said, confirmed or not, and the ``--latency-of`` architecture's measurement (None
+    without it), whose measured latency is then the bound."""
     from .latency import groups, measure_subnetworks
     from .subnetworks import reference_architecture
 
-    _, name, limit = budget
     model, task = supernet.model, supernet.task
     reference_model = reference_architecture(reference, model)
-    confirmed = []
-    fittest = list(candidates)[:count]
-    measurements = [measured for group in groups(fittest, settings) for measured in measure_subnetworks(
-        model, task.target_dictionary, [c.architecture for c in group], reference_model, settings, device)]
-    for candidate, measured in zip(fittest, measurements):
-        confirmed.append({"architecture": candidate.architecture.to_dict(), "fitness": candidate.fitness,
-                          f"predicted_{name}": candidate.costs.get(name), "latency_ms": measured["latency_ms"],
-                          "relative_latency": measured["relative_latency"], "reference_ms": measured["reference_ms"],
-                          "ratio_range": measured["ratio_range"], "process_range": measured["process_range"],
-                          "stdev_ms": measured["stdev_ms"],
-                          "within_budget": measured[name] <= limit})
-    return confirmed
+    fittest = [c.architecture for c in list(candidates)[:count]]
+    measured_ones = [budget.of] + fittest if budget.of is not None else fittest
+    measurements = [measured for group in groups(measured_ones, settings) for measured in measure_subnetworks(
+        model, task.target_dictionary, group, reference_model, settings, device)]
+    fields = ("latency_ms", "relative_latency", "reference_ms", "ratio_range", "process_range", "stdev_ms")
+    of = None
+    if budget.of is not None:
+        of = {"architecture": budget.of.to_dict(), f"predicted_{budget.name}": budget.limit,
+              **{k: measurements[0][k] for k in fields}}
+        measurements = measurements[1:]
+    bound = of[budget.name] if of is not None else budget.limit
+    confirmed = [{"architecture": candidate.architecture.to_dict(), "fitness": candidate.fitness,
+                  f"predicted_{budget.name}": candidate.costs.get(budget.name), **{k: measured[k] for k in fields},
+                  "within_budget": measured[budget.name] <= bound}
+                 for candidate, measured in zip(candidates, measurements)]
+    return confirmed, of
 
 
 def training_command(supernet: Supernet, architecture_path: str, max_update: Optional[int] = None) -> str:
@@ -227,13 +275,14 @@ def search_inputs(args, space: SearchSpace, settings: EvolutionSettings, latency
     """Everything a search's result depends on (an output folder holding a result of other inputs is refused);
     the latency settings only with a latency budget (the confirming measurement's: nothing else measures)."""
     inputs = {"space": space.to_dict(), "fitness": args.fitness, "ranker_sha256": file_digest(args.ranker if args.fitness == "ranker" else None),
-              "latency_predictor_sha256": file_digest(args.latency_predictor if latency_budget(args) else None),
+              "latency_predictor_sha256": file_digest(args.latency_predictor if latency_option(args) else None),
+              "latency_of_sha256": file_digest(getattr(args, "latency_of", None)),
               "checkpoint_sha256": file_digest(args.checkpoint), "latency_ms": args.latency_ms, "flops": args.flops,
               "flops_fraction": getattr(args, "flops_fraction", None),
               "relative_latency": args.relative_latency, "reference_sha256": file_digest(args.reference),
               "params": args.params, "settings": asdict(settings), "confirm": args.confirm,
               "device": args.device, "subset": args.subset if args.fitness == "supernet" else None}
-    if latency_budget(args):
+    if latency_option(args):
         inputs["latency"] = asdict(latency)
     return inputs
 
@@ -265,10 +314,10 @@ def evolve_command(args) -> dict:
         raise SearchError(f"--train-max-update: expected a positive number of updates, got {train_max_update}")
     latency = LatencySettings.from_args(args)
     latency.check()
-    budget = latency_budget(args)
-    if budget is not None:
+    option = latency_option(args)
+    if option is not None:
         if not args.checkpoint:
-            raise SearchError(f"{budget[0]}: the final candidates are confirmed by measurement: give --checkpoint (the supernet)")
+            raise SearchError(f"{option}: the final candidates are confirmed by measurement: give --checkpoint (the supernet)")
         if args.confirm < 1:
             raise SearchError(f"--confirm: expected at least 1 candidate to measure, got {args.confirm}")
     space = SearchSpace.from_file(args.space)
@@ -290,12 +339,16 @@ def evolve_command(args) -> dict:
     supernet = Supernet(args.checkpoint)
     space = checked_space(args, supernet)
     costs = Costs(supernet, args.source_length, args.target_length)
-    constraints = build_constraints(costs, args, space)
+    constraints, budget = build_constraints(costs, args, space)
     fitness = build_fitness(args, supernet, space)
     state_path = os.path.join(args.output, "state.json")
     searched = {"inputs": inputs, "fitness": args.fitness, "constraints": {c.option: c.limit for c in constraints},
                 "counted": costs.what, "confirmed_latency": None,
-                "latency_settings": asdict(latency) if budget is not None else None}
+                "latency_settings": asdict(latency) if budget is not None else None,
+                # (--latency-of: the architecture, its predicted latency (the constraint's bound) and, once the
+                # final candidates are measured beside it, its measurement)
+                "latency_of": None if budget is None or budget.of is None else
+                {"architecture": budget.of.to_dict(), "path": budget.of_path, f"predicted_{budget.name}": budget.limit}}
     try:
         found = evolve(space, fitness, constraints, settings, progress=evolution_progress(args.verbose),
                        state=state_path, inputs=inputs)
@@ -305,26 +358,27 @@ def evolve_command(args) -> dict:
         os.makedirs(args.output, exist_ok=True)
         write_json(result_path, {**searched, "history": [], "stopped_early": False, "settings": asdict(settings),
                                  "population": [], "best": None, "unsatisfiable": str(error)})
-        if os.path.isfile(state_path):
-            os.remove(state_path)
         raise
     result = {**searched, "history": found["history"], "stopped_early": found["stopped_early"],
               "settings": found["settings"], "population": [candidate_dict(c) for c in found["population"][:10]]}
     best = found["best"]
     os.makedirs(args.output, exist_ok=True)
     if budget is not None:
-        option, name, limit = budget
-        result["confirmed_latency"] = confirmed = confirm_latency(found["population"], supernet, budget, latency,
-                                                                  args.confirm, args.device, args.reference)
+        confirmed, of = confirm_latency(found["population"], supernet, budget, latency, args.confirm, args.device,
+                                        args.reference)
+        result["confirmed_latency"] = confirmed
+        if of is not None:
+            result["latency_of"] = {**result["latency_of"], **of}
         within = [c for c in confirmed if c["within_budget"]]
         if not within:
             write_json(result_path, {**result, "best": None})  # (what was found and measured: kept, not a finished search)
             if os.path.isfile(state_path):
                 os.remove(state_path)
-            measured = ", ".join(format(c[name], ".3g") for c in confirmed)
-            raise SearchError(f"{option} {limit}: none of the {len(confirmed)} fittest candidates measured within the budget "
-                              f"(measured: {measured}; see {result_path}): the latency predictor is off on this machine; "
-                              "collect more latency data, loosen the budget or raise --confirm")
+            measured = ", ".join(format(c[budget.name], ".3g") for c in confirmed)
+            bound = "" if of is None else f"; {budget.of_path} measured {of[budget.name]:.3g} beside them"
+            raise SearchError(f"{budget.describe()}: none of the {len(confirmed)} fittest candidates measured within the "
+                              f"budget (measured: {measured}{bound}; see {result_path}): the latency predictor is off on "
+                              "this machine; collect more latency data, loosen the budget or raise --confirm")
         chosen = Architecture.from_dict(within[0]["architecture"])
         best = next(c for c in found["population"] if c.architecture == chosen)
     result["best"] = {**candidate_dict(best), **costs.counted(best.architecture)}
@@ -348,7 +402,7 @@ def pareto_command(args) -> dict:
     supernet = Supernet(args.checkpoint)
     space = checked_space(args, supernet)
     costs = Costs(supernet, args.source_length, args.target_length)
-    constraints = build_constraints(costs, args, space)
+    constraints, _ = build_constraints(costs, args, space)
     if args.objective == "latency":
         if not args.latency_predictor:
             raise SearchError("--objective latency needs --latency-predictor (the regressor.txt of `rank --target latency` "

@@ -145,9 +145,16 @@ def test_a_budget_searched_without_an_architecture_gets_no_row_and_the_run_goes_
     fake_budgets(results)
     names = [name for name, _ in run.searches(str(results), run.read_budgets(str(results)))]
     assert names == ["latency_scaled_d96_2+1", "latency_scaled_d192_2+1", "latency_scaled_d256_3+3", "flops_scaled_d192_2+1"]
+    # a latency budget is the latency of its baseline (--latency-of its architecture file, in the results)
+    for name, options in run.searches(str(results), run.read_budgets(str(results)))[:3]:
+        assert options[0] == "--latency-of" and options[2] == "--latency-predictor"
+        baseline = name[len("latency_"):]
+        assert json.loads(open(options[1]).read()) == run.scaled_family()[baseline].to_dict()
+        assert options[1] == str(results / "architectures" / f"{baseline}.json")
     candidate = {"architecture": tiny_architecture(96, 2, 1), "latency_ms": 9.0, "relative_latency": 0.61,
                  "within_budget": False}
-    unsatisfiable = "--relative-latency 1.3: only 0 of 6000 random architectures satisfy the constraints; loosen them"
+    unsatisfiable = ("--latency-of architectures/scaled_d192_2+1.json (predicted relative_latency 1.3): only 0 of 6000 "
+                     "random architectures satisfy the constraints; loosen them")
     searched = []
 
     def fake_search_cli(ctx, command, *argv):
@@ -157,10 +164,12 @@ def test_a_budget_searched_without_an_architecture_gets_no_row_and_the_run_goes_
         os.makedirs(output, exist_ok=True)
         result = {"settings": {"population": 6, "parents": 2, "mutations": 2, "mutation_probability": 0.3, "crossovers": 2,
                                "iterations": 2, "patience": None},
-                  "constraints": {"--relative-latency": 0.55}, "stopped_early": False, "history": [{"evaluated": 6}]}
+                  "constraints": {"--latency-of": 0.55}, "stopped_early": False, "history": [{"evaluated": 6}],
+                  "latency_of": {"architecture": tiny_architecture(96, 2, 1), "predicted_relative_latency": 0.55}}
         if name == "latency_scaled_d96_2+1":  # (as evolve_command leaves it, then its one-line error)
             with open(os.path.join(output, "result.json"), "w") as f:
-                json.dump({**result, "best": None, "confirmed_latency": [candidate]}, f)
+                json.dump({**result, "best": None, "confirmed_latency": [candidate],
+                           "latency_of": {**result["latency_of"], "relative_latency": 0.6}}, f)
             raise quality.CommandFailed("`python -m fairseq_plugins.search evolve ...`", 2, "INFO | searching\nerror: "
                                         "--relative-latency 0.55: none of the 1 fittest candidates measured within the budget "
                                         "(measured: 0.61)")
@@ -191,10 +200,13 @@ def test_a_budget_searched_without_an_architecture_gets_no_row_and_the_run_goes_
     assert "found_latency_scaled_d256_3+3" in planned
     lines = run.evolution_lines(str(results))
     (line,) = [line for line in lines if line.startswith("  * latency_scaled_d96_2+1")]
-    assert "**no architecture**: none of the 1 fittest final candidates measured within the budget (measured: 0.61)" in line
+    assert line.startswith("  * latency_scaled_d96_2+1 (as fast as the baseline: predicted 0.550x the reference, "
+                           "measured 0.600x beside the final candidates): 1 iteration")
+    assert ("**no architecture**: none of the 1 fittest final candidates measured within the budget (measured: 0.61; the "
+            "baseline beside them: 0.6)") in line
     (line,) = [line for line in lines if line.startswith("  * latency_scaled_d192_2+1")]
-    assert line == (f"  * latency_scaled_d192_2+1 (0.55x the reference): **no architecture**: {unsatisfiable} (the same at "
-                    "every search of these inputs: loosen it); no found row at this budget.")
+    assert line.endswith(f": predicted 0.550x the reference): **no architecture**: {unsatisfiable} (the same at "
+                         "every search of these inputs: loosen it); no found row at this budget.")
     # searched again by the next run; the others are done
     searched.clear()
     run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))

@@ -600,8 +600,8 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
                   "--mutations", "3", "--crossovers", "3", "--iterations", "2", "--confirm", "2", "--output",
                   str(tmp_path / "unmet"), *[a for a in latency if a not in ("--warmup", "1", "--repeats", "3")]]
     with monkeypatch.context() as patched:
-        patched.setattr(commands, "confirm_latency", lambda candidates, supernet, budget, settings, count, device, reference: [
-            {"architecture": c.architecture.to_dict(), "latency_ms": 2e6, "within_budget": False} for c in candidates[:count]])
+        patched.setattr(commands, "confirm_latency", lambda candidates, supernet, budget, settings, count, device, reference: ([
+            {"architecture": c.architecture.to_dict(), "latency_ms": 2e6, "within_budget": False} for c in candidates[:count]], None))
         unmet = run(*unmet_args, status=2)
     assert "--latency-ms 1000000.0: none of the 2 fittest candidates measured within the budget (measured: " \
            "2e+06, 2e+06;" in unmet
@@ -612,6 +612,55 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
                         "within the budget; searching again (its result is replaced)"]
     assert not retried.get("done_before") and (tmp_path / "unmet" / "best.json").exists()
     assert json.loads((tmp_path / "unmet" / "result.json").read_text())["best"]["architecture"] == retried["best"]["architecture"]
+
+    # --latency-of: the budget is an architecture's latency. The predicted constraint's bound is the predictor's
+    # value for it; the final candidates are measured in one measurement with it first, and are within the budget
+    # when measured no slower than it (its measurement is the bound, not the prediction)
+    import fairseq_plugins.search.latency as latency_module
+    from fairseq_plugins.search.ranking import Predictor
+
+    baseline = records[0]["architecture"]
+    (tmp_path / "baseline.json").write_text(json.dumps(baseline))
+    relative_predictor = relative_ranker["files"]["regressor"]
+    predicted = float(Predictor(relative_predictor).predict([Architecture.from_dict(baseline)])[0])
+    measurements = []
+
+    def fake_measurement(baseline_relative):
+        def measure(model, dictionary, architectures, reference, settings, device="cpu"):
+            measurements.append([a.to_dict() for a in architectures])
+            return [{"latency_ms": 1.0, "reference_ms": 1.0, "ratio_range": 0.0, "process_range": 0.0, "stdev_ms": 0.0,
+                     "relative_latency": baseline_relative if a.to_dict() == baseline else 50.0} for a in architectures]
+        return measure
+
+    latency_of_args = ["evolve", "--space", space_file, "--ranker", ranker, "--checkpoint", checkpoint,
+                       "--latency-of", str(tmp_path / "baseline.json"), "--latency-predictor", relative_predictor,
+                       "--population", "9", "--parents", "3", "--mutations", "3", "--crossovers", "3", "--iterations", "2",
+                       "--confirm", "3", "--output", str(tmp_path / "latency_of")]
+    with monkeypatch.context() as patched:
+        patched.setattr(latency_module, "measure_subnetworks", fake_measurement(100.0))
+        as_fast = run(*latency_of_args)
+    result = json.loads((tmp_path / "latency_of" / "result.json").read_text())
+    assert result["constraints"] == {"--latency-of": pytest.approx(predicted, rel=1e-12)}
+    assert result["latency_of"]["architecture"] == baseline and result["latency_of"]["relative_latency"] == 100.0
+    assert result["latency_of"]["predicted_relative_latency"] == pytest.approx(predicted, rel=1e-12)
+    # one measurement: the baseline first, then the 3 fittest (a bound of the prediction would have kept none)
+    assert len(measurements) == 1 and measurements[0][0] == baseline and len(measurements[0]) == 4
+    assert [c["within_budget"] for c in result["confirmed_latency"]] == [True] * 3
+    assert as_fast["best"]["relative_latency"] <= predicted
+    assert all(c["relative_latency"] <= predicted for c in result["population"])
+    with monkeypatch.context() as patched:  # measured slower than the baseline: none within, the message says so
+        patched.setattr(latency_module, "measure_subnetworks", fake_measurement(10.0))
+        slower = run(*latency_of_args[:-1], str(tmp_path / "latency_of_slower"), status=2)
+    assert (f"--latency-of {tmp_path / 'baseline.json'} (predicted relative_latency {predicted:.4g}): none of the 3 "
+            f"fittest candidates measured within the budget (measured: 50, 50, 50; {tmp_path / 'baseline.json'} measured "
+            "10 beside them;") in slower
+    two = run(*latency_of_args[:-1], str(tmp_path / "two"), "--relative-latency", "0.5", status=2)
+    assert "--relative-latency and --latency-of: give one latency budget" in two
+    outside = dict(baseline, encoder_embed_dim=999, decoder_embed_dim=999)
+    (tmp_path / "outside.json").write_text(json.dumps(outside))
+    refused = run(*[str(tmp_path / "outside.json") if a == str(tmp_path / "baseline.json") else a for a in latency_of_args[:-1]],
+                  str(tmp_path / "outside"), status=2)
+    assert f"--latency-of {tmp_path / 'outside.json'}" in refused and not (tmp_path / "outside").exists()
 
     # a budget none of the architectures drawn meets: an error naming it, and result.json says why (no best, a
     # search the same command runs again)
