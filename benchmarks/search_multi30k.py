@@ -378,7 +378,7 @@ def searches(results: str, budgets: dict) -> List[Tuple[str, List[str]]]:
     upwards; the final candidates measured beside it), then the FLOPs one."""
     family = scaled_family()
     found = [(f"latency_{name}", ["--latency-of", relative(architecture_file(results, name, family[name].to_dict())),
-                                  "--latency-predictor", os.path.join(results, "ranker_relative_latency", "regressor.txt")])
+                                  "--latency-predictor", relative(os.path.join(results, "ranker_relative_latency", "regressor.txt"))])
              for name in budgets["relative_latency"]]
     return found + [(f"flops_{budgets['gflops']['of']}", ["--flops", str(budgets["gflops"]["limit"])])]
 
@@ -430,9 +430,12 @@ def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Sc
         result_path = os.path.join(output, "result.json")
         before = file_version(result_path)
         try:
-            search_cli(ctx, "evolve", "--space", SPACE, "--fitness", "ranker", "--ranker", os.path.join(results, "ranker_loss", "ranker.txt"),
-                       "--checkpoint", require_supernet(checkpoint), *constraint, *scale.latency_options(),
-                       *scale.evolution_options, "--reference", reference_file(results), "--output", output)
+            # (paths relative to the checkout, where the CLI runs: result.json's train_command and latency_of name
+            # the committed results' files, not this machine's folders)
+            search_cli(ctx, "evolve", "--space", relative(SPACE), "--fitness", "ranker",
+                       "--ranker", relative(os.path.join(results, "ranker_loss", "ranker.txt")),
+                       "--checkpoint", relative(require_supernet(checkpoint)), *constraint, *scale.latency_options(),
+                       *scale.evolution_options, "--reference", relative(reference_file(results)), "--output", relative(output))
         except quality.CommandFailed as error:  # (only the command's one-line error; a crash goes on)
             message = error.one_line_error()
             if not (message is not None and missed(results, name) is not None
@@ -942,8 +945,19 @@ def budget_text(result: dict, option: str, limit: float) -> str:
     of = result.get("latency_of")
     if option != "--latency-of" or not of:
         return f"{limit}{UNITS.get(option, ' ' + option)}"
-    measured = f", measured {of['relative_latency']:.3f}x beside the final candidates" if "relative_latency" in of else ""
-    return f"as fast as the baseline: predicted {limit:.3f}x the reference{measured}"
+    key = latency_key(result)
+    unit = (lambda value: f"{value:.3f}x") if key == "relative_latency" else (lambda value: f"{value:.1f} ms")
+    beside = of.get("measurements", [of] if key in of else [])  # (one per group of candidates measured beside it)
+    measured = f", measured {', '.join(unit(m[key]) for m in beside)} beside the final candidates" if beside else ""
+    return (f"as fast as the baseline: predicted {unit(limit)}{' the reference' if key == 'relative_latency' else ''}"
+            f"{measured}")
+
+
+def latency_key(result: dict) -> str:
+    """What a search's latency budget bounds: ``latency_ms`` or ``relative_latency`` (``--latency-of``: what its
+    predictor predicts)."""
+    of = result.get("latency_of") or {}
+    return "latency_ms" if "--latency-ms" in result["constraints"] or "predicted_latency_ms" in of else "relative_latency"
 
 
 def evolution_lines(results: str) -> List[str]:
@@ -971,10 +985,11 @@ def evolution_lines(results: str) -> List[str]:
         searched = (f"  * {name} ({budget}): {count(len(history), 'iteration')}"
                     f"{' (stopped early)' if result['stopped_early'] else ''}, {history[-1]['evaluated']:,} architectures evaluated; ")
         if best is None:  # (``missed``: searched again by the next run of the evolve stage)
-            key = "latency_ms" if "--latency-ms" in result["constraints"] else "relative_latency"
+            key = latency_key(result)
             measured = ", ".join(f"{c[key]:.3g}" for c in confirmed)
             of = result.get("latency_of") or {}
-            beside = f"; the baseline beside them: {of[key]:.3g}" if key in of else ""
+            beside = ("; the baseline beside them: " + ", ".join(f"{m[key]:.3g}" for m in of.get("measurements", [of]))
+                      if key in of else "")
             lines.append(searched + f"**no architecture**: none of the {len(confirmed)} fittest final candidates measured "
                          f"within the budget (measured: {measured}{beside}); no found row at this budget yet.")
             continue

@@ -206,7 +206,8 @@ def add_budget_options(parser):
     parser.add_argument("--latency-of", metavar="ARCHITECTURE_JSON",
                         help="budget: the latency of this architecture of --space (a baseline): the predicted constraint is "
                         "the predictor's value for it (a candidate and it compared by one predictor; either regressor), and "
-                        "evolve measures its final candidates beside it: within when no slower than it, in that measurement")
+                        "evolve measures its final candidates beside it (it is in every group of --in-turn): within when no "
+                        "slower than it in their measurement; pareto: the predicted constraint only")
     parser.add_argument("--latency-predictor",
                         help="the regressor.txt of `rank --target latency` (--latency-ms) or `relative_latency` "
                         "(--relative-latency; --latency-of: either)")

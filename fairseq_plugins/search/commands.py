@@ -90,7 +90,7 @@ class LatencyBudget:
         return f"{self.option} {self.of_path} (predicted {self.name} {self.limit:.4g})"
 
     def constraint(self) -> Constraint:
-        return Constraint(self.name, self.option, self.limit, self.predict)
+        return Constraint(self.name, self.option, self.limit, self.predict, None if self.of is None else self.describe())
 
 
 def latency_model(path: str, space: SearchSpace, space_option: str, target: Optional[str] = None):
@@ -111,14 +111,29 @@ def latency_option(args) -> Optional[str]:
     """The latency budget option given (``--latency-ms``, ``--relative-latency`` or ``--latency-of``), or
     None; two are refused."""
     given = [option for option, (name, _) in LATENCY_BUDGETS.items() if getattr(args, name) is not None]
-    given += [LATENCY_OF] if getattr(args, "latency_of", None) else []
+    given += [LATENCY_OF] if getattr(args, "latency_of", None) is not None else []
     if len(given) > 1:
         raise SearchError(f"{' and '.join(given)}: give one latency budget (the predictor predicts one latency)")
     return given[0] if given else None
 
 
-def latency_budget(args, space: SearchSpace) -> Optional[LatencyBudget]:
-    """The latency budget of ``args``, its predictor loaded, or None."""
+def latency_of_architecture(args, space: SearchSpace) -> Optional[Architecture]:
+    """``--latency-of``'s architecture, read and checked to be of ``space`` (one-line errors naming the file;
+    read before the supernet is loaded), or None without it."""
+    path = getattr(args, "latency_of", None)
+    if path is None:
+        return None
+    try:
+        of = Architecture.from_json(read_text(path))
+    except (TextFileError, AttentionConfigError) as error:
+        raise SearchError(f"{LATENCY_OF} {path}: {error} (expected an architecture of --space in JSON, as "
+                          "best.json or --architecture-file hold it)") from None
+    space.check_contains(of, f"{LATENCY_OF} {path}")
+    return of
+
+
+def latency_budget(args, space: SearchSpace, of: Optional[Architecture] = None) -> Optional[LatencyBudget]:
+    """The latency budget of ``args``, its predictor loaded, or None (``of``: ``latency_of_architecture``'s)."""
     option = latency_option(args)
     if option is None:
         return None
@@ -130,17 +145,15 @@ def latency_budget(args, space: SearchSpace) -> Optional[LatencyBudget]:
     name = "latency_ms" if predictor.target == "latency" else "relative_latency"
     if option != LATENCY_OF:
         return LatencyBudget(option, name, getattr(args, name), predictor.predict)
-    try:
-        of = Architecture.from_json(read_text(args.latency_of))
-    except (TextFileError, AttentionConfigError) as error:
-        raise SearchError(f"{LATENCY_OF} {args.latency_of}: {error}") from None
-    space.check_contains(of, f"{LATENCY_OF} {args.latency_of}")
+    of = of if of is not None else latency_of_architecture(args, space)
     return LatencyBudget(option, name, float(predictor.predict([of])[0]), predictor.predict, of, args.latency_of)
 
 
-def build_constraints(costs: Costs, args, space: SearchSpace) -> Tuple[List[Constraint], Optional[LatencyBudget]]:
-    """The constraints of ``args``' budgets, and the latency budget among them (None: none)."""
-    budget = latency_budget(args, space)
+def build_constraints(costs: Costs, args, space: SearchSpace,
+                      of: Optional[Architecture] = None) -> Tuple[List[Constraint], Optional[LatencyBudget]]:
+    """The constraints of ``args``' budgets, and the latency budget among them (None: none); ``of``:
+    ``--latency-of``'s architecture, read already."""
+    budget = latency_budget(args, space, of)
     constraints = [budget.constraint()] if budget is not None else []
     if args.flops is not None:
         constraints.append(costs.constraint("gflops", "--flops", args.flops))
@@ -186,32 +199,45 @@ def checked_space(args, supernet: Supernet) -> SearchSpace:
 
 
 def confirm_latency(candidates: Sequence[Candidate], supernet: Supernet, budget: LatencyBudget,
-                    settings: LatencySettings, count: int, device: str, reference: Optional[str]) -> Tuple[List[dict], Optional[dict]]:
+                    settings: LatencySettings, count: int, device: str, reference: Optional[str]) -> Tuple[List[dict], List[dict]]:
     """Measure the latency of the ``count`` fittest candidates (exported from the supernet, beside the
-    reference, as ``collect`` measures), and with ``--latency-of`` its architecture among them: what the
-    predicted constraint said, confirmed or not, and the ``--latency-of`` architecture's measurement (None
-    without it), whose measured latency is then the bound."""
-    from .latency import groups, measure_subnetworks
+    reference, as ``collect`` measures, ``--in-turn`` at a time): what the predicted constraint said, confirmed
+    or not. With ``--latency-of``, its architecture is measured in every group, first, beside ``--in-turn`` - 1
+    candidates (at least one), and a candidate is within the budget when measured no slower than it in that
+    group (a candidate that is that architecture is not measured again: its measurement, within); returns also
+    those measurements of the ``--latency-of`` architecture, one per group (none without it)."""
+    from .latency import batches, groups, measure_subnetworks
     from .subnetworks import reference_architecture
 
     model, task = supernet.model, supernet.task
     reference_model = reference_architecture(reference, model)
-    fittest = [c.architecture for c in list(candidates)[:count]]
-    measured_ones = [budget.of] + fittest if budget.of is not None else fittest
-    measurements = [measured for group in groups(measured_ones, settings) for measured in measure_subnetworks(
-        model, task.target_dictionary, group, reference_model, settings, device)]
+    fittest = list(candidates)[:count]
     fields = ("latency_ms", "relative_latency", "reference_ms", "ratio_range", "process_range", "stdev_ms")
-    of = None
-    if budget.of is not None:
-        of = {"architecture": budget.of.to_dict(), f"predicted_{budget.name}": budget.limit,
-              **{k: measurements[0][k] for k in fields}}
-        measurements = measurements[1:]
-    bound = of[budget.name] if of is not None else budget.limit
-    confirmed = [{"architecture": candidate.architecture.to_dict(), "fitness": candidate.fitness,
-                  f"predicted_{budget.name}": candidate.costs.get(budget.name), **{k: measured[k] for k in fields},
-                  "within_budget": measured[budget.name] <= bound}
-                 for candidate, measured in zip(candidates, measurements)]
-    return confirmed, of
+
+    def measure(architectures: List[Architecture]) -> List[dict]:
+        return [{k: measured[k] for k in fields} for measured in measure_subnetworks(
+            model, task.target_dictionary, architectures, reference_model, settings, device)]
+
+    def confirmed(candidate: Candidate, measured: dict, bound: float) -> dict:
+        return {"architecture": candidate.architecture.to_dict(), "fitness": candidate.fitness,
+                f"predicted_{budget.name}": candidate.costs.get(budget.name), **measured,
+                "within_budget": measured[budget.name] <= bound}
+
+    if budget.of is None:
+        measured = [m for group in groups(fittest, settings) for m in measure([c.architecture for c in group])]
+        return [confirmed(c, m, budget.limit) for c, m in zip(fittest, measured)], []
+    others = [c for c in fittest if c.architecture != budget.of]
+    beside, measured_in = [], {}
+    for group in list(batches(others, max(1, settings.in_turn - 1))) or [[]]:
+        of_measured, *measured = measure([budget.of] + [c.architecture for c in group])
+        beside.append(of_measured)
+        measured_in.update({c.architecture: (m, of_measured) for c, m in zip(group, measured)})
+    results = []
+    for candidate in fittest:
+        measured, of_measured = measured_in.get(candidate.architecture, (beside[0], beside[0]))
+        results.append({**confirmed(candidate, measured, of_measured[budget.name]),
+                        f"baseline_{budget.name}": of_measured[budget.name]})
+    return results, beside
 
 
 def training_command(supernet: Supernet, architecture_path: str, max_update: Optional[int] = None) -> str:
@@ -265,21 +291,29 @@ def candidate_dict(candidate: Candidate) -> dict:
     return {"architecture": candidate.architecture.to_dict(), "fitness": candidate.fitness, **candidate.costs}
 
 
-def file_digest(path: Optional[str]) -> Optional[str]:
+def file_digest(path: Optional[str], option: str) -> Optional[str]:
+    """The SHA-256 of ``option``'s file (None: not given); an unreadable one is a one-line error naming it."""
     from .collect import file_sha256
 
-    return file_sha256(path) if path else None
+    try:
+        return file_sha256(path) if path else None
+    except OSError as error:
+        raise SearchError(f"{option} {path}: cannot read it ({error.strerror or error})") from None
 
 
-def search_inputs(args, space: SearchSpace, settings: EvolutionSettings, latency: LatencySettings) -> dict:
+def search_inputs(args, space: SearchSpace, settings: EvolutionSettings, latency: LatencySettings,
+                  of: Optional[Architecture] = None) -> dict:
     """Everything a search's result depends on (an output folder holding a result of other inputs is refused);
-    the latency settings only with a latency budget (the confirming measurement's: nothing else measures)."""
-    inputs = {"space": space.to_dict(), "fitness": args.fitness, "ranker_sha256": file_digest(args.ranker if args.fitness == "ranker" else None),
-              "latency_predictor_sha256": file_digest(args.latency_predictor if latency_option(args) else None),
-              "latency_of_sha256": file_digest(getattr(args, "latency_of", None)),
-              "checkpoint_sha256": file_digest(args.checkpoint), "latency_ms": args.latency_ms, "flops": args.flops,
+    the latency settings only with a latency budget (the confirming measurement's: nothing else measures);
+    ``of``: ``--latency-of``'s architecture (itself, not its file's path or bytes)."""
+    inputs = {"space": space.to_dict(), "fitness": args.fitness,
+              "ranker_sha256": file_digest(args.ranker if args.fitness == "ranker" else None, "--ranker"),
+              "latency_predictor_sha256": file_digest(args.latency_predictor if latency_option(args) else None,
+                                                      "--latency-predictor"),
+              "latency_of": of.to_dict() if of is not None else None,
+              "checkpoint_sha256": file_digest(args.checkpoint, "--checkpoint"), "latency_ms": args.latency_ms, "flops": args.flops,
               "flops_fraction": getattr(args, "flops_fraction", None),
-              "relative_latency": args.relative_latency, "reference_sha256": file_digest(args.reference),
+              "relative_latency": args.relative_latency, "reference_sha256": file_digest(args.reference, "--reference"),
               "params": args.params, "settings": asdict(settings), "confirm": args.confirm,
               "device": args.device, "subset": args.subset if args.fitness == "supernet" else None}
     if latency_option(args):
@@ -321,7 +355,8 @@ def evolve_command(args) -> dict:
         if args.confirm < 1:
             raise SearchError(f"--confirm: expected at least 1 candidate to measure, got {args.confirm}")
     space = SearchSpace.from_file(args.space)
-    inputs = search_inputs(args, space, settings, latency)
+    of = latency_of_architecture(args, space)
+    inputs = search_inputs(args, space, settings, latency, of)
     result_path = os.path.join(args.output, "result.json")
     if os.path.isfile(result_path):
         with open(result_path, encoding="utf-8") as f:
@@ -339,7 +374,7 @@ def evolve_command(args) -> dict:
     supernet = Supernet(args.checkpoint)
     space = checked_space(args, supernet)
     costs = Costs(supernet, args.source_length, args.target_length)
-    constraints, budget = build_constraints(costs, args, space)
+    constraints, budget = build_constraints(costs, args, space, of)
     fitness = build_fitness(args, supernet, space)
     state_path = os.path.join(args.output, "state.json")
     searched = {"inputs": inputs, "fitness": args.fitness, "constraints": {c.option: c.limit for c in constraints},
@@ -364,18 +399,19 @@ def evolve_command(args) -> dict:
     best = found["best"]
     os.makedirs(args.output, exist_ok=True)
     if budget is not None:
-        confirmed, of = confirm_latency(found["population"], supernet, budget, latency, args.confirm, args.device,
-                                        args.reference)
+        confirmed, beside = confirm_latency(found["population"], supernet, budget, latency, args.confirm, args.device,
+                                            args.reference)
         result["confirmed_latency"] = confirmed
-        if of is not None:
-            result["latency_of"] = {**result["latency_of"], **of}
+        if beside:  # (its first measurement; every one, one per group of candidates measured beside it)
+            result["latency_of"] = {**result["latency_of"], **beside[0], "measurements": beside}
         within = [c for c in confirmed if c["within_budget"]]
         if not within:
             write_json(result_path, {**result, "best": None})  # (what was found and measured: kept, not a finished search)
             if os.path.isfile(state_path):
                 os.remove(state_path)
             measured = ", ".join(format(c[budget.name], ".3g") for c in confirmed)
-            bound = "" if of is None else f"; {budget.of_path} measured {of[budget.name]:.3g} beside them"
+            bound = "" if not beside else (f"; {budget.of_path} measured "
+                                           f"{', '.join(format(m[budget.name], '.3g') for m in beside)} beside them")
             raise SearchError(f"{budget.describe()}: none of the {len(confirmed)} fittest candidates measured within the "
                               f"budget (measured: {measured}{bound}; see {result_path}): the latency predictor is off on "
                               "this machine; collect more latency data, loosen the budget or raise --confirm")
@@ -399,10 +435,11 @@ def evolve_command(args) -> dict:
 
 
 def pareto_command(args) -> dict:
+    of = latency_of_architecture(args, SearchSpace.from_file(args.space))
     supernet = Supernet(args.checkpoint)
     space = checked_space(args, supernet)
     costs = Costs(supernet, args.source_length, args.target_length)
-    constraints, _ = build_constraints(costs, args, space)
+    constraints, _ = build_constraints(costs, args, space, of)
     if args.objective == "latency":
         if not args.latency_predictor:
             raise SearchError("--objective latency needs --latency-predictor (the regressor.txt of `rank --target latency` "
@@ -414,8 +451,9 @@ def pareto_command(args) -> dict:
         objective = costs.constraint({"flops": "gflops", "params": "mparams"}[args.objective], f"--objective {args.objective}",
                                      float("inf"))
     fitness = build_fitness(args, supernet, space)
-    inputs = {"fitness": args.fitness, "ranker_sha256": file_digest(args.ranker if args.fitness == "ranker" else None),
-              "latency_predictor_sha256": file_digest(args.latency_predictor), "checkpoint_sha256": file_digest(args.checkpoint),
+    inputs = {"fitness": args.fitness, "ranker_sha256": file_digest(args.ranker if args.fitness == "ranker" else None, "--ranker"),
+              "latency_predictor_sha256": file_digest(args.latency_predictor, "--latency-predictor"),
+              "checkpoint_sha256": file_digest(args.checkpoint, "--checkpoint"),
               "subset": args.subset if args.fitness == "supernet" else None, "lengths": [args.source_length, args.target_length]}
     front = pareto(space, fitness, objective, constraints, trials=args.trials, population=args.population, seed=args.seed,
                    storage=args.output + ".optuna.sqlite", inputs=inputs)

@@ -80,6 +80,10 @@ class Constraint:
     option: str        # the command-line option, for messages
     limit: float
     measure: Callable[[Sequence[Architecture]], List[float]]
+    text: Optional[str] = None  # the bound as messages name it (None: "OPTION LIMIT")
+
+    def describe(self) -> str:
+        return self.text or f"{self.option} {self.limit:g}"
 
     def values(self, architectures: Sequence[Architecture]) -> List[float]:
         return self.measure(architectures)
@@ -126,7 +130,7 @@ def feasible_children(make: Callable[[], Genome], count: int, codec: GenomeCodec
         costs = evaluator.costs([codec.decode(g) for g in batch])
         children += [g for g, c in zip(batch, costs) if evaluator.feasible(c)][:count - len(children)]
         if len(children) < count and attempts >= max_attempts:
-            bounds = ", ".join(f"{c.option} {c.limit:g}" for c in evaluator.constraints)
+            bounds = ", ".join(c.describe() for c in evaluator.constraints)
             raise error(f"{bounds}: only {len(children)} of {attempts} {what} satisfy the constraints; loosen them")
     return children
 

@@ -171,8 +171,9 @@ def test_a_budget_searched_without_an_architecture_gets_no_row_and_the_run_goes_
                 json.dump({**result, "best": None, "confirmed_latency": [candidate],
                            "latency_of": {**result["latency_of"], "relative_latency": 0.6}}, f)
             raise quality.CommandFailed("`python -m fairseq_plugins.search evolve ...`", 2, "INFO | searching\nerror: "
-                                        "--relative-latency 0.55: none of the 1 fittest candidates measured within the budget "
-                                        "(measured: 0.61)")
+                                        "--latency-of architectures/scaled_d96_2+1.json (predicted relative_latency 0.55): "
+                                        "none of the 1 fittest candidates measured within the budget (measured: 0.61; "
+                                        "architectures/scaled_d96_2+1.json measured 0.6 beside them)")
         if name == "latency_scaled_d192_2+1":
             with open(os.path.join(output, "result.json"), "w") as f:
                 json.dump({**result, "history": [], "best": None, "confirmed_latency": None, "unsatisfiable": unsatisfiable}, f)
@@ -237,6 +238,49 @@ def test_a_budget_searched_without_an_architecture_gets_no_row_and_the_run_goes_
         with pytest.raises(SystemExit) as stop:
             run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
         assert stop.value is code
+
+
+def test_evolve_names_the_checkouts_files_relative_to_it_and_the_report_every_baseline_measurement(tmp_path, monkeypatch):
+    """The evolve stage's search runs in the checkout with paths relative to it (result.json's train_command
+    and latency_of.path are committed with the results: they must not name this machine's folders); the report
+    gives a --latency-of budget's baseline as predicted and as measured in each group beside the candidates,
+    in the unit its predictor predicts."""
+    checkout = tmp_path / "checkout"
+    results = checkout / "docs" / "records" / "data" / "search"
+    results.mkdir(parents=True)
+    monkeypatch.setattr(quality, "REPO", str(checkout))
+    monkeypatch.setattr(run, "SPACE", str(checkout / "search_spaces" / "space.yaml"))
+    fake_budgets(results)
+    checkpoint = checkout / "work_dirs" / "supernet.pt"
+    checkpoint.parent.mkdir()
+    checkpoint.write_text("")
+    argvs = []
+
+    def fake_search_cli(ctx, command, *argv):
+        argvs.append(argv)
+        output = checkout / argv[argv.index("--output") + 1]  # (the CLI runs in the checkout)
+        output.mkdir()
+        (output / "best.json").write_text(json.dumps(tiny_architecture(96, 2, 1)))
+        (output / "result.json").write_text(json.dumps({"best": {"architecture": tiny_architecture(96, 2, 1)}}))
+
+    monkeypatch.setattr(run, "search_cli", fake_search_cli)
+    run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
+    assert len(argvs) == 4 and all(run.finished_best(str(results), name) for name, _ in run.searches(str(results), run.read_budgets(str(results))))
+    assert not [a for argv in argvs for a in argv if str(tmp_path) in a]
+    assert argvs[0][argvs[0].index("--latency-of") + 1] == "docs/records/data/search/architectures/scaled_d96_2+1.json"
+    assert argvs[0][argvs[0].index("--output") + 1] == "docs/records/data/search/evolve_latency_scaled_d96_2+1"
+
+    result = {"constraints": {"--latency-of": 0.55},
+              "latency_of": {"predicted_relative_latency": 0.55, "relative_latency": 0.6,
+                             "measurements": [{"relative_latency": 0.6}, {"relative_latency": 0.625}]}}
+    assert run.budget_text(result, "--latency-of", 0.55) == ("as fast as the baseline: predicted 0.550x the reference, "
+                                                             "measured 0.600x, 0.625x beside "
+                                                             "the final candidates")
+    in_ms = {"constraints": {"--latency-of": 12.0}, "latency_of": {"predicted_latency_ms": 12.0, "latency_ms": 13.31}}
+    assert run.latency_key(in_ms) == "latency_ms"
+    assert run.budget_text(in_ms, "--latency-of", 12.0) == ("as fast as the baseline: predicted 12.0 ms, measured 13.3 ms "
+                                                            "beside the final candidates")
+    assert run.budget_text({"constraints": {"--flops": 0.2}}, "--flops", 0.2) == "0.2 GFLOPs"
 
 
 def test_the_one_line_error_of_a_command_is_told_from_any_other_failure():

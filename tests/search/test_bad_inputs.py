@@ -27,11 +27,21 @@ def one_line_error(result) -> str:
     return result.stderr.strip().splitlines()[-1]
 
 
+EVOLVE = ["evolve", "--space", "{d}/space.yaml", "--checkpoint", "{d}/checkpoint.pt", "--ranker", "{d}/checkpoint.pt",
+          "--latency-predictor", "{d}/predictor.txt", "--output", "{d}/out"]
+
+
 @pytest.fixture
 def files(tmp_path):
     (tmp_path / "space.yaml").write_text(SPACE)
     (tmp_path / "latin1.yaml").write_bytes(("# Größe\n" + SPACE).encode("latin-1"))
     (tmp_path / "checkpoint.pt").write_bytes(b"")
+    from fairseq_plugins.search.space import SearchSpace
+
+    baseline = SearchSpace.from_file(str(tmp_path / "space.yaml")).extreme(largest=False).to_dict()
+    (tmp_path / "baseline.json").write_text(json.dumps(baseline))
+    (tmp_path / "outside.json").write_text(json.dumps({**baseline, "encoder_embed_dim": 1024, "decoder_embed_dim": 1024}))
+    (tmp_path / "bad.json").write_text("{not json")
     return tmp_path
 
 
@@ -57,9 +67,23 @@ def files(tmp_path):
     (["space", "--space", "{d}/missing.yaml"], "{d}/missing.yaml: the search space: cannot read it (No such file or directory)"),
     (["collect", "--what", "loss", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "-n", "2",
       "--output", "{d}/out.jsonl"], "{d}/checkpoint.pt: an empty file, not a checkpoint (an interrupted copy or save?)"),
+    # --latency-of: its file read (and the other files' digests taken) before the supernet is loaded
+    (EVOLVE + ["--latency-of", "{d}/missing.json"], "--latency-of {d}/missing.json: cannot read it (No such file or directory) "
+     "(expected an architecture of --space in JSON, as best.json or --architecture-file hold it)"),
+    (EVOLVE + ["--latency-of", "{d}/bad.json"], "--latency-of {d}/bad.json: not an architecture in JSON: Expecting property "
+     "name enclosed in double quotes: line 1 column 2 (char 1) (expected an architecture of --space in JSON, as best.json "
+     "or --architecture-file hold it)"),
+    (EVOLVE + ["--latency-of", "{d}/outside.json"], "--latency-of {d}/outside.json: encoder.embed_dim: 1024 is outside the space (allowed: 96, 128)"),
+    (["pareto", "--space", "{d}/space.yaml", "--checkpoint", "{d}/checkpoint.pt", "--latency-of", "{d}/missing.json",
+      "--latency-predictor", "{d}/predictor.txt", "--output", "{d}/front.jsonl"],
+     "--latency-of {d}/missing.json: cannot read it (No such file or directory) "
+     "(expected an architecture of --space in JSON, as best.json or --architecture-file hold it)"),
+    (EVOLVE + ["--latency-of", "{d}/baseline.json"], "--latency-predictor {d}/predictor.txt: cannot read it (No such file or "
+     "directory)"),
 ], ids=["cost-target-length", "cost-source-length", "cost-processes", "cost-rounds-per-process", "collect-processes", "collect-in-turn",
         "evaluate-max-tokens", "collect-n", "space-not-utf8", "space-missing",
-        "collect-empty-checkpoint"])
+        "collect-empty-checkpoint", "evolve-latency-of-missing", "evolve-latency-of-not-json", "evolve-latency-of-outside",
+        "pareto-latency-of-missing", "evolve-latency-predictor-missing"])
 def test_bad_input_is_one_line_naming_it_and_writes_nothing(files, argv, message):
     before = sorted(os.listdir(files))
     result = search(*[a.format(d=files) for a in argv])

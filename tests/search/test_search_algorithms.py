@@ -256,6 +256,11 @@ def test_evolution_finds_the_optimum_under_the_constraint_and_never_returns_a_vi
     with pytest.raises(Unsatisfiable, match="--flops 1e-09: only 0 of .* random architectures satisfy the constraints"):
         evolve(space, lambda archs: [0.0] * len(archs), [Constraint("gflops", "--flops", 1e-9, gflops)],
                EvolutionSettings(population=4, parents=2, mutations=1, crossovers=1, iterations=2, seed=1))
+    # (a bound that is an architecture's predicted value is named as its option names it, with the value)
+    with pytest.raises(Unsatisfiable, match=r"^--latency-of b.json \(predicted gflops 1e-09\): only 0 of "):
+        evolve(space, lambda archs: [0.0] * len(archs),
+               [Constraint("gflops", "--latency-of", 1e-9, gflops, "--latency-of b.json (predicted gflops 1e-09)")],
+               EvolutionSettings(population=4, parents=2, mutations=1, crossovers=1, iterations=2, seed=1))
 
 
 def test_the_pareto_set_is_feasible_and_not_dominated(space_path):
@@ -386,3 +391,50 @@ def test_an_interrupted_pareto_study_resumes_to_the_uninterrupted_front(space_pa
     assert drawn(tmp_path / "cut.sqlite") == drawn(tmp_path / "whole.sqlite") and len(drawn(tmp_path / "whole.sqlite")) == 40
     with pytest.raises(SearchError, match="cut.sqlite: the study of a search with other inputs \\(trials\\)"):
         pareto(space, fitness, objective, [params], trials=50, population=8, seed=1, storage=str(tmp_path / "cut.sqlite"))
+
+
+def test_latency_of_measures_its_architecture_in_every_group_and_not_again_as_a_candidate(space_path, monkeypatch):
+    """``evolve --latency-of``'s confirmation: the baseline is measured first in every group of ``--in-turn``
+    (beside ``in_turn - 1`` candidates), each candidate is within the budget when measured no slower than the
+    baseline of its own group, and a candidate that is the baseline is not measured again (within: it is the
+    budget)."""
+    from types import SimpleNamespace
+
+    from fairseq_plugins.search import commands, latency, subnetworks
+    from fairseq_plugins.search.evolution import Candidate
+    from fairseq_plugins.search.latency import LatencySettings
+
+    space = SearchSpace.from_file(space_path)
+    architectures = space.samples(7, seed=5)
+    assert len(set(architectures)) == 7
+    baseline = architectures[2]  # (among the fittest)
+    candidates = [Candidate(a, (), float(i), {"relative_latency": 0.5}) for i, a in enumerate(architectures)]
+    # the baseline measures 1.0 in the first group and 2.0 in the second; candidate i measures 0.5 * i
+    speed = {a: 0.5 * i for i, a in enumerate(architectures)}
+    groups = []
+
+    def measure(model, dictionary, measured, reference, settings, device="cpu"):
+        groups.append(list(measured))
+        of = float(len(groups))
+        return [{"latency_ms": 1.0, "reference_ms": 1.0, "ratio_range": 0.0, "process_range": 0.0, "stdev_ms": 0.0,
+                 "relative_latency": of if a == baseline else speed[a]} for a in measured]
+
+    monkeypatch.setattr(latency, "measure_subnetworks", measure)
+    monkeypatch.setattr(subnetworks, "reference_architecture", lambda path, model: "reference")
+    supernet = SimpleNamespace(model=object(), task=SimpleNamespace(target_dictionary=None))
+    budget = commands.LatencyBudget("--latency-of", "relative_latency", 0.5, lambda a: [0.5] * len(a), baseline, "b.json")
+    confirmed, beside = commands.confirm_latency(candidates, supernet, budget, LatencySettings(in_turn=3), 6, "cpu", None)
+    others = [a for a in architectures[:6] if a != baseline]
+    assert groups == [[baseline, *others[:2]], [baseline, *others[2:4]], [baseline, others[4]]]
+    assert [m["relative_latency"] for m in beside] == [1.0, 2.0, 3.0]
+    assert [c["architecture"] for c in confirmed] == [a.to_dict() for a in architectures[:6]]
+    # 0 and 0.5 beside 1.0; the baseline itself (its first measurement, 1.0); 1.5 and 2.0 beside 2.0; 2.5 beside 3.0
+    assert [c["baseline_relative_latency"] for c in confirmed] == [1.0, 1.0, 1.0, 2.0, 2.0, 3.0]
+    assert [c["relative_latency"] for c in confirmed] == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
+    assert [c["within_budget"] for c in confirmed] == [True] * 6
+    # without --latency-of: groups of --in-turn, the bound the predicted one
+    groups.clear()
+    plain = commands.LatencyBudget("--relative-latency", "relative_latency", 0.75, lambda a: [0.5] * len(a))
+    confirmed, beside = commands.confirm_latency(candidates, supernet, plain, LatencySettings(in_turn=3), 4, "cpu", None)
+    assert groups == [architectures[:3], architectures[3:4]] and beside == []
+    assert [c["within_budget"] for c in confirmed] == [True, True, False, False]

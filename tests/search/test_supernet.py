@@ -601,7 +601,7 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
                   str(tmp_path / "unmet"), *[a for a in latency if a not in ("--warmup", "1", "--repeats", "3")]]
     with monkeypatch.context() as patched:
         patched.setattr(commands, "confirm_latency", lambda candidates, supernet, budget, settings, count, device, reference: ([
-            {"architecture": c.architecture.to_dict(), "latency_ms": 2e6, "within_budget": False} for c in candidates[:count]], None))
+            {"architecture": c.architecture.to_dict(), "latency_ms": 2e6, "within_budget": False} for c in candidates[:count]], []))
         unmet = run(*unmet_args, status=2)
     assert "--latency-ms 1000000.0: none of the 2 fittest candidates measured within the budget (measured: " \
            "2e+06, 2e+06;" in unmet
@@ -643,6 +643,8 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     assert result["constraints"] == {"--latency-of": pytest.approx(predicted, rel=1e-12)}
     assert result["latency_of"]["architecture"] == baseline and result["latency_of"]["relative_latency"] == 100.0
     assert result["latency_of"]["predicted_relative_latency"] == pytest.approx(predicted, rel=1e-12)
+    assert result["latency_of"]["path"] == str(tmp_path / "baseline.json") and len(result["latency_of"]["measurements"]) == 1
+    assert [c["baseline_relative_latency"] for c in result["confirmed_latency"]] == [100.0] * 3
     # one measurement: the baseline first, then the 3 fittest (a bound of the prediction would have kept none)
     assert len(measurements) == 1 and measurements[0][0] == baseline and len(measurements[0]) == 4
     assert [c["within_budget"] for c in result["confirmed_latency"]] == [True] * 3
@@ -654,13 +656,22 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     assert (f"--latency-of {tmp_path / 'baseline.json'} (predicted relative_latency {predicted:.4g}): none of the 3 "
             f"fittest candidates measured within the budget (measured: 50, 50, 50; {tmp_path / 'baseline.json'} measured "
             "10 beside them;") in slower
+    # a finished search: keyed on the architecture (not its file's bytes): found done when the file is written
+    # otherwise; another baseline in the file is another search, refused
+    (tmp_path / "baseline.json").write_text(json.dumps(baseline, indent=2, sort_keys=True))
+    assert run(*latency_of_args)["done_before"]
+    other_baseline = next(r["architecture"] for r in records if r["architecture"] != baseline)
+    (tmp_path / "baseline.json").write_text(json.dumps(other_baseline))
+    assert "holds a search with other inputs (latency_of)" in run(*latency_of_args, status=2)
+    (tmp_path / "baseline.json").write_text(json.dumps(baseline))
     two = run(*latency_of_args[:-1], str(tmp_path / "two"), "--relative-latency", "0.5", status=2)
     assert "--relative-latency and --latency-of: give one latency budget" in two
-    outside = dict(baseline, encoder_embed_dim=999, decoder_embed_dim=999)
+    outside = dict(baseline, encoder_embed_dim=1024, decoder_embed_dim=1024)
     (tmp_path / "outside.json").write_text(json.dumps(outside))
     refused = run(*[str(tmp_path / "outside.json") if a == str(tmp_path / "baseline.json") else a for a in latency_of_args[:-1]],
                   str(tmp_path / "outside"), status=2)
-    assert f"--latency-of {tmp_path / 'outside.json'}" in refused and not (tmp_path / "outside").exists()
+    assert f"--latency-of {tmp_path / 'outside.json'}: encoder.embed_dim: 1024 is outside the space" in refused
+    assert not (tmp_path / "outside").exists()
 
     # a budget none of the architectures drawn meets: an error naming it, and result.json says why (no best, a
     # search the same command runs again)
