@@ -415,27 +415,29 @@ def file_version(path: str) -> Optional[Tuple[int, int, int]]:
 
 
 def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Scale = REAL):
-    """``search evolve`` at each budget not searched yet. A budget the search ends without an architecture
-    (``missed``: the fittest final candidates all measured above it, the predictor off or the machine loaded; or
-    too few of the architectures drawn met it) gets no found row this time: logged, shown in the
-    report, searched again by the next run of this stage, and the other budgets and stages go on (a run of days
-    must not stop its trainings for it)."""
+    """``search evolve`` at each budget. A search finished before is found done by the command itself, which
+    compares its inputs (the supernet, the rankers, the baseline, the space, the settings) with those of its
+    result.json and refuses a result of other inputs: a retrained supernet does not leave a stale found row. A
+    budget the search ends without an architecture (``missed``: the fittest final candidates all measured above
+    it, the predictor off or the machine loaded; or too few of the architectures drawn met it) gets no found row
+    this time: logged, shown in the report, searched again by the next run of this stage, and the other budgets
+    and stages go on (a run of days must not stop its trainings for it)."""
     without = []
     for name, constraint in searches(results, budgets):
         output = os.path.join(results, f"evolve_{name}")
-        if finished_best(results, name) is not None:
-            log(f"evolve {name}: done before")
-            continue
         log(f"evolve {name}: {' '.join(constraint[:2])}")
         result_path = os.path.join(output, "result.json")
         before = file_version(result_path)
         try:
             # (paths relative to the checkout, where the CLI runs: result.json's train_command and latency_of name
             # the committed results' files, not this machine's folders)
-            search_cli(ctx, "evolve", "--space", relative(SPACE), "--fitness", "ranker",
-                       "--ranker", relative(os.path.join(results, "ranker_loss", "ranker.txt")),
-                       "--checkpoint", relative(require_supernet(checkpoint)), *constraint, *scale.latency_options(),
-                       *scale.evolution_options, "--reference", relative(reference_file(results)), "--output", relative(output))
+            searched = search_cli(ctx, "evolve", "--space", relative(SPACE), "--fitness", "ranker",
+                                  "--ranker", relative(os.path.join(results, "ranker_loss", "ranker.txt")),
+                                  "--checkpoint", relative(require_supernet(checkpoint)), *constraint,
+                                  *scale.latency_options(), *scale.evolution_options, "--reference", relative(reference_file(results)), "--output",
+                                  relative(output))
+            if searched.get("done_before"):
+                log(f"evolve {name}: done before (the same inputs)")
         except quality.CommandFailed as error:  # (only the command's one-line error; a crash goes on)
             message = error.one_line_error()
             if not (message is not None and missed(results, name) is not None

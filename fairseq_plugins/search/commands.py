@@ -385,8 +385,10 @@ def evolve_command(args) -> dict:
                 "latency_of": None if budget is None or budget.of is None else
                 {"architecture": budget.of.to_dict(), "path": budget.of_path, f"predicted_{budget.name}": budget.limit}}
     try:
+        # (--latency-of: the baseline meets its own budget, so it starts in the first population, and a budget at
+        # the space's corner, which few random draws meet, is searched from it)
         found = evolve(space, fitness, constraints, settings, progress=evolution_progress(args.verbose),
-                       state=state_path, inputs=inputs)
+                       state=state_path, inputs=inputs, seeds=[of] if of is not None else ())
     except Unsatisfiable as error:
         # (the initial draw: recorded as a search without an architecture, as one whose candidates all measured
         # above the budget: a pipeline of many budgets reads why, and a run with the same output searches again)

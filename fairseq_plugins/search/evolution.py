@@ -6,7 +6,10 @@ adds ``mutations`` children of random parents (every gene redrawn with ``mutatio
 ``crossovers`` children of two random parents (every gene from either), each child kept only when it
 satisfies the constraints (it is drawn again otherwise). It stops after ``iterations`` iterations (HAT's
 30; only when asked, with ``patience``, earlier: when the best fitness has not improved for ``patience``
-iterations). An interrupted evolution resumes: with a ``state`` file, the search is checkpointed
+iterations). Where HAT departs: ``seeds`` (``--latency-of``'s baseline, which meets its own budget) start
+in the first population, and when fewer random draws than the population meet a budget that a seed meets
+(a budget at the space's corner), mutations of the feasible ones fill it, as an iteration's children
+would, instead of the search being refused. An interrupted evolution resumes: with a ``state`` file, the search is checkpointed
 atomically after every iteration (the next population, the random generator, the history and every
 fitness evaluated, keyed on the search's inputs), and a rerun continues from it to the result an
 uninterrupted run gives. Fitness is lower-is-better: the
@@ -105,6 +108,8 @@ class Evaluator:
         self.cache: Dict[Architecture, Tuple[float, Dict[str, float]]] = {}
 
     def costs(self, architectures: Sequence[Architecture]) -> List[Dict[str, float]]:
+        if not architectures:  # (a predictor takes no empty matrix)
+            return []
         columns = {c.name: c.values(architectures) for c in self.constraints}
         return [{name: values[i] for name, values in columns.items()} for i in range(len(architectures))]
 
@@ -120,9 +125,10 @@ class Evaluator:
 
 
 def feasible_children(make: Callable[[], Genome], count: int, codec: GenomeCodec, evaluator: Evaluator,
-                      what: str, max_attempts: int, error: type = SearchError) -> List[Genome]:
+                      what: str, max_attempts: int, error: Optional[type] = SearchError) -> List[Genome]:
     """``count`` genomes from ``make`` whose architectures satisfy the constraints (HAT redraws until it has
-    them); after ``max_attempts`` draws without enough, the constraints are too tight: ``error``."""
+    them); after ``max_attempts`` draws without enough, the constraints are too tight: ``error`` (None: the
+    fewer found are returned)."""
     children, attempts = [], 0
     while len(children) < count:
         batch = [make() for _ in range(max(1, min(64, count - len(children))))]
@@ -130,6 +136,8 @@ def feasible_children(make: Callable[[], Genome], count: int, codec: GenomeCodec
         costs = evaluator.costs([codec.decode(g) for g in batch])
         children += [g for g, c in zip(batch, costs) if evaluator.feasible(c)][:count - len(children)]
         if len(children) < count and attempts >= max_attempts:
+            if error is None:
+                return children
             bounds = ", ".join(c.describe() for c in evaluator.constraints)
             raise error(f"{bounds}: only {len(children)} of {attempts} {what} satisfy the constraints; loosen them")
     return children
@@ -172,18 +180,39 @@ class EvolutionState:
                                "evaluated": {a.to_json(): [f, c] for a, (f, c) in evaluator.cache.items()}}, indent=None)
 
 
+def first_population(codec: GenomeCodec, evaluator: Evaluator, settings: EvolutionSettings, rng: random.Random,
+                     seeds: Sequence[Architecture], max_attempts: int) -> List[Genome]:
+    """HAT's: ``population`` random architectures that satisfy the constraints; here after the ``seeds`` that
+    do, and, when too few random draws do but some architecture does, filled with mutations of those that do
+    (Unsatisfiable: none does)."""
+    seeded = [codec.encode(a, rng) for a in dict.fromkeys(seeds)]
+    seeded = [g for g, c in zip(seeded, evaluator.costs([codec.decode(g) for g in seeded])) if evaluator.feasible(c)]
+    seeded = seeded[:settings.population]
+    drawn = feasible_children(lambda: codec.draw(rng), settings.population - len(seeded), codec, evaluator,
+                              "random architectures", max_attempts, None if seeded else Unsatisfiable)
+    population = seeded + drawn
+    if len(population) < settings.population:
+        feasible = list(population)
+        population += feasible_children(lambda: codec.mutate(rng.choice(feasible), settings.mutation_probability, rng),
+                                        settings.population - len(population), codec, evaluator,
+                                        "mutations of the feasible architectures", max_attempts, Unsatisfiable)
+    return population
+
+
 def evolve(space: SearchSpace, fitness: Callable[[Sequence[Architecture]], List[float]], constraints: Sequence[Constraint],
            settings: EvolutionSettings = EvolutionSettings(), progress: Optional[Callable[[dict], None]] = None,
-           state: Optional[str] = None, inputs: Optional[dict] = None) -> dict:
+           state: Optional[str] = None, inputs: Optional[dict] = None, seeds: Sequence[Architecture] = ()) -> dict:
     """The evolution (module docstring). Returns the best candidate, the final population (best first) and the
     history of the best fitness per iteration. ``state``: the checkpoint file (resumed when it holds this
-    search's ``inputs``, with the settings; written after every iteration)."""
+    search's ``inputs``, with the settings; written after every iteration); ``seeds``: architectures of the
+    space put in the first population when they satisfy the constraints."""
     settings.check()
     rng = random.Random(settings.seed)
     codec = GenomeCodec(space)
     evaluator = Evaluator(fitness, constraints)
     max_attempts = 1000 * settings.population
-    checkpoint = EvolutionState(state, {**(inputs or {}), "evolution": asdict(settings), "space": space.to_dict()})
+    checkpoint = EvolutionState(state, {**(inputs or {}), "evolution": asdict(settings), "space": space.to_dict(),
+                                        **({"seeds": [a.to_dict() for a in seeds]} if seeds else {})})
     resumed = checkpoint.load(codec, evaluator)
     if resumed:
         rng.setstate(resumed["random_state"])
@@ -192,8 +221,7 @@ def evolve(space: SearchSpace, fitness: Callable[[Sequence[Architecture]], List[
     else:
         # (the space under the constraints: no search can start; children of feasible parents that run out
         # mid-search are an error of the search, whose iterations so far stay in its state)
-        population = feasible_children(lambda: codec.draw(rng), settings.population, codec, evaluator,
-                                       "random architectures", max_attempts, Unsatisfiable)
+        population = first_population(codec, evaluator, settings, rng, seeds, max_attempts)
         history, best, stale, start = [], None, 0, 0
     stopped_early = False
     for iteration in range(start, settings.iterations):

@@ -155,11 +155,15 @@ def test_a_budget_searched_without_an_architecture_gets_no_row_and_the_run_goes_
                  "within_budget": False}
     unsatisfiable = ("--latency-of architectures/scaled_d192_2+1.json (predicted relative_latency 1.3): only 0 of 6000 "
                      "random architectures satisfy the constraints; loosen them")
-    searched = []
+    searched, done = [], []
 
     def fake_search_cli(ctx, command, *argv):
         output = argv[argv.index("--output") + 1]
         name = os.path.basename(output)[len("evolve_"):]
+        finished = os.path.join(output, "result.json")
+        if os.path.isfile(finished) and json.load(open(finished))["best"]:  # (as evolve_command finds it: same inputs)
+            done.append(name)
+            return {"best": json.load(open(finished))["best"], "done_before": True}
         searched.append(name)
         os.makedirs(output, exist_ok=True)
         result = {"settings": {"population": 6, "parents": 2, "mutations": 2, "mutation_probability": 0.3, "crossovers": 2,
@@ -184,6 +188,7 @@ def test_a_budget_searched_without_an_architecture_gets_no_row_and_the_run_goes_
         with open(os.path.join(output, "result.json"), "w") as f:
             json.dump({**result, "best": {"architecture": architecture, "fitness": 1.0, "gflops": 0.01, "mparams": 1.0},
                        "confirmed_latency": None}, f)
+        return {"best": {"architecture": architecture}}
 
     monkeypatch.setattr(run, "search_cli", fake_search_cli)
     checkpoint = tmp_path / "supernet.pt"
@@ -208,10 +213,11 @@ def test_a_budget_searched_without_an_architecture_gets_no_row_and_the_run_goes_
     (line,) = [line for line in lines if line.startswith("  * latency_scaled_d192_2+1")]
     assert line.endswith(f": predicted 0.550x the reference): **no architecture**: {unsatisfiable} (the same at "
                          "every search of these inputs: loosen it); no found row at this budget.")
-    # searched again by the next run; the others are done
+    # searched again by the next run; the others the command finds done (it compares their inputs)
     searched.clear()
     run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
     assert searched == ["latency_scaled_d96_2+1", "latency_scaled_d192_2+1"]
+    assert done == ["latency_scaled_d256_3+3", "flops_scaled_d192_2+1"]
 
     # another failure (no fresh result.json without best) stops the run
     def broken(ctx, command, *argv):
@@ -262,6 +268,7 @@ def test_evolve_names_the_checkouts_files_relative_to_it_and_the_report_every_ba
         output.mkdir()
         (output / "best.json").write_text(json.dumps(tiny_architecture(96, 2, 1)))
         (output / "result.json").write_text(json.dumps({"best": {"architecture": tiny_architecture(96, 2, 1)}}))
+        return {"best": {"architecture": tiny_architecture(96, 2, 1)}}
 
     monkeypatch.setattr(run, "search_cli", fake_search_cli)
     run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
@@ -307,7 +314,7 @@ def test_a_search_stopped_between_best_json_and_result_json_is_searched_again(tm
     folder.mkdir()
     (folder / "best.json").write_text(json.dumps(tiny_architecture(96, 2, 1, "cosformer")))
     searched = []
-    monkeypatch.setattr(run, "search_cli", lambda ctx, command, *argv: searched.append(argv[argv.index("--output") + 1]))
+    monkeypatch.setattr(run, "search_cli", lambda ctx, command, *argv: searched.append(argv[argv.index("--output") + 1]) or {})
     checkpoint = tmp_path / "supernet.pt"
     checkpoint.write_text("")
     for stale in (None, {"best": None, "confirmed_latency": [{"relative_latency": 0.61, "within_budget": False}]}):
@@ -317,7 +324,8 @@ def test_a_search_stopped_between_best_json_and_result_json_is_searched_again(tm
         assert f"found_{names[0]}" not in [row.name for row in run.plan(str(tmp_path))]
         searched.clear()
         run.evolve(None, str(tmp_path), str(checkpoint), budgets)
-        assert searched == [str(folder)]
+        # (every budget goes to the command, which finds the finished ones done; the stopped one it searches)
+        assert searched == [str(tmp_path / f"evolve_{name}") for name in names]
 
 
 def test_quick_changes_only_sizes_and_needs_no_convergence_budget(tmp_path, monkeypatch):

@@ -263,6 +263,45 @@ def test_evolution_finds_the_optimum_under_the_constraint_and_never_returns_a_vi
                EvolutionSettings(population=4, parents=2, mutations=1, crossovers=1, iterations=2, seed=1))
 
 
+
+def test_a_seed_that_meets_a_budget_few_draws_meet_starts_the_evolution():
+    """--latency-of's baseline meets its own budget: it starts in the first population, and when too few random
+    draws meet the budget (the space's corner), mutations of the feasible ones fill the population (HAT's
+    random start alone is refused: Unsatisfiable)."""
+    space = SearchSpace.from_yaml(EVOLUTION_SPACE)
+    every = all_architectures(space)
+    # (the deepest, widest one: every gene of its genome is used, so random draws seldom give it)
+    seed_architecture = max(every, key=lambda a: (gflops([a])[0], a.to_json()))
+    only_the_seed = Constraint("distance", "--latency-of", 0.0, lambda archs: [float(a != seed_architecture) for a in archs])
+    # (mutation probability 0: children are copies, so the seed's budget stays satisfiable in every iteration)
+    settings = EvolutionSettings(population=4, parents=2, mutations=1, crossovers=1, mutation_probability=0.0,
+                                 iterations=2, seed=1)
+    with pytest.raises(Unsatisfiable, match="random architectures satisfy the constraints"):
+        evolve(space, lambda archs: [synthetic_loss(a) for a in archs], [only_the_seed], settings)
+    found = evolve(space, lambda archs: [synthetic_loss(a) for a in archs], [only_the_seed], settings, seeds=[seed_architecture])
+    assert found["best"].architecture == seed_architecture and found["best"].fitness == synthetic_loss(seed_architecture)
+    assert [c.architecture for c in found["population"]] == [seed_architecture]
+    # a seed outside the budget is not put in: the search starts as HAT's would (here refused)
+    with pytest.raises(Unsatisfiable, match="random architectures satisfy the constraints"):
+        evolve(space, lambda archs: [0.0] * len(archs), [only_the_seed], settings,
+               seeds=[min(every, key=lambda a: gflops([a])[0])])
+    # under a budget many architectures meet, the seed is one of the first population, the rest drawn as HAT draws
+    limit = sorted(gflops(every))[len(every) // 3]
+    rare = max((a for a in every if gflops([a])[0] <= limit), key=lambda a: (len(a.decoder_layers) + len(a.encoder_layers),
+                                                                            gflops([a])[0], a.to_json()))
+
+    def first_population(seeds):
+        first = []
+        evolve(space, lambda archs: first.extend(archs) or [synthetic_loss(a) for a in archs],
+               [Constraint("gflops", "--flops", limit, gflops)],
+               EvolutionSettings(population=8, parents=2, mutations=3, crossovers=3, iterations=1, seed=3), seeds=seeds)
+        return first
+
+    assert rare not in first_population(()) and len(set(first_population(()))) == 8
+    seeded = first_population([rare])
+    assert rare in seeded and len(set(seeded)) == 8 and all(gflops([a])[0] <= limit for a in seeded)
+
+
 def test_the_pareto_set_is_feasible_and_not_dominated(space_path):
     space = SearchSpace.from_file(space_path)
     objective = Constraint("gflops", "--objective flops", float("inf"), gflops)

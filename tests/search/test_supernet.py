@@ -636,9 +636,19 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
                        "--latency-of", str(tmp_path / "baseline.json"), "--latency-predictor", relative_predictor,
                        "--population", "9", "--parents", "3", "--mutations", "3", "--crossovers", "3", "--iterations", "2",
                        "--confirm", "3", "--output", str(tmp_path / "latency_of")]
+    from fairseq_plugins.search.evolution import evolve
+
+    seeded = []
+
+    def evolve_seeded(*args, seeds=(), **kwargs):  # (the baseline meets its own budget: the first population holds it)
+        seeded.extend(a.to_dict() for a in seeds)
+        return evolve(*args, seeds=seeds, **kwargs)
+
     with monkeypatch.context() as patched:
         patched.setattr(latency_module, "measure_subnetworks", fake_measurement(100.0))
+        patched.setattr(commands, "evolve", evolve_seeded)
         as_fast = run(*latency_of_args)
+    assert seeded == [baseline]
     result = json.loads((tmp_path / "latency_of" / "result.json").read_text())
     assert result["constraints"] == {"--latency-of": pytest.approx(predicted, rel=1e-12)}
     assert result["latency_of"]["architecture"] == baseline and result["latency_of"]["relative_latency"] == 100.0
