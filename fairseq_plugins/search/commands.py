@@ -458,7 +458,7 @@ def pareto_command(args) -> dict:
               "checkpoint_sha256": file_digest(args.checkpoint, "--checkpoint"),
               "subset": args.subset if args.fitness == "supernet" else None, "lengths": [args.source_length, args.target_length]}
     front = pareto(space, fitness, objective, constraints, trials=args.trials, population=args.population, seed=args.seed,
-                   storage=args.output + ".optuna.sqlite", inputs=inputs)
+                   storage=args.output + ".optuna.sqlite", inputs=inputs, seeds=[of] if of is not None else ())
     if not front:
         raise SearchError("no feasible architecture was found: loosen the constraints or run more --trials")
     records = [candidate_dict(c) for c in front]

@@ -18,7 +18,8 @@ loss ranker's negated score (``--fitness ranker``) or the inherited validation l
 counted FLOPs and parameters (``search cost``'s counts).
 
 ``pareto``: Optuna's NSGA-II over the same genomes, two objectives (the fitness and the latency, FLOPs or
-parameters), the constraints as Optuna constraints; the Pareto set of the feasible trials. With a
+parameters), the constraints as Optuna constraints (``seeds`` the first trials); the Pareto set of the feasible
+trials. With a
 ``storage`` file (SQLite, Optuna's RDB storage) every finished trial is stored, and a rerun continues the
 study to ``trials`` trials; each trial is drawn by a sampler seeded with (seed, trial number), so that a
 resumed study draws what the uninterrupted one draws.
@@ -277,10 +278,12 @@ def trial_seeded_nsga2(population: int, seed: int):
 
 def pareto(space: SearchSpace, fitness: Callable[[Sequence[Architecture]], List[float]], objective: Constraint,
            constraints: Sequence[Constraint], trials: int = 500, population: int = 50, seed: int = 1,
-           storage: Optional[str] = None, inputs: Optional[dict] = None) -> List[Candidate]:
+           storage: Optional[str] = None, inputs: Optional[dict] = None,
+           seeds: Sequence[Architecture] = ()) -> List[Candidate]:
     """Optuna's NSGA-II (with constraints) minimising the fitness and ``objective``'s cost; the Pareto set of
     the feasible trials, by increasing cost. ``storage``: an SQLite file holding the study (continued when
-    it holds this search's ``inputs``, to ``trials`` finished trials)."""
+    it holds this search's ``inputs``, to ``trials`` finished trials); ``seeds``: architectures of the space
+    tried first (Optuna's enqueued trials: ``--latency-of``'s baseline, feasible under its own budget)."""
     import optuna
     from optuna.trial import TrialState
 
@@ -306,13 +309,18 @@ def pareto(space: SearchSpace, fitness: Callable[[Sequence[Architecture]], List[
         return value, costs[objective.name]
 
     key = {**(inputs or {}), "space": space.to_dict(), "trials": trials, "population": population, "seed": seed,
-           "objective": objective.name, "constraints": {c.name: c.limit for c in constraints}}
+           "objective": objective.name, "constraints": {c.name: c.limit for c in constraints},
+           **({"seeds": [a.to_dict() for a in seeds]} if seeds else {})}
     study = optuna.create_study(directions=["minimize", "minimize"], sampler=trial_seeded_nsga2(population, seed),
                                 storage=f"sqlite:///{os.path.abspath(storage)}" if storage else None,
                                 study_name="pareto", load_if_exists=True)
     stored_key = study.user_attrs.get("inputs")
     if stored_key is None:
         study.set_user_attr("inputs", json.loads(json.dumps(key)))
+        rng = random.Random(seed)
+        for architecture in list(dict.fromkeys(seeds))[:trials]:  # (a new study: stored, so a resumed one runs them once)
+            genome = codec.encode(architecture, rng)
+            study.enqueue_trial({gene.name: str(gene.choices.index(value)) for gene, value in zip(codec.genes, genome)})
     elif stored_key != json.loads(json.dumps(key)):
         differing = sorted(k for k in set(key) | set(stored_key) if json.loads(json.dumps(key.get(k))) != stored_key.get(k))
         raise SearchError(f"{storage}: the study of a search with other inputs ({', '.join(differing)}): give another "

@@ -264,7 +264,7 @@ def test_evolution_finds_the_optimum_under_the_constraint_and_never_returns_a_vi
 
 
 
-def test_a_seed_that_meets_a_budget_few_draws_meet_starts_the_evolution():
+def test_a_seed_that_meets_a_budget_few_draws_meet_starts_the_search():
     """--latency-of's baseline meets its own budget: it starts in the first population, and when too few random
     draws meet the budget (the space's corner), mutations of the feasible ones fill the population (HAT's
     random start alone is refused: Unsatisfiable)."""
@@ -281,6 +281,13 @@ def test_a_seed_that_meets_a_budget_few_draws_meet_starts_the_evolution():
     found = evolve(space, lambda archs: [synthetic_loss(a) for a in archs], [only_the_seed], settings, seeds=[seed_architecture])
     assert found["best"].architecture == seed_architecture and found["best"].fitness == synthetic_loss(seed_architecture)
     assert [c.architecture for c in found["population"]] == [seed_architecture]
+    # pareto: a seed is the first trial (without it, nothing is feasible)
+    objective = Constraint("gflops", "--objective flops", float("inf"), gflops)
+    assert pareto(space, lambda archs: [synthetic_loss(a) for a in archs], objective, [only_the_seed], trials=12,
+                  population=4, seed=1) == []
+    (seeded,) = pareto(space, lambda archs: [synthetic_loss(a) for a in archs], objective, [only_the_seed], trials=12,
+                       population=4, seed=1, seeds=[seed_architecture])
+    assert seeded.architecture == seed_architecture
     # a seed outside the budget is not put in: the search starts as HAT's would (here refused)
     with pytest.raises(Unsatisfiable, match="random architectures satisfy the constraints"):
         evolve(space, lambda archs: [0.0] * len(archs), [only_the_seed], settings,

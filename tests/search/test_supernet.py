@@ -729,6 +729,22 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
                 "--latency-predictor", predictor, "--trials", "24", "--population", "6", "--output", str(tmp_path / "front.jsonl"))
     points = [json.loads(line) for line in (tmp_path / "front.jsonl").read_text().splitlines()]
     assert len(points) == front["pareto_set"] >= 1 and all("latency_ms" in p for p in points)
+    # pareto --latency-of: the baseline is the first trial (its own budget admits it)
+    from fairseq_plugins.search.evolution import pareto
+
+    tried_first = []
+
+    def pareto_seeded(*args, seeds=(), **kwargs):
+        tried_first.extend(a.to_dict() for a in seeds)
+        return pareto(*args, seeds=seeds, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(commands, "pareto", pareto_seeded)
+        as_fast = run("pareto", "--space", space_file, "--fitness", "ranker", "--ranker", ranker, "--objective", "flops",
+                      "--latency-of", str(tmp_path / "baseline.json"), "--latency-predictor", relative_predictor,
+                      "--checkpoint", checkpoint, "--trials", "6", "--population", "3",
+                      "--output", str(tmp_path / "front_as_fast.jsonl"))
+    assert tried_first == [baseline] and as_fast["pareto_set"] >= 1
 
     # budgets without what they need are one-line errors
     bad = run("evolve", "--space", space_file, "--ranker", ranker, "--latency-ms", "5", "--checkpoint", checkpoint,
