@@ -3,26 +3,24 @@
 ``evolve``: the evolution of Hardware-Aware Transformers (Wang et al. 2020, its ``evo_search``): a population
 of ``population`` architectures that satisfy the constraints; each iteration keeps the ``parents`` fittest,
 adds ``mutations`` children of random parents (every gene redrawn with ``mutation_probability``) and
-``crossovers`` children of two random parents (every gene from either), each child kept only when it
-satisfies the constraints (it is drawn again otherwise). It stops after ``iterations`` iterations (HAT's
-30; only when asked, with ``patience``, earlier: when the best fitness has not improved for ``patience``
-iterations). Where HAT departs: ``seeds`` (``--latency-of``'s baseline, which meets its own budget) start
-in the first population, and when fewer random draws than the population meet a budget that a seed meets
-(a budget at the space's corner), mutations of the feasible ones fill it, as an iteration's children
-would, instead of the search being refused. An interrupted evolution resumes: with a ``state`` file, the search is checkpointed
-atomically after every iteration (the next population, the random generator, the history and every
-fitness evaluated, keyed on the search's inputs), and a rerun continues from it to the result an
-uninterrupted run gives. Fitness is lower-is-better: the
-loss ranker's negated score (``--fitness ranker``) or the inherited validation loss inside the supernet
-(``--fitness supernet``). Constraints: the predicted latency (a ``rank --target latency`` regressor) and the
-counted FLOPs and parameters (``search cost``'s counts).
+``crossovers`` children of two random parents (every gene from either), each child kept only when it satisfies
+the constraints (it is drawn again otherwise). It stops after ``iterations`` iterations (HAT's 30; only when
+asked, with ``patience``, earlier: when the best fitness has not improved for ``patience`` iterations). Where
+HAT departs: ``seeds`` (``--latency-of``'s baseline, which meets its own budget) start in the first
+population, and when fewer random draws than the population meet a budget that a seed meets (a budget at the
+space's corner), mutations of the feasible ones fill it, as an iteration's children would, instead of the
+search being refused. An interrupted evolution resumes: with a ``state`` file, the search is checkpointed
+atomically after every iteration (the next population, the random generator, the history and every fitness
+evaluated, keyed on the search's inputs), and a rerun continues from it to the result an uninterrupted run
+gives. Fitness is lower-is-better: the loss ranker's negated score (``--fitness ranker``) or the inherited
+validation loss inside the supernet (``--fitness supernet``). Constraints: the predicted latency (a ``rank
+--target latency`` regressor) and the counted FLOPs and parameters (``search cost``'s counts).
 
 ``pareto``: Optuna's NSGA-II over the same genomes, two objectives (the fitness and the latency, FLOPs or
-parameters), the constraints as Optuna constraints (``seeds`` the first trials); the Pareto set of the feasible
-trials. With a
-``storage`` file (SQLite, Optuna's RDB storage) every finished trial is stored, and a rerun continues the
-study to ``trials`` trials; each trial is drawn by a sampler seeded with (seed, trial number), so that a
-resumed study draws what the uninterrupted one draws.
+parameters), the constraints as Optuna constraints (``seeds`` the first trials); the Pareto set of the
+feasible trials. With a ``storage`` file (SQLite, Optuna's RDB storage) every finished trial is stored, and a
+rerun continues the study to ``trials`` trials; each trial is drawn by a sampler seeded with (seed, trial
+number), so that a resumed study draws what the uninterrupted one draws.
 """
 import json
 import os
