@@ -418,8 +418,10 @@ class Context:
     _starting: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def run(self, suite: str, env: Dict[str, str], argv: Sequence[str], log_path: Optional[str] = None,
-            record: bool = True) -> str:
-        """Run a command from the repository root (recipes and data_prep take paths relative to it)."""
+            record: bool = True, usage: Optional[dict] = None) -> str:
+        """Run a command from the repository root (recipes and data_prep take paths relative to it). ``usage``:
+        given its ``cpu_seconds``, the CPU time (user + system) of the command and every process it waited for
+        (``os.wait4``: this command's alone, also while other threads run theirs)."""
         if record:
             self.commands.setdefault(suite, []).append(shell_line(env, argv))
         inherited = {k: v for k, v in os.environ.items() if k not in RECIPE_VARIABLES}
@@ -433,13 +435,19 @@ class Context:
                                        stderr=subprocess.STDOUT, start_new_session=True)
             self.running.add(process)
         try:
-            stdout, _ = process.communicate()
+            stdout = process.stdout.read()
+            process.stdout.close()
+            # (reaped here, not by Popen, for its resource usage; Popen then only reads the returncode)
+            _, status, resources = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
         except BaseException:
             stop_process_group(process)
             raise
         finally:
             with self._starting:
                 self.running.discard(process)
+        if usage is not None:
+            usage["cpu_seconds"] = resources.ru_utime + resources.ru_stime
         if log_path:
             os.makedirs(os.path.dirname(log_path), exist_ok=True)
             with open(log_path, "a", encoding="utf-8") as f:
@@ -915,13 +923,18 @@ def train_and_score_row(ctx: Context, suite: Suite, row: Row, seed: int, setting
         runs = runs + [{"git": measured_revision(), "from_update": done,
                         "started": datetime.datetime.now().isoformat(timespec="seconds")}]
         write_json(runs_file, runs)
-        ctx.run(suite.name, env, train)
+        usage = {}
+        ctx.run(suite.name, env, train, usage=usage)
+        if ctx.device == "cpu" and "cpu_seconds" in usage:  # (a GPU training's CPU time is not its cost)
+            runs[-1]["cpu_seconds"] = round(usage["cpu_seconds"], 1)
+            write_json(runs_file, runs)
     train_elapsed = time.time() - started
     with open(os.path.join(save_dir, "train.log"), encoding="utf-8") as f:
         text = f.read()
     training = parse_train_log(text, finished=done < budget)
     # fairseq's own training time, summed over the runs of a resumed row (its checkpoints carry it)
     training["train_seconds"] = total_train_seconds(os.path.join(save_dir, "checkpoint_last.pt"), text)
+    training["train_cpu_seconds"] = training_cpu_seconds(runs)
     evaluate_env, evaluate = evaluation_command(suite, row, env)
     ctx.run(suite.name, evaluate_env, evaluate)
     if suite.kind == "translation":
@@ -957,6 +970,16 @@ def checkpoint_updates(path: str) -> int:
     """The number of updates a fairseq checkpoint was saved at (0 when there is none)."""
     state = checkpoint_state(path)
     return int(state["optimizer_history"][-1]["num_updates"]) if state is not None else 0
+
+
+def training_cpu_seconds(runs: Sequence[dict]) -> Optional[float]:
+    """The CPU time of a row's training (user + system of its fairseq-train runs, summed): what one thread
+    spends on it, which other processes sharing the cores change little, unlike the wall clock. None when a run
+    of it was not measured: stopped before its end, trained before this was recorded, on a GPU, or not from
+    update 0 (its first updates trained by another command)."""
+    if not runs or runs[0].get("from_update") != 0 or any("cpu_seconds" not in r for r in runs):
+        return None
+    return round(sum(r["cpu_seconds"] for r in runs), 1)
 
 
 def total_train_seconds(checkpoint: str, log_text: str) -> float:
@@ -1568,6 +1591,17 @@ def fmt_seconds(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
+def train_time_cell(results: Sequence[dict]) -> str:
+    """The mean training time of a row's seeds: their CPU time (``training_cpu_seconds``), or, where one lacks
+    it, fairseq's wall clock, which moves with the machine's load; the cell says which."""
+    if not results:
+        return "-"
+    cpu = [r.get("train_cpu_seconds") for r in results]
+    if all(c is not None for c in cpu):
+        return f"{fmt_seconds(statistics.fmean(cpu))} CPU"
+    return f"{fmt_seconds(statistics.fmean(r['train_seconds'] for r in results))} wall"
+
+
 def revision_cell(result: dict) -> str:
     """The row's git revision; a * marks one trained with uncommitted changes (explained under the table)."""
     revision = result.get("git", "?")
@@ -1602,7 +1636,7 @@ def render_suite(suite: Suite, results: Dict[str, dict], plot: Optional[str],
         flags = " ".join([row.arch, *row.args] + (["(SYNTAX_HINTS=1)"] if row.syntax_hints else []))
         # translation: nll (label smoothing and BET(SG)'s pointer term excluded); LMs: loss = nll
         valid = r.get("valid", {}).get("nll_loss" if suite.kind == "translation" else "loss")
-        cells = [row.name, f"`{flags}`", f"{r['params'] / 1e6:.2f}M", str(r["updates"]), fmt_seconds(r["train_seconds"]),
+        cells = [row.name, f"`{flags}`", f"{r['params'] / 1e6:.2f}M", str(r["updates"]), train_time_cell([r]),
                  f"{valid:.3f}" if valid is not None else "-"]
         if suite.kind == "translation":
             s = r["score"]
@@ -1703,7 +1737,7 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
         else:
             cells += ["not trained yet", "-"]
         cells += [verdict_cell or "-", per_seed or "-", f"{params / 1e6:.2f}M", f"{gflops[0]:.3f}" if gflops else "-",
-                  fmt_seconds(statistics.fmean(r["train_seconds"] for r in results)) if results else "-"]
+                  train_time_cell(results)]
         if suite.kind == "translation":
             cells.append(f"{statistics.fmean(speeds):.0f}" if speeds else "-")
         if decode:
@@ -1868,8 +1902,11 @@ def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], comm
              f"{meta['torch']}, fairseq {meta['fairseq']}, {meta['cores']} cores ({meta['cpu']}); threads per training "
              f"process: {', '.join(threads) or '-'}. "
              "Every row is trained through its dataset's recipe with seed 1 and the budget stated; the rows of one "
-             "suite differ only in `--arch` and the flags shown. Training time is fairseq's own (`done training "
-             "in`), which moves with the machine's load; each row's JSON (git revision, machine, load, exact "
+             "suite differ only in `--arch` and the flags shown. Training time: *CPU*, the CPU time (user + "
+             "system) of the row's fairseq-train runs, summed, which other processes sharing the cores change little "
+             "(one thread per training); *wall*, where a row lacks that (trained before it was recorded, resumed "
+             "after a stopped run, or on a GPU), fairseq's own wall clock (`done training in`), which moves with the "
+             "machine's load. Each row's JSON (git revision, machine, load, exact "
              f"command, the paired test's items) is `{relative(ctx.records or os.path.join(ctx.work_dir, 'results'))}"
              "/SUITE/ROW[_seedN].json`, which this report is rendered from. In the commands, `$DATA_ROOT` "
              "is the folder of the public data (`--data-root`: `multi30k/`, `tiny_shakespeare/`, `grimm/`, "

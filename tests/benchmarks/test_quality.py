@@ -595,6 +595,10 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
     # (one fairseq-train run trained it, from scratch, at the revision it records)
     assert again["training_runs"] == finished["training_runs"] and [r["from_update"] for r in again["training_runs"]] == [0]
     assert again["training_runs"][0]["git"] == again["git"]
+    # its CPU time: the one run's (user + system of the training command's processes; here near 0, the suite's
+    # python being a client of its fork server, whose child trains: Context.run's own test measures it)
+    assert again["train_cpu_seconds"] == finished["train_cpu_seconds"] == finished["training_runs"][0]["cpu_seconds"] >= 0
+    assert quality.train_time_cell([again]).endswith(" CPU")
 
     # A row stopped halfway resumes from its last checkpoint (fairseq's own resume, its log's "Loaded checkpoint"
     # line): the curve continues the first run's, the training stops at the budget (no update past it) and its
@@ -623,6 +627,36 @@ def test_quick_run_trains_scores_reports_and_resumes(tmp_path):
     assert updates == sorted(set(updates)) and updates[0] < 3 and updates[-1] == 6, again["train_curve"]
     assert again["train_seconds"] == quality.total_train_seconds(last, "") > 0
     assert [r["from_update"] for r in again["training_runs"]] == [3]  # (the first half was run by hand)
+    # (its CPU time is unknown: the first half's was not measured; the report gives the wall clock)
+    assert again["training_runs"][0]["cpu_seconds"] > 0 and again["train_cpu_seconds"] is None
+    assert quality.train_time_cell([again]).endswith(" wall")
+
+
+def test_a_rows_training_time_is_its_cpu_time_where_every_run_of_it_was_measured():
+    runs = [{"from_update": 0, "cpu_seconds": 100.0}, {"from_update": 40, "cpu_seconds": 50.5}]
+    assert quality.training_cpu_seconds(runs) == 150.5
+    assert quality.training_cpu_seconds([]) is None
+    assert quality.training_cpu_seconds([{"from_update": 0}, runs[1]]) is None  # (a stopped run)
+    assert quality.training_cpu_seconds(runs[1:]) is None  # (its first updates trained by another command)
+    seeds = [{"train_cpu_seconds": 600.0, "train_seconds": 900.0}, {"train_cpu_seconds": 1200.0, "train_seconds": 2000.0}]
+    assert quality.train_time_cell(seeds) == "15.0 min CPU"
+    assert quality.train_time_cell(seeds[:1] + [{"train_seconds": 2100.0}]) == "25.0 min wall"
+    assert quality.train_time_cell([]) == "-"
+
+
+def test_a_commands_cpu_time_is_its_own_and_its_childrens(tmp_path):
+    """Context.run's usage: the CPU time of the command and what it waited for (a grandchild here), and the
+    command's output and exit status as before."""
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path), quick=True)
+    usage = {}
+    spin = "import time; t = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nprint('spun')"
+    # (a real interpreter: the suite's python is a client of its fork server, whose forked child spends the time)
+    python = os.environ.get("FAIRSEQ_PLUGINS_TEST_FRESH_PYTHON", sys.executable)
+    out = ctx.run("x", {}, ["bash", "-c", f"{python} -c \"{spin}\"; echo done"], record=False, usage=usage)
+    assert out.split() == ["spun", "done"] and 0.3 <= usage["cpu_seconds"] < 5, (out, usage)
+    with pytest.raises(quality.CommandFailed) as failed:
+        ctx.run("x", {}, ["bash", "-c", "echo no; exit 3"], record=False)
+    assert failed.value.returncode == 3 and "no" in failed.value.tail
 
 
 def test_decode_speed_samples_exactly_the_asked_lengths(tmp_path):
@@ -945,7 +979,7 @@ def test_the_ratio_suites_report_has_every_verdict_with_its_p_value_the_decoding
     cells = [cell.strip() for cell in row.split("|")[1:-1]]
     assert re.match(r"\*\*loses\*\* \(2\.\d{3} vs 2\.\d{3} over 2 seeds, p < 0\.001\)", cells[4])
     assert re.fullmatch(r"p (<|=) 0\.\d{3}, p (<|=) 0\.\d{3}", cells[5])  # each seed alone
-    assert cells[6] == "0.41M" and cells[8] == "15.0 min" and cells[-3:] == ["0.500", "0.52 (0.50-0.55)", "1.119"]
+    assert cells[6] == "0.41M" and cells[8] == "15.0 min wall" and cells[-3:] == ["0.500", "0.52 (0.50-0.55)", "1.119"]
     assert "fresh weights" in report and "in one process pinned to one core" in report  # (measured before --processes)
     several = quality.render_decode_cost_note(suite, {name: {**cost, "settings": {**cost["settings"], "processes": 3}}
                                                       for name, cost in costs.items()})
