@@ -438,15 +438,19 @@ class Context:
             stdout = process.stdout.read()
             process.stdout.close()
             # (reaped here, not by Popen, for its resource usage; Popen then only reads the returncode)
-            _, status, resources = os.wait4(process.pid, 0)
-            process.returncode = os.waitstatus_to_exitcode(status)
+            try:
+                _, status, resources = os.wait4(process.pid, 0)
+                process.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:  # (``stop``, from another thread, reaped it first: no usage)
+                resources = None
+                process.wait()
         except BaseException:
             stop_process_group(process)
             raise
         finally:
             with self._starting:
                 self.running.discard(process)
-        if usage is not None:
+        if usage is not None and resources is not None:
             usage["cpu_seconds"] = resources.ru_utime + resources.ru_stime
         if log_path:
             os.makedirs(os.path.dirname(log_path), exist_ok=True)
