@@ -434,8 +434,8 @@ def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Sc
             searched = search_cli(ctx, "evolve", "--space", relative(SPACE), "--fitness", "ranker",
                                   "--ranker", relative(os.path.join(results, "ranker_loss", "ranker.txt")),
                                   "--checkpoint", relative(require_supernet(checkpoint)), *constraint,
-                                  *scale.latency_options(), *scale.evolution_options, "--reference", relative(reference_file(results)), "--output",
-                                  relative(output))
+                                  *scale.latency_options(), *scale.evolution_options,
+                                  "--reference", relative(reference_file(results)), "--output", relative(output))
             if searched.get("done_before"):
                 log(f"evolve {name}: done before (the same inputs)")
         except quality.CommandFailed as error:  # (only the command's one-line error; a crash goes on)

@@ -207,7 +207,9 @@ def add_budget_options(parser):
                         help="budget: the latency of this architecture of --space (a baseline): the predicted constraint is "
                         "the predictor's value for it (a candidate and it compared by one predictor; either regressor), and "
                         "evolve measures its final candidates beside it (it is in every group of --in-turn): within when no "
-                        "slower than it in their measurement; pareto: the predicted constraint only")
+                        "slower than it in their measurement; pareto: the predicted constraint only. It starts the "
+                        "search: evolve's first population (filled with mutations of the feasible architectures when "
+                        "too few random ones meet the budget), pareto's first trial")
     parser.add_argument("--latency-predictor",
                         help="the regressor.txt of `rank --target latency` (--latency-ms) or `relative_latency` "
                         "(--relative-latency; --latency-of: either)")

@@ -316,7 +316,10 @@ class Predictor:
         space.check_within(self.space, source, f"the space {self.option} {self.path} was fitted on")
 
     def predict(self, architectures: Sequence[Architecture]) -> List[float]:
-        """Ranker: scores, higher = better; regressor: the predicted target."""
+        """Ranker: scores, higher = better; regressor: the predicted target (none for none: LightGBM takes no
+        empty matrix)."""
+        if not architectures:
+            return []
         return [float(v) for v in self.booster.predict(self.encoder.matrix(architectures))]
 
 

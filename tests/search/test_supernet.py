@@ -623,6 +623,7 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     (tmp_path / "baseline.json").write_text(json.dumps(baseline))
     relative_predictor = relative_ranker["files"]["regressor"]
     predicted = float(Predictor(relative_predictor).predict([Architecture.from_dict(baseline)])[0])
+    assert Predictor(relative_predictor).predict([]) == []  # (LightGBM takes no empty matrix: none for none)
     measurements = []
 
     def fake_measurement(baseline_relative):
