@@ -455,11 +455,14 @@ def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Sc
 class Planned:
     """One architecture trained from scratch at B: its row name, its group (``layout``: a hand-written layout,
     bench-quality's row; ``scaled``: a scaled baseline; ``found``: found at a latency budget; ``found_flops``: at
-    the FLOPs budget; ``spread``: added for the ranking), its architecture (dict) and seeds."""
+    the FLOPs budget; ``spread``: added for the ranking), its architecture (dict) and seeds; ``trained_as``: the
+    row planned before it with the same architecture (a search may find its own baseline, or two budgets the
+    same architecture), whose trainings it shares (``shared``)."""
     name: str
     group: str
     architecture: dict
     seeds: Tuple[int, ...]
+    trained_as: Optional["Planned"] = None
 
 
 def evolved(results: str, budgets: Optional[dict]) -> Dict[str, Optional[dict]]:
@@ -492,7 +495,20 @@ def plan(results: str, scale: Scale = REAL) -> List[Planned]:
                                 ONE_SEED if name.startswith("found_flops_") else SEEDS))
     rows += [Planned(f"spread_{r['index']:02d}", "spread", r["architecture"], ONE_SEED)
              for r in read_jsonl(os.path.join(results, "spread.jsonl"))]
-    return rows if scale.seeds is None else [replace(row, seeds=scale.seeds) for row in rows]
+    return shared(rows if scale.seeds is None else [replace(row, seeds=scale.seeds) for row in rows])
+
+
+def shared(rows: Sequence[Planned]) -> List[Planned]:
+    """``rows`` with each row whose architecture a row before it has ``trained_as`` that one: the same
+    architecture at the same seed is the same training (the seed decides the initialisation and the batches),
+    so it runs once and both rows report it."""
+    first: Dict[str, Planned] = {}
+    kept = []
+    for row in rows:
+        key = architecture_key(row.architecture)
+        kept.append(row if key not in first else replace(row, trained_as=first[key]))
+        first.setdefault(key, row)
+    return kept
 
 
 def choose_spread(results: str, scale: Scale = REAL) -> List[dict]:
@@ -541,7 +557,9 @@ def inherited(ctx: Context, results: str, rows: Sequence[Planned]):
 def quality_row(results: str, row: Planned) -> Tuple[quality.Suite, quality.Row]:
     """The row as bench-quality trains it: a layout is its multi30k_converged row itself; any other architecture
     is written to ``results/architectures/NAME.json`` (committed: the command names it relative to the
-    checkout, so that the row's fingerprint is the same on every machine) and trained with the same settings."""
+    checkout, so that the row's fingerprint is the same on every machine) and trained with the same settings.
+    A row ``trained_as`` another is that row's training."""
+    row = row.trained_as or row
     if row.group == "layout":
         return CONVERGED, CONVERGED_ROWS[row.name]
     path = architecture_file(results, row.name, row.architecture)
@@ -575,9 +593,12 @@ def trained(ctx: Context, results: str, row: Planned, seed: int) -> bool:
 
 
 def pending(ctx: Context, results: str, rows: Sequence[Planned]) -> List[Tuple[Planned, int]]:
-    """(row, seed) still to train, seed by seed (a stage cut off has trained every row once before any twice)."""
-    return [(row, seed) for seed in sorted({s for row in rows for s in row.seeds}) for row in rows
+    """(row, seed) still to train, seed by seed (a stage cut off has trained every row once before any twice),
+    the rows ``trained_as`` another last (by then that training has finished: theirs is read back, not waited
+    for in a second job)."""
+    todo = [(row, seed) for seed in sorted({s for row in rows for s in row.seeds}) for row in rows
             if seed in row.seeds and not trained(ctx, results, row, seed)]
+    return [t for t in todo if t[0].trained_as is None] + [t for t in todo if t[0].trained_as is not None]
 
 
 RECORD_KEYS = ("params", "gflops", "updates", "train_seconds", "valid", "hypotheses", "train_command", "evaluate_command",
@@ -588,9 +609,10 @@ def train_one(ctx: Context, results: str, row: Planned, seed: int):
     """bench-quality's ``run_row`` (which reads its own result back when that training finished before, e.g. in
     ``benchmarks/quality.py --suites multi30k_converged``), then this run's small record (committed)."""
     suite, qrow = quality_row(results, row)
-    log(f"train: {row.name} seed {seed}")
+    log(f"train: {row.name} seed {seed}" + (f" (the training of {row.trained_as.name})" if row.trained_as else ""))
     result = quality.run_row(ctx, suite, qrow, seed=seed)
     record = {"name": row.name, "group": row.group, "seed": seed, "architecture": row.architecture,
+              **({"trained_as": row.trained_as.name} if row.trained_as else {}),
               "bleu": result["score"]["sacrebleu"], "suite": suite.name,
               "result": relative(quality.result_path(ctx, suite, qrow, seed)),
               **{key: result[key] for key in RECORD_KEYS if key in result}}
@@ -604,7 +626,8 @@ def train(ctx: Context, results: str, rows: Sequence[Planned], jobs: int):
 
 
 def training_count(rows: Sequence[Planned]) -> int:
-    return sum(len(row.seeds) for row in rows)
+    """The trainings ``rows`` run: a row ``trained_as`` another shares its (architecture, seed) trainings."""
+    return len({((row.trained_as or row).name, seed) for row in rows for seed in row.seeds})
 
 
 # ------------------------------------------------------------------- the target ---
@@ -690,6 +713,11 @@ def load_runs(results: str) -> Dict[str, List[dict]]:
     return runs
 
 
+def trainings_done(runs: Dict[str, List[dict]]) -> int:
+    """The trainings the records hold (a row ``trained_as`` another counts that one's training)."""
+    return len({(r.get("trained_as") or r["name"], r["seed"]) for records in runs.values() for r in records})
+
+
 def summary(runs: Dict[str, List[dict]], latencies: Dict[str, dict]) -> Dict[str, dict]:
     """name -> BLEU per seed, mean and std, parameters, mean validation loss, and the protocol's latency (ms,
     relative) and counted GFLOPs of its architecture (``latencies``: by architecture key)."""
@@ -698,7 +726,8 @@ def summary(runs: Dict[str, List[dict]], latencies: Dict[str, dict]) -> Dict[str
         bleus = [r["bleu"] for r in records]
         latency = latencies.get(architecture_key(records[0]["architecture"]))
         losses = [r["valid"]["loss"] for r in records if "loss" in (r.get("valid") or {})]
-        rows[name] = {"group": records[0]["group"], "architecture": records[0]["architecture"],
+        rows[name] = {"group": records[0]["group"], "trained_as": records[0].get("trained_as"),
+                      "architecture": records[0]["architecture"],
                       "seeds": [r["seed"] for r in records], "bleus": bleus, "bleu_mean": statistics.fmean(bleus),
                       "bleu_std": statistics.stdev(bleus) if len(bleus) > 1 else 0.0, "params": records[0]["params"],
                       "valid_loss": statistics.fmean(losses) if losses else None,
@@ -816,7 +845,8 @@ def table_lines(ctx: Optional[Context], runs: Dict[str, List[dict]], rows: Dict[
         latency = f"{row['latency_ms']:.1f}" if row["latency_ms"] is not None else "-"
         rel = f"{row['relative_latency']:.3f}" if row["relative_latency"] is not None else "-"
         gflops = format(row["gflops"], ".3f") if row["gflops"] is not None else "-"
-        lines.append(f"| {name} | {row['group']} | {kinds_cell(row['architecture'])} | {row['params']:,} | {gflops} | "
+        group = row["group"] + (f" (= {row['trained_as']})" if row.get("trained_as") else "")
+        lines.append(f"| {name} | {group} | {kinds_cell(row['architecture'])} | {row['params']:,} | {gflops} | "
                      f"{latency} | {rel} | {', '.join(format(b, '.2f') for b in row['bleus'])} | "
                      f"{row['bleu_mean']:.2f} ± {row['bleu_std']:.2f} | {test} |")
     return lines + [""]
@@ -856,7 +886,7 @@ def render(ctx: Optional[Context], results: str, command: str, plot_path: Option
               "`checkpoint_best.pt`, or the average of the last ten checkpoints where the convergence ladder showed "
               "averaging helping softmax on the validation set at B.",
               f"* Planned: {count(len(distinct(planned)), 'distinct architecture')}, "
-              f"{count(training_count(planned), 'training')}; {count(sum(len(r) for r in runs.values()), 'training')} done."]
+              f"{count(training_count(planned), 'training')}; {count(trainings_done(runs), 'training')} done."]
     lines += collection_lines(results)
     lines += budget_lines(results)
     lines += evolution_lines(results)

@@ -391,6 +391,52 @@ def test_training_resumes_per_row_and_seed_through_bench_qualitys_run_row(tmp_pa
     assert [(r.name, s) for r, s in run.pending(ctx, str(results), rows)] == [("softmax", 1), ("spread_00", 1), ("softmax", 2)]
 
 
+def test_a_found_architecture_planned_before_shares_that_rows_trainings(tmp_path, monkeypatch, budget):
+    """A search that finds its own baseline (or the softmax layout) plans no second training of the same
+    architecture: the found row is trained as the earlier row (its suite, name and fingerprint), after every
+    other training, and records which row it shares; the counts and the report say so."""
+    results = tmp_path / "results"
+    results.mkdir()
+    fake_budgets(results)
+    family = run.scaled_family()
+    fake_evolve(results, ["latency_scaled_d96_2+1", "latency_scaled_d192_2+1"],
+                [family["scaled_d96_2+1"].to_dict(), run.layout_architecture("softmax").to_dict()])
+    plan = run.plan(str(results))
+    by_name = {row.name: row for row in plan}
+    assert by_name["found_latency_scaled_d96_2+1"].trained_as.name == "scaled_d96_2+1"
+    assert by_name["found_latency_scaled_d192_2+1"].trained_as.name == "softmax"
+    assert [row.name for row in plan if row.trained_as] == ["found_latency_scaled_d96_2+1", "found_latency_scaled_d192_2+1"]
+    # 3 layouts x 3 + cosFormer everywhere + 3 baselines x 3; the two found rows add nothing
+    assert run.training_count(plan) == 9 + 1 + 9 == len(run.distinct(plan)) * 3 - 2
+    rows = [by_name[name] for name in ("softmax", "found_latency_scaled_d192_2+1", "scaled_d96_2+1",
+                                       "found_latency_scaled_d96_2+1")]
+    rows = [dataclasses.replace(row, seeds=(1,)) for row in rows]
+    rows = run.shared(rows)
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "quality"), quick=False)
+    assert [row.name for row, _ in run.pending(ctx, str(results), rows)] == [
+        "softmax", "scaled_d96_2+1", "found_latency_scaled_d192_2+1", "found_latency_scaled_d96_2+1"]
+    ran = []
+
+    def fake_run_row(ctx, suite, row, force=False, seed=1):
+        ran.append((suite.name, row.name))
+        return {"fingerprint": quality.fingerprint(quality.row_settings(ctx, suite, row, seed)),
+                "score": {"sacrebleu": 30.0 + len(row.name)}, "params": 100, "valid": {"loss": 4.0},
+                "hypotheses": ["a"], "train_command": " ".join(row.args), "updates": B}
+
+    monkeypatch.setattr(quality, "run_row", fake_run_row)
+    run.train(ctx, str(results), rows, jobs=1)
+    assert ran == [("multi30k_converged", "softmax"), ("search_multi30k", "scaled_d96_2+1"),
+                   ("multi30k_converged", "softmax"), ("search_multi30k", "scaled_d96_2+1")]
+    assert not (results / "architectures" / "found_latency_scaled_d96_2+1.json").exists()
+    found = json.loads((results / "train" / "found_latency_scaled_d96_2+1_seed1.json").read_text())
+    assert (found["trained_as"], found["group"], found["bleu"]) == ("scaled_d96_2+1", "found", 30.0 + len("scaled_d96_2+1"))
+    assert run.pending(ctx, str(results), rows) == []
+    runs = run.load_runs(str(results))
+    assert run.trainings_done(runs) == 2
+    table = "\n".join(run.table_lines(None, runs, run.summary(runs, {})))
+    assert "| found_latency_scaled_d96_2+1 | found (= scaled_d96_2+1) |" in table
+
+
 def test_the_budget_B_must_be_measured_before_anything_runs(tmp_path, monkeypatch, capsys):
     from benchmarks import convergence
 
@@ -705,8 +751,8 @@ def test_quick_run_runs_every_stage_for_real_and_resumes(tmp_path):
 
     text = report.read_text()
     assert run.QUICK_NOTE in text and "**Target**" in text and "**Ranking**" in text and "* Evolution (population 6" in text
-    for row in plan:
-        assert f"| {row.name} | {row.group} |" in text
+    for row in plan:  # (a found architecture may be one planned before: the seeded baseline)
+        assert f"| {row.name} | {row.group}{f' (= {row.trained_as.name})' if row.trained_as else ''} |" in text
     assert (tmp_path / "docs" / "search_pareto.png").stat().st_size > 5000
     # nothing of the run in the checkout's records (its results, bench-quality's rows) or default work folders
     assert not written_into_docs_records()
