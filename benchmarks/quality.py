@@ -1708,7 +1708,7 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
     metric = "test sacreBLEU" if suite.kind == "translation" else (
         "test bits per character" if suite.metric == "bits_per_character" else "test perplexity")
     header = ["row", "`--arch` and flags", f"{metric} per seed", "mean ± std", "verdict (all seeds)", "p per seed",
-              "params", "GFLOPs", "train time (mean)"] + (["beam-5 tokens/s"] if suite.kind == "translation" else [])
+              "params", "GFLOPs", "train time (mean)"] + (["beam-5 tokens/s (wall)"] if suite.kind == "translation" else [])
     if decode:
         prefix = next(iter(decode.values()))["prefix"]
         header += [f"decode ms/token after {prefix} tokens", f"decode x {baseline}", "decode MFLOPs/token"]
@@ -1910,7 +1910,9 @@ def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], comm
              "system) of the row's fairseq-train runs, summed, which other processes sharing the cores change little "
              "(one thread per training); *wall*, where a row lacks that (trained before it was recorded, resumed "
              "after a stopped run, or on a GPU), fairseq's own wall clock (`done training in`), which moves with the "
-             "machine's load. Each row's JSON (git revision, machine, load, exact "
+             "machine's load. Beam-5 tokens/s (translation): fairseq-generate's own count over the test set, a wall "
+             "clock like *wall* (indicative only; the search's latency protocol is the load-robust measure). "
+             "Each row's JSON (git revision, machine, load, exact "
              f"command, the paired test's items) is `{relative(ctx.records or os.path.join(ctx.work_dir, 'results'))}"
              "/SUITE/ROW[_seedN].json`, which this report is rendered from. In the commands, `$DATA_ROOT` "
              "is the folder of the public data (`--data-root`: `multi30k/`, `tiny_shakespeare/`, `grimm/`, "

@@ -23,6 +23,7 @@ rerun continues the study to ``trials`` trials; each trial is drawn by a sampler
 number), so that a resumed study draws what the uninterrupted one draws.
 """
 import json
+import logging
 import os
 import random
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,8 @@ from ..models.architecture import Architecture
 from ..modules import AttentionConfigError
 from .genome import Genome, GenomeCodec
 from .space import SearchSpace
+
+logger = logging.getLogger(__name__)
 
 
 class SearchError(AttentionConfigError):
@@ -183,7 +186,13 @@ def first_population(codec: GenomeCodec, evaluator: Evaluator, settings: Evoluti
     do, and, when too few random draws do but some architecture does, filled with mutations of those that do
     (Unsatisfiable: none does)."""
     seeded = [codec.encode(a, rng) for a in dict.fromkeys(seeds)]
-    seeded = [g for g, c in zip(seeded, evaluator.costs([codec.decode(g) for g in seeded])) if evaluator.feasible(c)]
+    costs = evaluator.costs([codec.decode(g) for g in seeded])
+    for number, c in enumerate(costs, 1):
+        over = [f"{k.describe()} (it has {c[k.name]:.4g})" for k in evaluator.constraints if c[k.name] > k.limit]
+        if over:  # (the search goes on from random draws, as HAT's does)
+            logger.warning("seed architecture %d of %d is not in the first population: it is over %s", number,
+                           len(costs), ", ".join(over))
+    seeded = [g for g, c in zip(seeded, costs) if evaluator.feasible(c)]
     seeded = seeded[:settings.population]
     drawn = feasible_children(lambda: codec.draw(rng), settings.population - len(seeded), codec, evaluator,
                               "random architectures", max_attempts, None if seeded else Unsatisfiable)

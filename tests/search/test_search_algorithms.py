@@ -8,6 +8,7 @@ import functools
 import io
 import itertools
 import json
+import logging
 import random
 
 import pytest
@@ -264,7 +265,7 @@ def test_evolution_finds_the_optimum_under_the_constraint_and_never_returns_a_vi
 
 
 
-def test_a_seed_that_meets_a_budget_few_draws_meet_starts_the_search():
+def test_a_seed_that_meets_a_budget_few_draws_meet_starts_the_search(caplog):
     """--latency-of's baseline meets its own budget: it starts in the first population, and when too few random
     draws meet the budget (the space's corner), mutations of the feasible ones fill the population (HAT's
     random start alone is refused: Unsatisfiable)."""
@@ -288,10 +289,14 @@ def test_a_seed_that_meets_a_budget_few_draws_meet_starts_the_search():
     (seeded,) = pareto(space, lambda archs: [synthetic_loss(a) for a in archs], objective, [only_the_seed], trials=12,
                        population=4, seed=1, seeds=[seed_architecture])
     assert seeded.architecture == seed_architecture
-    # a seed outside the budget is not put in: the search starts as HAT's would (here refused)
-    with pytest.raises(Unsatisfiable, match="random architectures satisfy the constraints"):
+    # a seed outside the budget is not put in, and the log says which bound it is over: the search starts as
+    # HAT's would (here refused)
+    with caplog.at_level(logging.WARNING, logger="fairseq_plugins.search.evolution"), \
+            pytest.raises(Unsatisfiable, match="random architectures satisfy the constraints"):
         evolve(space, lambda archs: [0.0] * len(archs), [only_the_seed], settings,
                seeds=[min(every, key=lambda a: gflops([a])[0])])
+    assert [r.getMessage() for r in caplog.records] == [
+        "seed architecture 1 of 1 is not in the first population: it is over --latency-of 0 (it has 1)"]
     # under a budget many architectures meet, the seed is one of the first population, the rest drawn as HAT draws
     limit = sorted(gflops(every))[len(every) // 3]
     rare = max((a for a in every if gflops([a])[0] <= limit), key=lambda a: (len(a.decoder_layers) + len(a.encoder_layers),
