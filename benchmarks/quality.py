@@ -1897,8 +1897,11 @@ VERDICT_RULES = (
 
 def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], command: str) -> str:
     meta = provenance()
-    revisions = sorted({r.get("git", "?") for suite in suites for r in load_results(ctx, suite).values()})
-    threads = sorted({r.get("threads", "not recorded") for suite in suites for r in load_results(ctx, suite).values()})
+    # (every seed's run: a row's later seeds may be trained at other revisions than its first)
+    reported = [r for suite in suites for r in load_results(ctx, suite).values()] + \
+        [r for suite in suites for row in suite.rows for r in seed_results(ctx, suite, row)]
+    revisions = sorted({r.get("git", "?") for r in reported})
+    threads = sorted({r.get("threads", "not recorded") for r in reported})
     lines = [REPORT_BEGIN, "", "## Benchmark: quality of every kind (`make bench-quality`)", "",
              f"Rendered by `{command}` on {datetime.date.today().isoformat()} (git {meta['git']}); the rows were "
              f"trained at git {', '.join(revisions) or '-'} (column *git*; a row is retrained only when its settings "
