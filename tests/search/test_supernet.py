@@ -619,9 +619,18 @@ def test_the_search_pipeline_end_to_end_on_the_trained_supernet(trained, space_f
     import fairseq_plugins.search.latency as latency_module
     from fairseq_plugins.search.ranking import Predictor
 
+    # (the predictor of a relative latency of the architecture's size, not of this machine's timings: which
+    # architectures the budget admits, and so whether the baseline is among the fittest candidates, must not
+    # depend on the machine or its load)
+    def size(a: dict) -> float:
+        return (sum(a["encoder_embed_dim"] + layer["ffn_embed_dim"] for layer in a["encoder_layers"])
+                + 2 * sum(a["decoder_embed_dim"] + layer["ffn_embed_dim"] for layer in a["decoder_layers"])) / 100.0
+
+    sized = str(tmp_path / "sized_latency.jsonl")
+    write_collection(sized, header, [{**r, "relative_latency": size(r["architecture"])} for r in records])
+    relative_predictor = run("rank", "--data", sized, "--target", "relative_latency")["files"]["regressor"]
     baseline = records[0]["architecture"]
     (tmp_path / "baseline.json").write_text(json.dumps(baseline))
-    relative_predictor = relative_ranker["files"]["regressor"]
     predicted = float(Predictor(relative_predictor).predict([Architecture.from_dict(baseline)])[0])
     assert Predictor(relative_predictor).predict([]) == []  # (LightGBM takes no empty matrix: none for none)
     measurements = []
