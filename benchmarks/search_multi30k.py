@@ -539,13 +539,8 @@ def choose_spread(results: str, scale: Scale = REAL) -> List[dict]:
 
 
 def distinct(rows: Sequence[Planned]) -> List[Planned]:
-    """The first row of every distinct architecture."""
-    seen, kept = set(), []
-    for row in rows:
-        if architecture_key(row.architecture) not in seen:
-            seen.add(architecture_key(row.architecture))
-            kept.append(row)
-    return kept
+    """The first row of every distinct architecture (those ``shared`` trains as themselves)."""
+    return [row for row in shared(rows) if row.trained_as is None]
 
 
 def inherited(ctx: Context, results: str, rows: Sequence[Planned]):

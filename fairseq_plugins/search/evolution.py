@@ -113,8 +113,12 @@ class Evaluator:
         columns = {c.name: c.values(architectures) for c in self.constraints}
         return [{name: values[i] for name, values in columns.items()} for i in range(len(architectures))]
 
+    def exceeded(self, costs: Dict[str, float]) -> List[Constraint]:
+        """The constraints ``costs`` are over."""
+        return [c for c in self.constraints if costs[c.name] > c.limit]
+
     def feasible(self, costs: Dict[str, float]) -> bool:
-        return all(costs[c.name] <= c.limit for c in self.constraints)
+        return not self.exceeded(costs)
 
     def evaluate(self, architectures: Sequence[Architecture]) -> List[Tuple[float, Dict[str, float]]]:
         missing = [a for a in dict.fromkeys(architectures) if a not in self.cache]
@@ -188,7 +192,7 @@ def first_population(codec: GenomeCodec, evaluator: Evaluator, settings: Evoluti
     seeded = [codec.encode(a, rng) for a in dict.fromkeys(seeds)]
     costs = evaluator.costs([codec.decode(g) for g in seeded])
     for number, c in enumerate(costs, 1):
-        over = [f"{k.describe()} (it has {c[k.name]:.4g})" for k in evaluator.constraints if c[k.name] > k.limit]
+        over = [f"{k.describe()} (it has {c[k.name]:.4g})" for k in evaluator.exceeded(c)]
         if over:  # (the search goes on from random draws, as HAT's does)
             logger.warning("seed architecture %d of %d is not in the first population: it is over %s", number,
                            len(costs), ", ".join(over))

@@ -902,10 +902,11 @@ def test_a_language_models_validations_are_its_curve_and_seeds_average_where_the
 def _lm8_result(ctx, suite, name, seed, bits, curve, **fields):
     row = next(r for r in suite.rows if r.name == name)
     scored = _lm_row(bits, "bits_per_character", seed=seed)
-    return _write_result(ctx, suite, row, seed, **{"git": "abc123def456", **fields}, params=412_928, updates=curve[-1][0],
+    fields = {"git": "abc123def456", **fields}  # (a seed's own revision where given)
+    return _write_result(ctx, suite, row, seed, params=412_928, updates=curve[-1][0],
                          train_seconds=900.0 + seed, gflops=0.43, valid_curve=curve, train_curve=curve, cores=2, cpu="test cpu",
                          settings={"env": quality.suite_env(ctx, suite)}, train_command="train.sh x",
-                         evaluate_command="evaluate.sh x", **scored, **{k: v for k, v in fields.items() if k != "git"})
+                         evaluate_command="evaluate.sh x", **scored, **fields)
 
 
 def test_the_validation_plot_draws_each_rows_seed_mean_and_its_seeds(monkeypatch, tmp_path):
