@@ -219,27 +219,37 @@ def inherited_losses(ctx: Context, results: str, architectures: List[dict]) -> L
                          "remove the file to measure them again")
     done = {architecture_key(r["architecture"]): r for r in records}
     checkpoint = os.path.join(supernet_dir(ctx), "checkpoint_last.pt")
+    missing, seen = [], set(done)
     for index, architecture in enumerate(architectures):
-        if architecture_key(architecture) in done:
-            continue
+        if architecture_key(architecture) not in seen:
+            seen.add(architecture_key(architecture))
+            missing.append((index, architecture))
+    if missing:
         if not os.path.isfile(checkpoint):
             raise SystemExit(f"error: {relative(checkpoint)} is missing: the inherited losses need the supernet (run the "
                              "supernet stage again; its results say with which command)")
-        command = [ctx.python, "-m", "fairseq_plugins.search", "evaluate", "--checkpoint", checkpoint,
-                   "--architecture", architecture_file(ctx, index, architecture)]
-        log(f"inherited: architecture {index}")
+        from fairseq_plugins.models.architecture import Architecture
         from fairseq_plugins.search.collect import file_sha256
 
         if file_sha256(checkpoint) != supernet:
             raise SystemExit(f"error: {relative(checkpoint)} is not the supernet supernet.json records (it trained on?): "
                              "run the supernet stage again")
+        # one process for all of them: the supernet and the validation set are loaded once
+        command = [ctx.python, "-m", "fairseq_plugins.search", "evaluate", "--checkpoint", checkpoint]
+        for index, architecture in missing:
+            command += ["--architecture", architecture_file(ctx, index, architecture)]
+            log(f"inherited: architecture {index}")
         output = ctx.run(SUITE.name, {}, command, record=False)
-        evaluated = json.loads(output.strip().splitlines()[-1])
-        record = {"index": index, "architecture": architecture, "supernet_sha256": supernet,
-                  "loss": evaluated["loss"], "nll_loss": evaluated["nll_loss"],
-                  "tokens": evaluated["tokens"], "command": shell_line({}, command), **provenance()}
-        append_jsonl(path, record)
-        done[architecture_key(architecture)] = record
+        evaluated = [json.loads(line) for line in output.splitlines() if line.startswith('{"architecture"')]
+        if [Architecture.from_dict(e["architecture"]) for e in evaluated] != [Architecture.from_dict(a) for _, a in missing]:
+            raise SystemExit(f"error: `{shell_line({}, command)}` printed {len(evaluated)} results for "
+                             f"{len(missing)} architectures, or in another order")
+        for (index, architecture), result in zip(missing, evaluated):
+            record = {"index": index, "architecture": architecture, "supernet_sha256": supernet,
+                      "loss": result["loss"], "nll_loss": result["nll_loss"],
+                      "tokens": result["tokens"], "command": shell_line({}, command), **provenance()}
+            append_jsonl(path, record)
+            done[architecture_key(architecture)] = record
     return [done[architecture_key(a)] for a in architectures]
 
 

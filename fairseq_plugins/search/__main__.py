@@ -2,7 +2,7 @@
 
     python -m fairseq_plugins.search sample --space search_spaces/multi30k_cpu.yaml -n 5 --seed 1
     python -m fairseq_plugins.search space --space search_spaces/wmt14_en_de.yaml
-    python -m fairseq_plugins.search evaluate --checkpoint SUPER.pt --architecture A.json [--bleu]
+    python -m fairseq_plugins.search evaluate --checkpoint SUPER.pt --architecture A.json [--architecture B.json ...] [--bleu]
     python -m fairseq_plugins.search export --checkpoint SUPER.pt --architecture A.json --output SUB.pt
     python -m fairseq_plugins.search cost --checkpoint SUPER.pt --architecture A.json [--latency]
     python -m fairseq_plugins.search collect --what loss|latency --checkpoint SUPER.pt --space S.yaml -n 300 --output D.jsonl
@@ -48,17 +48,17 @@ def describe(args) -> None:
 
 def evaluate(args) -> None:
     """The inherited sub-network's loss on a subset (bits per token, as fairseq logs it), computed inside the
-    supernet: nothing is extracted. Without --architecture: the largest architecture of the space."""
-    from .subnetworks import validation_bleu, validation_loss
+    supernet: nothing is extracted. Without --architecture: the largest architecture of the space. Repeat
+    --architecture to evaluate several with one load of the supernet and the subset: one JSON line each, in
+    the order given."""
+    from .subnetworks import evaluate_architectures
 
-    result = validation_loss(args.checkpoint, args.architecture, args.subset, args.max_tokens)
-    if args.bleu:
-        scored = validation_bleu(args.checkpoint, args.architecture, args.subset, beam=args.beam, lenpen=args.lenpen,
-                                 max_len_a=args.max_len_a, max_len_b=args.max_len_b, post_process=args.post_process,
-                                 batch_size=args.batch_size, tokenize=args.sacrebleu_tokenizer,
-                                 hypotheses_path=args.hypotheses)
-        result.update({key: value for key, value in scored.items() if key not in result})
-    print(json.dumps(result))
+    paths = args.architecture or [None]
+    bleu = dict(beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+                post_process=args.post_process, batch_size=args.batch_size, tokenize=args.sacrebleu_tokenizer,
+                hypotheses_path=args.hypotheses) if args.bleu else None
+    for result in evaluate_architectures(args.checkpoint, paths, args.subset, args.max_tokens, bleu):
+        print(json.dumps(result), flush=True)
 
 
 def export(args) -> None:
@@ -234,7 +234,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     info.set_defaults(run=describe)
     evaluator = commands.add_parser("evaluate", help="inherited validation loss of a sub-network", description=evaluate.__doc__)
     evaluator.add_argument("--checkpoint", required=True, help="a mixed_supertransformer checkpoint")
-    evaluator.add_argument("--architecture", help="architecture JSON (as sample prints; default: the largest of the space)")
+    evaluator.add_argument("--architecture", action="append",
+                           help="architecture JSON (as sample prints; default: the largest of the space); repeat it to "
+                           "evaluate several in one process, one JSON line each in the order given")
     evaluator.add_argument("--subset", default="valid", help="data subset (default: %(default)s)")
     evaluator.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch of the loss (default: %(default)s)")
     evaluator.add_argument("--bleu", action="store_true",
@@ -340,6 +342,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for option in ("beam", "source_length", "target_length", "max_tokens", "batch_size"):
         if getattr(args, option, 1) < 1:
             parser.error(f"--{option.replace('_', '-')}: expected at least 1, got {getattr(args, option)}")
+    if getattr(args, "hypotheses", None) and not args.bleu:
+        parser.error("--hypotheses: the hypotheses are --bleu's beam search: add --bleu")
+    if getattr(args, "hypotheses", None) and len(args.architecture or [None]) > 1:
+        parser.error(f"--hypotheses: one file holds one architecture's hypotheses, and {len(args.architecture)} "
+                     "--architecture are given: evaluate them one at a time")
 
     from .. import register
     from ..command_line import configure_logging

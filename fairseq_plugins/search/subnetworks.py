@@ -4,7 +4,7 @@ their export as standalone ``mixed_transformer`` checkpoints that fairseq-genera
 import json
 import math
 import os
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 
@@ -170,19 +170,30 @@ class InheritedLoss:
                 "loss": loss / tokens / math.log(2), "nll_loss": nll / tokens / math.log(2)}
 
 
-def validation_loss(checkpoint: str, architecture_path: Optional[str], subset: str = "valid",
-                    max_tokens: int = 4096) -> Dict[str, float]:
-    """The inherited sub-network's loss on ``subset`` (``InheritedLoss``; default architecture: the space's
-    largest)."""
+def evaluate_architectures(checkpoint: str, architecture_paths: Sequence[Optional[str]], subset: str = "valid",
+                           max_tokens: int = 4096, bleu: Optional[Dict] = None) -> Iterator[Dict]:
+    """Each architecture's inherited loss on ``subset`` (``InheritedLoss``; a path None: the space's largest), in
+    order, and with ``bleu`` (``validation_bleu``'s options) its beam-search BLEU too. The supernet and the subset
+    are loaded once for all of them, and every architecture is read and checked before the first is evaluated."""
     model, task, state = load_supernet(checkpoint)
-    architecture = read_architecture(architecture_path, model) if architecture_path else model.space.extreme(largest=True)
-    return InheritedLoss(model, task, state, subset, max_tokens).evaluate(architecture)
+    if bleu is not None and model.LANGUAGE_MODEL:
+        raise SupernetError(f"--bleu: {checkpoint} is a language-model supernet (BLEU scores translations)")
+    architectures = [read_architecture(path, model) if path else model.space.extreme(largest=True)
+                     for path in architecture_paths]
+    losses = InheritedLoss(model, task, state, subset, max_tokens)
+    for architecture in architectures:
+        result = losses.evaluate(architecture)
+        if bleu is not None:
+            scored = validation_bleu(model, task, architecture, subset, **bleu)
+            result.update({key: value for key, value in scored.items() if key not in result})
+        yield result
 
 
-def validation_bleu(checkpoint: str, architecture_path: Optional[str], subset: str = "valid", beam: int = 5,
+def validation_bleu(model, task, architecture: Architecture, subset: str = "valid", beam: int = 5,
                     lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200, post_process: Optional[str] = None,
                     batch_size: int = 64, tokenize: str = "13a", hypotheses_path: Optional[str] = None) -> Dict:
-    """The inherited sub-network's beam-search BLEU on ``subset``: sacreBLEU of its hypotheses against the
+    """The inherited sub-network's beam-search BLEU on ``subset`` (``model``, ``task``: a loaded translation
+    supernet, as ``load_supernet`` returns them): sacreBLEU of its hypotheses against the
     references, both as ``fairseq-generate --scoring sacrebleu --post-process P`` scores them (the same
     generator, defaults and string post-processing). The sub-network is ``subnetwork``'s copy of its slices,
     in memory: nothing is written. ``hypotheses_path``: also write the hypotheses there, one line per
@@ -191,10 +202,6 @@ def validation_bleu(checkpoint: str, architecture_path: Optional[str], subset: s
     from fairseq import utils
     from fairseq.sequence_generator import SequenceGenerator
 
-    model, task, _ = load_supernet(checkpoint)
-    if model.LANGUAGE_MODEL:
-        raise SupernetError(f"--bleu: {checkpoint} is a language-model supernet (BLEU scores translations)")
-    architecture = read_architecture(architecture_path, model) if architecture_path else model.space.extreme(largest=True)
     subnetwork = model.subnetwork(architecture).eval()
     dictionary = task.target_dictionary
     generator = SequenceGenerator([subnetwork], dictionary, beam_size=beam, len_penalty=lenpen, max_len_a=max_len_a,

@@ -350,6 +350,33 @@ def test_evaluate_and_export_a_trained_supernet(trained, tmp_path):
     assert "loading pretrained model from" in finetune and "num_updates 1" in finetune.replace("=", " "), finetune[-2000:]
 
 
+def test_evaluate_several_architectures_in_one_process_as_each_alone(trained, tmp_path):
+    """Repeated --architecture: one load of the supernet and the subset, one JSON line per architecture in the
+    order given, each what evaluating it alone prints (loss and --bleu), also when one comes back after another
+    (nothing of one architecture stays active for the next)."""
+    root, data, checkpoint, _ = trained
+    model = checkpoint_utils.load_model_ensemble([checkpoint])[0][0]
+    first = model.sample(1)
+    second = next(a for a in (model.sample(u) for u in range(2, 100)) if a != first)
+    paths = []
+    for name, architecture in (("first", first), ("second", second)):
+        (tmp_path / f"{name}.json").write_text(architecture.to_json())
+        paths.append(str(tmp_path / f"{name}.json"))
+    options = ["--subset", "test", "--bleu", "--beam", "2", "--max-len-b", "8"]
+
+    def results(*architectures):
+        evaluated = search("evaluate", "--checkpoint", checkpoint, *[x for p in architectures for x in ("--architecture", p)],
+                           *options)
+        assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+        return [json.loads(line) for line in evaluated.stdout.splitlines() if line.startswith("{")]
+
+    alone = [results(path)[0] for path in paths]
+    together = results(paths[0], paths[1], paths[0])
+    assert [Architecture.from_dict(r["architecture"]) for r in together] == [first, second, first]
+    assert together == alone + alone[:1]
+    assert alone[0]["loss"] != alone[1]["loss"] and all(r["sentences"] == 20 for r in together)
+
+
 def test_evaluate_bleu_scores_the_inherited_sub_network_as_fairseq_generate_scores_its_export(trained, tmp_path):
     root, data, checkpoint, _ = trained
     model = checkpoint_utils.load_model_ensemble([checkpoint])[0][0]
