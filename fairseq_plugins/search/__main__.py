@@ -219,6 +219,30 @@ def add_budget_options(parser):
     add_latency_options(parser)
 
 
+# Options that only count in one mode of a command: given without it, they are an error, not ignored
+_LATENCY_ONLY = ("--beam", "--threads", "--core", "--warmup", "--repeats", "--rounds", "--processes", "--in-turn", "--trim",
+                 "--reference", "--device")
+_BLEU_ONLY = ("--beam", "--lenpen", "--max-len-a", "--max-len-b", "--post-process", "--batch-size", "--sacrebleu-tokenizer",
+              "--hypotheses")
+
+
+def option_without_its_mode(args, argv: Sequence[str]) -> Optional[str]:
+    """The error for an option given without the mode it belongs to (``evaluate --beam`` without ``--bleu``), or
+    None. The options are read as typed: the parsers take no abbreviations (as fairseq's)."""
+    if args.command == "evaluate" and not args.bleu:
+        mode, options = "--bleu", _BLEU_ONLY
+    elif args.command == "cost" and not args.latency:
+        mode, options = "--latency", _LATENCY_ONLY
+    elif args.command == "collect":
+        mode, options = (("--what latency", _LATENCY_ONLY + ("--max-spread", "--remeasure")) if args.what == "loss"
+                         else ("--what loss", ("--subset", "--max-tokens")))
+    else:
+        return None
+    given = {token.split("=", 1)[0] for token in argv if token.startswith("--")}
+    option = next((option for option in options if option in given), None)
+    return option and f"{option}: an option of {mode}, which is not given (it would be ignored)"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fairseq_plugins.search", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
@@ -336,14 +360,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     paretoer.add_argument("--output", required=True,
                           help="the Pareto set (JSON lines); the study is stored beside it (OUTPUT.optuna.sqlite: a rerun continues it)")
     paretoer.set_defaults(run=pareto_search)
+    for subparser in [parser, *commands.choices.values()]:
+        subparser.allow_abbrev = False  # (option_without_its_mode reads the options as typed)
     args = parser.parse_args(argv)
     if getattr(args, "n", 1) < 1:
         parser.error("-n: expected at least 1")
     for option in ("beam", "source_length", "target_length", "max_tokens", "batch_size"):
         if getattr(args, option, 1) < 1:
             parser.error(f"--{option.replace('_', '-')}: expected at least 1, got {getattr(args, option)}")
-    if getattr(args, "hypotheses", None) and not args.bleu:
-        parser.error("--hypotheses: the hypotheses are --bleu's beam search: add --bleu")
+    orphan = option_without_its_mode(args, sys.argv[1:] if argv is None else list(argv))
+    if orphan:
+        parser.error(orphan)
     if getattr(args, "hypotheses", None) and len(args.architecture or [None]) > 1:
         parser.error(f"--hypotheses: one file holds one architecture's hypotheses, and {len(args.architecture)} "
                      "--architecture are given: evaluate them one at a time")

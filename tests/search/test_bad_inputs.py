@@ -61,7 +61,15 @@ def files(tmp_path):
       "--output", "{d}/out.jsonl", "--in-turn", "0"], "--in-turn: expected at least 1, got 0"),
     (["evaluate", "--checkpoint", "{d}/checkpoint.pt", "--max-tokens", "0"], "--max-tokens: expected at least 1, got 0"),
     (["evaluate", "--checkpoint", "{d}/checkpoint.pt", "--hypotheses", "{d}/hyp.txt"],
-     "--hypotheses: the hypotheses are --bleu's beam search: add --bleu"),
+     "--hypotheses: an option of --bleu, which is not given (it would be ignored)"),
+    (["evaluate", "--checkpoint", "{d}/checkpoint.pt", "--beam=3"], "--beam: an option of --bleu, which is not given (it would be ignored)"),
+    (["evaluate", "--checkpoint", "{d}/checkpoint.pt", "--bea", "3", "--bleu"], "unrecognized arguments: --bea 3"),
+    (["cost", "--checkpoint", "{d}/checkpoint.pt", "--architecture", "a.json", "--rounds", "8"],
+     "--rounds: an option of --latency, which is not given (it would be ignored)"),
+    (["collect", "--what", "loss", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "--output",
+      "{d}/out.jsonl", "--max-spread", "0.2"], "--max-spread: an option of --what latency, which is not given (it would be ignored)"),
+    (["collect", "--what", "latency", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "--output",
+      "{d}/out.jsonl", "--subset", "test"], "--subset: an option of --what loss, which is not given (it would be ignored)"),
     (["evaluate", "--checkpoint", "{d}/checkpoint.pt", "--bleu", "--hypotheses", "{d}/hyp.txt", "--architecture",
       "{d}/baseline.json", "--architecture", "{d}/baseline.json"],
      "--hypotheses: one file holds one architecture's hypotheses, and 2 --architecture are given: evaluate them one at a time"),
@@ -86,7 +94,8 @@ def files(tmp_path):
     (EVOLVE + ["--latency-of", "{d}/baseline.json"], "--latency-predictor {d}/predictor.txt: cannot read it (No such file or "
      "directory)"),
 ], ids=["cost-target-length", "cost-source-length", "cost-processes", "cost-rounds-per-process", "collect-processes", "collect-in-turn",
-        "evaluate-max-tokens", "evaluate-hypotheses-without-bleu", "evaluate-hypotheses-of-two", "collect-n", "space-not-utf8", "space-missing",
+        "evaluate-max-tokens", "evaluate-hypotheses-without-bleu", "evaluate-beam-without-bleu", "evaluate-abbreviation",
+        "cost-rounds-without-latency", "collect-loss-max-spread", "collect-latency-subset", "evaluate-hypotheses-of-two", "collect-n", "space-not-utf8", "space-missing",
         "collect-empty-checkpoint", "evolve-latency-of-missing", "evolve-latency-of-not-json", "evolve-latency-of-outside",
         "pareto-latency-of-missing", "evolve-latency-predictor-missing"])
 def test_bad_input_is_one_line_naming_it_and_writes_nothing(files, argv, message):
