@@ -49,8 +49,7 @@ def describe(args) -> None:
 def evaluate(args) -> None:
     """The inherited sub-network's loss on a subset (bits per token, as fairseq logs it), computed inside the
     supernet: nothing is extracted. Without --architecture: the largest architecture of the space. Repeat
-    --architecture to evaluate several with one load of the supernet and the subset: one JSON line each, in
-    the order given."""
+    --architecture to evaluate several with one load of the supernet: one JSON line each, in the order given."""
     from .subnetworks import evaluate_architectures
 
     paths = args.architecture or [None]
@@ -234,7 +233,8 @@ def option_without_its_mode(args, argv: Sequence[str]) -> Optional[str]:
     elif args.command == "cost" and not args.latency:
         mode, options = "--latency", _LATENCY_ONLY
     elif args.command == "collect":
-        mode, options = (("--what latency", _LATENCY_ONLY + ("--max-spread", "--remeasure")) if args.what == "loss"
+        mode, options = (("--what latency", _LATENCY_ONLY + ("--source-length", "--target-length", "--max-spread", "--remeasure"))
+                         if args.what == "loss"
                          else ("--what loss", ("--subset", "--max-tokens")))
     else:
         return None
@@ -363,14 +363,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for subparser in [parser, *commands.choices.values()]:
         subparser.allow_abbrev = False  # (option_without_its_mode reads the options as typed)
     args = parser.parse_args(argv)
+    orphan = option_without_its_mode(args, sys.argv[1:] if argv is None else list(argv))
+    if orphan:
+        parser.error(orphan)
     if getattr(args, "n", 1) < 1:
         parser.error("-n: expected at least 1")
     for option in ("beam", "source_length", "target_length", "max_tokens", "batch_size"):
         if getattr(args, option, 1) < 1:
             parser.error(f"--{option.replace('_', '-')}: expected at least 1, got {getattr(args, option)}")
-    orphan = option_without_its_mode(args, sys.argv[1:] if argv is None else list(argv))
-    if orphan:
-        parser.error(orphan)
     if getattr(args, "hypotheses", None) and len(args.architecture or [None]) > 1:
         parser.error(f"--hypotheses: one file holds one architecture's hypotheses, and {len(args.architecture)} "
                      "--architecture are given: evaluate them one at a time")

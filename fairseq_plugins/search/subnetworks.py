@@ -173,8 +173,9 @@ class InheritedLoss:
 def evaluate_architectures(checkpoint: str, architecture_paths: Sequence[Optional[str]], subset: str = "valid",
                            max_tokens: int = 4096, bleu: Optional[Dict] = None) -> Iterator[Dict]:
     """Each architecture's inherited loss on ``subset`` (``InheritedLoss``; a path None: the space's largest), in
-    order, and with ``bleu`` (``validation_bleu``'s options) its beam-search BLEU too. The supernet and the subset
-    are loaded once for all of them, and every architecture is read and checked before the first is evaluated."""
+    order, and with ``bleu`` (``validation_bleu``'s options) its beam-search BLEU too. The supernet is loaded once
+    and the loss's batches read once for all of them, and every architecture is read and checked before the first
+    is evaluated."""
     model, task, state = load_supernet(checkpoint)
     if bleu is not None and model.LANGUAGE_MODEL:
         raise SupernetError(f"--bleu: {checkpoint} is a language-model supernet (BLEU scores translations)")

@@ -68,6 +68,8 @@ def files(tmp_path):
      "--rounds: an option of --latency, which is not given (it would be ignored)"),
     (["collect", "--what", "loss", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "--output",
       "{d}/out.jsonl", "--max-spread", "0.2"], "--max-spread: an option of --what latency, which is not given (it would be ignored)"),
+    (["collect", "--what", "loss", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "--output",
+      "{d}/out.jsonl", "--target-length", "0"], "--target-length: an option of --what latency, which is not given (it would be ignored)"),
     (["collect", "--what", "latency", "--checkpoint", "{d}/checkpoint.pt", "--space", "{d}/space.yaml", "--output",
       "{d}/out.jsonl", "--subset", "test"], "--subset: an option of --what loss, which is not given (it would be ignored)"),
     (["evaluate", "--checkpoint", "{d}/checkpoint.pt", "--bleu", "--hypotheses", "{d}/hyp.txt", "--architecture",
@@ -95,7 +97,7 @@ def files(tmp_path):
      "directory)"),
 ], ids=["cost-target-length", "cost-source-length", "cost-processes", "cost-rounds-per-process", "collect-processes", "collect-in-turn",
         "evaluate-max-tokens", "evaluate-hypotheses-without-bleu", "evaluate-beam-without-bleu", "evaluate-abbreviation",
-        "cost-rounds-without-latency", "collect-loss-max-spread", "collect-latency-subset", "evaluate-hypotheses-of-two", "collect-n", "space-not-utf8", "space-missing",
+        "cost-rounds-without-latency", "collect-loss-max-spread", "collect-loss-target-length", "collect-latency-subset", "evaluate-hypotheses-of-two", "collect-n", "space-not-utf8", "space-missing",
         "collect-empty-checkpoint", "evolve-latency-of-missing", "evolve-latency-of-not-json", "evolve-latency-of-outside",
         "pareto-latency-of-missing", "evolve-latency-predictor-missing"])
 def test_bad_input_is_one_line_naming_it_and_writes_nothing(files, argv, message):
