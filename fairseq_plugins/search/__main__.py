@@ -20,7 +20,7 @@ import argparse
 import json
 import logging
 import sys
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 logger = logging.getLogger("fairseq_plugins.search")  # (not __name__: run with -m, this module is __main__)
 
@@ -157,38 +157,44 @@ def pareto_search(args) -> None:
     print(json.dumps(pareto_command(args)))
 
 
-def add_latency_options(parser):
+def add_latency_options(parser) -> Tuple[list, list]:
     """The lengths and the latency measurement's settings (``latency.LatencySettings.from_args``; the protocol:
-    ``latency``'s docstring)."""
-    parser.add_argument("--source-length", type=int, default=30, help="source tokens (default: %(default)s)")
-    parser.add_argument("--target-length", type=int, default=30,
-                        help="target tokens / decoder steps; language models: the context scored and the tokens "
-                        "sampled (default: %(default)s)")
-    parser.add_argument("--beam", type=int, default=5, help="latency: beam size (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=1, help="latency: torch threads, each pinned to one core (default: %(default)s)")
-    parser.add_argument("--core", type=int, default=None,
-                        help="latency: the (first) core the measuring process is pinned to (default: the last this process may use)")
-    parser.add_argument("--warmup", type=int, default=3, help="latency: untimed runs of each model first (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=5, help="latency: timed runs per block (default: %(default)s)")
-    parser.add_argument("--rounds", type=int, default=6,
-                        help="latency: candidate/reference block pairs per architecture, interleaved ABBA, shared among "
-                        "the --processes (at least 2 in each; default: %(default)s)")
-    parser.add_argument("--processes", type=int, default=3,
-                        help="latency: measuring processes per architecture, one after another, each a fresh fork timing its "
-                        "share of the --rounds (the relative latency varies between processes); the relative latency and "
-                        "the milliseconds are the medians over them (--device cuda: parts in turn in this process) "
-                        "(default: %(default)s)")
-    parser.add_argument("--in-turn", type=int, default=10,
-                        help="latency: candidates measured together (a collection, evolution's fittest), their processes "
-                        "taken in turn (the first of each, then the second of each, ...) so that each one's spread over "
-                        "the whole measurement; 1: one candidate after another (default: %(default)s)")
-    parser.add_argument("--trim", type=float, default=0.2,
-                        help="latency: fraction of the fastest and of the slowest runs of a block left out of its mean "
-                        "(default: %(default)s)")
-    parser.add_argument("--reference", metavar="ARCHITECTURE_JSON",
-                        help="latency: the fixed reference architecture measured beside every candidate "
-                        "(default: the supernet space's largest)")
-    parser.add_argument("--device", default="cpu", help="latency: cpu or cuda[:N] (default: %(default)s)")
+    ``latency``'s docstring); returns the lengths' and the measurement's options (argparse actions)."""
+    lengths = [parser.add_argument("--source-length", type=int, default=30, help="source tokens (default: %(default)s)"),
+               parser.add_argument("--target-length", type=int, default=30,
+                                   help="target tokens / decoder steps; language models: the context scored and the "
+                                   "tokens sampled (default: %(default)s)")]
+    latency = []  # (the measurement's own options: refused where no latency is measured)
+
+    def measured(*names, **options):
+        latency.append(parser.add_argument(*names, **options))
+
+    measured("--beam", type=int, default=5, help="latency: beam size (default: %(default)s)")
+    measured("--threads", type=int, default=1, help="latency: torch threads, each pinned to one core (default: %(default)s)")
+    measured("--core", type=int, default=None,
+             help="latency: the (first) core the measuring process is pinned to (default: the last this process may use)")
+    measured("--warmup", type=int, default=3, help="latency: untimed runs of each model first (default: %(default)s)")
+    measured("--repeats", type=int, default=5, help="latency: timed runs per block (default: %(default)s)")
+    measured("--rounds", type=int, default=6,
+             help="latency: candidate/reference block pairs per architecture, interleaved ABBA, shared among "
+             "the --processes (at least 2 in each; default: %(default)s)")
+    measured("--processes", type=int, default=3,
+             help="latency: measuring processes per architecture, one after another, each a fresh fork timing its "
+             "share of the --rounds (the relative latency varies between processes); the relative latency and "
+             "the milliseconds are the medians over them (--device cuda: parts in turn in this process) "
+             "(default: %(default)s)")
+    measured("--in-turn", type=int, default=10,
+             help="latency: candidates measured together (a collection, evolution's fittest), their processes "
+             "taken in turn (the first of each, then the second of each, ...) so that each one's spread over "
+             "the whole measurement; 1: one candidate after another (default: %(default)s)")
+    measured("--trim", type=float, default=0.2,
+             help="latency: fraction of the fastest and of the slowest runs of a block left out of its mean "
+             "(default: %(default)s)")
+    measured("--reference", metavar="ARCHITECTURE_JSON",
+             help="latency: the fixed reference architecture measured beside every candidate "
+             "(default: the supernet space's largest)")
+    measured("--device", default="cpu", help="latency: cpu or cuda[:N] (default: %(default)s)")
+    return lengths, latency
 
 
 def add_budget_options(parser):
@@ -218,29 +224,16 @@ def add_budget_options(parser):
     add_latency_options(parser)
 
 
-# Options that only count in one mode of a command: given without it, they are an error, not ignored
-_LATENCY_ONLY = ("--beam", "--threads", "--core", "--warmup", "--repeats", "--rounds", "--processes", "--in-turn", "--trim",
-                 "--reference", "--device")
-_BLEU_ONLY = ("--beam", "--lenpen", "--max-len-a", "--max-len-b", "--post-process", "--batch-size", "--sacrebleu-tokenizer",
-              "--hypotheses")
-
-
-def option_without_its_mode(args, argv: Sequence[str]) -> Optional[str]:
+def option_without_its_mode(args, argv: Sequence[str], modes: dict) -> Optional[str]:
     """The error for an option given without the mode it belongs to (``evaluate --beam`` without ``--bleu``), or
-    None. The options are read as typed: the parsers take no abbreviations (as fairseq's)."""
-    if args.command == "evaluate" and not args.bleu:
-        mode, options = "--bleu", _BLEU_ONLY
-    elif args.command == "cost" and not args.latency:
-        mode, options = "--latency", _LATENCY_ONLY
-    elif args.command == "collect":
-        mode, options = (("--what latency", _LATENCY_ONLY + ("--source-length", "--target-length", "--max-spread", "--remeasure"))
-                         if args.what == "loss"
-                         else ("--what loss", ("--subset", "--max-tokens")))
-    else:
-        return None
+    None. ``modes``: command -> [(whether args are in the mode, the mode as typed, its options (argparse
+    actions))]. The options are read as typed: the parsers take no abbreviations (as fairseq's)."""
     given = {token.split("=", 1)[0] for token in argv if token.startswith("--")}
-    option = next((option for option in options if option in given), None)
-    return option and f"{option}: an option of {mode}, which is not given (it would be ignored)"
+    for active, mode, actions in modes.get(args.command, ()):
+        option = None if active(args) else next((o for a in actions for o in a.option_strings if o in given), None)
+        if option:
+            return f"{option}: an option of {mode}, which is not given (it would be ignored)"
+    return None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -266,19 +259,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     evaluator.add_argument("--bleu", action="store_true",
                            help="also beam-search the subset and report sacreBLEU, as fairseq-generate --scoring sacrebleu "
                            "with the options below scores it")
-    evaluator.add_argument("--beam", type=int, default=5, help="--bleu: beam size (default: %(default)s)")
-    evaluator.add_argument("--lenpen", type=float, default=1.0, help="--bleu: length penalty (default: %(default)s)")
-    evaluator.add_argument("--max-len-a", type=float, default=0.0,
-                           help="--bleu: at most max_len_a * source length + max_len_b tokens (default: %(default)s)")
-    evaluator.add_argument("--max-len-b", type=int, default=200, help="--bleu: see --max-len-a (default: %(default)s)")
-    evaluator.add_argument("--post-process", default=None,
+    bleu_options = []  # (--bleu's beam search)
+    bleu_options.append(evaluator.add_argument("--beam", type=int, default=5, help="--bleu: beam size (default: %(default)s)"))
+    bleu_options.append(evaluator.add_argument("--lenpen", type=float, default=1.0, help="--bleu: length penalty (default: %(default)s)"))
+    bleu_options.append(evaluator.add_argument("--max-len-a", type=float, default=0.0,
+                           help="--bleu: at most max_len_a * source length + max_len_b tokens (default: %(default)s)"))
+    bleu_options.append(evaluator.add_argument("--max-len-b", type=int, default=200, help="--bleu: see --max-len-a (default: %(default)s)"))
+    bleu_options.append(evaluator.add_argument("--post-process", default=None,
                            help="--bleu: remove BPE before scoring, as fairseq's --post-process (e.g. subword_nmt, "
-                           "sentencepiece; default: none)")
-    evaluator.add_argument("--batch-size", type=int, default=64, help="--bleu: sentences per beam-search batch (default: %(default)s)")
-    evaluator.add_argument("--sacrebleu-tokenizer", default="13a",
-                           help="--bleu: sacreBLEU's tokenizer, as fairseq's --sacrebleu-tokenizer (default: %(default)s)")
-    evaluator.add_argument("--hypotheses", metavar="FILE",
-                           help="--bleu: also write the hypotheses to FILE, one per line in the subset's order")
+                           "sentencepiece; default: none)"))
+    bleu_options.append(evaluator.add_argument("--batch-size", type=int, default=64, help="--bleu: sentences per beam-search batch (default: %(default)s)"))
+    bleu_options.append(evaluator.add_argument("--sacrebleu-tokenizer", default="13a",
+                           help="--bleu: sacreBLEU's tokenizer, as fairseq's --sacrebleu-tokenizer (default: %(default)s)"))
+    bleu_options.append(evaluator.add_argument("--hypotheses", metavar="FILE",
+                           help="--bleu: also write the hypotheses to FILE, one per line in the subset's order"))
     evaluator.set_defaults(run=evaluate)
     exporter = commands.add_parser("export", help="write a sub-network as a standalone checkpoint", description=export.__doc__)
     exporter.add_argument("--checkpoint", required=True, help="a mixed_supertransformer checkpoint")
@@ -289,7 +283,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     coster.add_argument("--checkpoint", required=True, help="a mixed_supertransformer checkpoint (its dictionaries and options)")
     coster.add_argument("--architecture", required=True, help="architecture JSON (as sample prints)")
     coster.add_argument("--latency", action="store_true", help="also measure the exported sub-network's latency (see above)")
-    add_latency_options(coster)
+    _, cost_latency = add_latency_options(coster)
     coster.set_defaults(run=count)
 
     collector = commands.add_parser("collect", help="inherited losses or measured latencies of sampled architectures",
@@ -300,13 +294,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     collector.add_argument("-n", type=int, default=300, help="architectures (default: %(default)s)")
     collector.add_argument("--output", required=True, help="the JSON-lines file to write or continue")
     collector.add_argument("--seed", type=int, default=1, help="sampling seed (default: %(default)s)")
-    collector.add_argument("--subset", default="valid", help="loss: data subset (default: %(default)s)")
-    collector.add_argument("--max-tokens", type=int, default=4096, help="loss: tokens per batch (default: %(default)s)")
-    add_latency_options(collector)
-    collector.add_argument("--max-spread", type=float, default=0.1,
+    collect_loss = [collector.add_argument("--subset", default="valid", help="loss: data subset (default: %(default)s)"),
+                    collector.add_argument("--max-tokens", type=int, default=4096, help="loss: tokens per batch (default: %(default)s)")]
+    lengths, collect_latency = add_latency_options(collector)
+    collect_latency += lengths
+    collect_latency.append(collector.add_argument("--max-spread", type=float, default=0.1,
                            help="latency: largest ratio_range (spread of every round's ratio to the reference, in every "
-                           "measuring process, over the relative latency) accepted (default: %(default)s)")
-    collector.add_argument("--remeasure", type=int, default=2, help="latency: measurements again before dropping (default: %(default)s)")
+                           "measuring process, over the relative latency) accepted (default: %(default)s)"))
+    collect_latency.append(collector.add_argument("--remeasure", type=int, default=2,
+                                                  help="latency: measurements again before dropping (default: %(default)s)"))
     collector.add_argument("--verbose", action="store_true", help="print every record as it is written")
     collector.set_defaults(run=collect)
 
@@ -363,7 +359,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for subparser in [parser, *commands.choices.values()]:
         subparser.allow_abbrev = False  # (option_without_its_mode reads the options as typed)
     args = parser.parse_args(argv)
-    orphan = option_without_its_mode(args, sys.argv[1:] if argv is None else list(argv))
+    modes = {"evaluate": [(lambda a: a.bleu, "--bleu", bleu_options)],
+             "cost": [(lambda a: a.latency, "--latency", cost_latency)],
+             "collect": [(lambda a: a.what == "latency", "--what latency", collect_latency),
+                         (lambda a: a.what == "loss", "--what loss", collect_loss)]}
+    orphan = option_without_its_mode(args, sys.argv[1:] if argv is None else list(argv), modes)
     if orphan:
         parser.error(orphan)
     if getattr(args, "n", 1) < 1:
