@@ -418,10 +418,13 @@ class Context:
     _starting: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def run(self, suite: str, env: Dict[str, str], argv: Sequence[str], log_path: Optional[str] = None,
-            record: bool = True, usage: Optional[dict] = None) -> str:
+            record: bool = True, usage: Optional[dict] = None,
+            on_line: Optional[Callable[[str], None]] = None) -> str:
         """Run a command from the repository root (recipes and data_prep take paths relative to it). ``usage``:
         given its ``cpu_seconds``, the CPU time (user + system) of the command and every process it waited for
-        (``os.wait4``: this command's alone, also while other threads run theirs)."""
+        (``os.wait4``: this command's alone, also while other threads run theirs). ``on_line``: called with each
+        line of the output as it is printed (a command whose results come one by one keeps each as it comes,
+        also when a later one fails)."""
         if record:
             self.commands.setdefault(suite, []).append(shell_line(env, argv))
         inherited = {k: v for k, v in os.environ.items() if k not in RECIPE_VARIABLES}
@@ -435,7 +438,12 @@ class Context:
                                        stderr=subprocess.STDOUT, start_new_session=True)
             self.running.add(process)
         try:
-            stdout = process.stdout.read()
+            lines = []
+            for line in process.stdout:
+                lines.append(line)
+                if on_line is not None:
+                    on_line(line)
+            stdout = "".join(lines)
             process.stdout.close()
             # (reaped here, not by Popen, for its resource usage; Popen then only reads the returncode)
             try:

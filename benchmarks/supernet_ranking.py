@@ -234,22 +234,32 @@ def inherited_losses(ctx: Context, results: str, architectures: List[dict]) -> L
         if file_sha256(checkpoint) != supernet:
             raise SystemExit(f"error: {relative(checkpoint)} is not the supernet supernet.json records (it trained on?): "
                              "run the supernet stage again")
-        # one process for all of them: the supernet and the validation set are loaded once
+        # one process for all of them (the supernet and the validation set are loaded once), each result kept
+        # as it is printed: an interrupted run measures only those still missing
         command = [ctx.python, "-m", "fairseq_plugins.search", "evaluate", "--checkpoint", checkpoint]
         for index, architecture in missing:
             command += ["--architecture", architecture_file(ctx, index, architecture)]
             log(f"inherited: architecture {index}")
-        output = ctx.run(SUITE.name, {}, command, record=False)
-        evaluated = [json.loads(line) for line in output.splitlines() if line.startswith('{"architecture"')]
-        if [Architecture.from_dict(e["architecture"]) for e in evaluated] != [Architecture.from_dict(a) for _, a in missing]:
-            raise SystemExit(f"error: `{shell_line({}, command)}` printed {len(evaluated)} results for "
-                             f"{len(missing)} architectures, or in another order")
-        for (index, architecture), result in zip(missing, evaluated):
+        pending = list(missing)
+
+        def keep(line: str):
+            if not line.startswith('{"architecture"'):
+                return
+            result = json.loads(line)
+            if not pending or Architecture.from_dict(result["architecture"]) != Architecture.from_dict(pending[0][1]):
+                raise SystemExit(f"error: `{shell_line({}, command)}` printed a result for another architecture than "
+                                 "the next one asked for, or more results than architectures")
+            index, architecture = pending.pop(0)
             record = {"index": index, "architecture": architecture, "supernet_sha256": supernet,
                       "loss": result["loss"], "nll_loss": result["nll_loss"],
                       "tokens": result["tokens"], "command": shell_line({}, command), **provenance()}
             append_jsonl(path, record)
             done[architecture_key(architecture)] = record
+
+        ctx.run(SUITE.name, {}, command, record=False, on_line=keep)
+        if pending:
+            raise SystemExit(f"error: `{shell_line({}, command)}` printed {len(missing) - len(pending)} results for "
+                             f"{len(missing)} architectures")
     return [done[architecture_key(a)] for a in architectures]
 
 

@@ -154,3 +154,56 @@ def test_bootstrap_tau_of_known_orders():
     assert ranking.bootstrap_tau([1, 2, 3, 4, 5], [6, 5, 4, 3, 2], draws=200) == pytest.approx((-1.0, -1.0, -1.0))
     tau, low, high = ranking.bootstrap_tau([1, 2, 3, 4, 5, 6, 7, 8], [1, 3, 2, 4, 6, 5, 8, 7], draws=500)
     assert low < tau < high and -1 <= low and high <= 1
+
+
+FAKE_EVALUATE = """#!{python}
+# stands in for `python -m fairseq_plugins.search evaluate`: prints the first {fail_after} results (as the CLI
+# does, one flushed JSON line per architecture, the given order), then dies
+import json, sys
+files = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--architecture"]
+for n, path in enumerate(files):
+    if n == {fail_after}:
+        sys.exit("killed")
+    with open(path) as f:
+        architecture = json.load(f)
+    print(json.dumps({{"architecture": architecture, "loss": 5.0 + n, "nll_loss": 4.0 + n, "tokens": 100}}), flush=True)
+"""
+
+
+def test_inherited_losses_keep_each_result_as_it_comes_and_resume_with_the_rest(tmp_path):
+    import hashlib
+    import sys
+
+    from benchmarks.quality import CommandFailed
+
+    architectures = ranking.spread_architectures(ranking.SPACE, 4, 100, 1)
+    work = tmp_path / "work"
+    checkpoint = work / "checkpoints" / "supernet" / "checkpoint_last.pt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"supernet")
+    (tmp_path / "supernet.json").write_text(json.dumps({"checkpoint_sha256": hashlib.sha256(b"supernet").hexdigest()}))
+
+    def context(name, script):
+        fake = tmp_path / name
+        fake.write_text(script)
+        fake.chmod(0o755)
+        return ranking.Context(str(tmp_path), str(work), quick=False, python=str(fake))
+
+    def evaluate(fail_after):
+        return context(f"python_{fail_after}", FAKE_EVALUATE.format(python=sys.executable, fail_after=fail_after))
+
+    # the process dies after two of four: those two are kept
+    with pytest.raises(CommandFailed):
+        ranking.inherited_losses(evaluate(2), str(tmp_path), architectures)
+    kept = ranking.read_jsonl(str(tmp_path / "inherited.jsonl"))
+    assert [r["architecture"] for r in kept] == architectures[:2] and [r["loss"] for r in kept] == [5.0, 6.0]
+    # the next run asks for the other two only (the fake numbers its results from 0 again)
+    losses = ranking.inherited_losses(evaluate(99), str(tmp_path), architectures)
+    assert [r["loss"] for r in losses] == [5.0, 6.0, 5.0, 6.0]
+    assert losses[2]["command"].split().count("--architecture") == 2
+    assert len(ranking.read_jsonl(str(tmp_path / "inherited.jsonl"))) == 4
+    # a process printing fewer results than asked, without failing, is an error too
+    (tmp_path / "inherited.jsonl").unlink()
+    with pytest.raises(SystemExit, match="printed 0 results for 4 architectures"):
+        ranking.inherited_losses(context("python_quiet", f"#!{sys.executable}\nprint('nothing')\n"), str(tmp_path),
+                                 architectures)
