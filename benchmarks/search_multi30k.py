@@ -125,17 +125,20 @@ class Scale:
     supernet_env: Dict[str, str] = field(default_factory=dict)  # recipe variables of the supernet's training
     collect_options: Tuple[str, ...] = ()   # collect --what latency's spread check (empty: its defaults)
     evolution_options: Tuple[str, ...] = ()  # evolve's population and iterations (empty: HAT's defaults)
+    confirm: Optional[int] = None           # evolve's candidates measured under a latency budget (None: its default)
     loss_samples: int = 300
     latency_samples: int = 300
     ranked: int = RANKED
     spread_pool: int = SPREAD_POOL
     seeds: Optional[Tuple[int, ...]] = None
 
-    def latency_options(self) -> List[str]:
-        """The protocol's settings as the search CLIs' options."""
+    def latency_options(self, measured: bool = True) -> List[str]:
+        """The protocol's settings as the search CLIs' options; ``measured=False``: the lengths only (what a
+        search that measures nothing, a FLOPs budget, counts its costs at: it refuses the measurement's)."""
         from fairseq_plugins.search.latency import OPTIONS
 
-        return [a for key, value in self.latency.items() for a in (OPTIONS[key], str(value))]
+        lengths = ("source_length", "decoder_steps")
+        return [a for key, value in self.latency.items() if measured or key in lengths for a in (OPTIONS[key], str(value))]
 
 
 REAL = Scale(LATENCY)
@@ -149,7 +152,7 @@ QUICK = Scale(dict(source_length=8, decoder_steps=8, beam=2, threads=1, warmup=1
               supernet_updates=6, supernet_env={"MAX_TOKENS": "256", "TOKENS_PER_UPDATE": "256"},
               collect_options=("--max-spread", "10", "--remeasure", "0"),
               evolution_options=("--population", "6", "--parents", "2", "--mutations", "2", "--crossovers", "2",
-                                 "--iterations", "2", "--confirm", "6"),
+                                 "--iterations", "2"), confirm=6,
               loss_samples=12, latency_samples=12, ranked=12, spread_pool=100, seeds=quality.ONE_SEED)
 REPORT_BEGIN = "<!-- search-multi30k:begin (written by benchmarks/search_multi30k.py; edit the script, not this section) -->"
 REPORT_END = "<!-- search-multi30k:end -->"
@@ -431,11 +434,16 @@ def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Sc
         try:
             # (paths relative to the checkout, where the CLI runs: result.json's train_command and latency_of name
             # the committed results' files, not this machine's folders)
+            # (the measurement's settings only under a latency budget, whose fittest candidates are measured
+            # beside the reference: evolve refuses them where it measures nothing)
+            measured = constraint[0] == "--latency-of"
+            confirm = ["--confirm", str(scale.confirm)] if measured and scale.confirm is not None else []
+            reference = ["--reference", relative(reference_file(results))] if measured else []
             searched = search_cli(ctx, "evolve", "--space", relative(SPACE), "--fitness", "ranker",
                                   "--ranker", relative(os.path.join(results, "ranker_loss", "ranker.txt")),
                                   "--checkpoint", relative(require_supernet(checkpoint)), *constraint,
-                                  *scale.latency_options(), *scale.evolution_options,
-                                  "--reference", relative(reference_file(results)), "--output", relative(output))
+                                  *scale.latency_options(measured), *scale.evolution_options, *confirm, *reference,
+                                  "--output", relative(output))
             if searched.get("done_before"):
                 log(f"evolve {name}: done before (the same inputs)")
         except quality.CommandFailed as error:  # (only the command's one-line error; a crash goes on)

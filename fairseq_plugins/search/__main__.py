@@ -157,13 +157,18 @@ def pareto_search(args) -> None:
     print(json.dumps(pareto_command(args)))
 
 
+def add_length_options(parser) -> list:
+    """The lengths costs (FLOPs) and latencies are counted at; returns their options (argparse actions)."""
+    return [parser.add_argument("--source-length", type=int, default=30, help="source tokens (default: %(default)s)"),
+            parser.add_argument("--target-length", type=int, default=30,
+                                help="target tokens / decoder steps; language models: the context scored and the "
+                                "tokens sampled (default: %(default)s)")]
+
+
 def add_latency_options(parser) -> Tuple[list, list]:
     """The lengths and the latency measurement's settings (``latency.LatencySettings.from_args``; the protocol:
     ``latency``'s docstring); returns the lengths' and the measurement's options (argparse actions)."""
-    lengths = [parser.add_argument("--source-length", type=int, default=30, help="source tokens (default: %(default)s)"),
-               parser.add_argument("--target-length", type=int, default=30,
-                                   help="target tokens / decoder steps; language models: the context scored and the "
-                                   "tokens sampled (default: %(default)s)")]
+    lengths = add_length_options(parser)
     latency = []  # (the measurement's own options: refused where no latency is measured)
 
     def measured(*names, **options):
@@ -197,14 +202,19 @@ def add_latency_options(parser) -> Tuple[list, list]:
     return lengths, latency
 
 
-def add_budget_options(parser):
+def add_budget_options(parser, measures: bool) -> dict:
+    """The fitness, the budgets and the lengths of ``evolve`` and ``pareto``; ``measures``: the latency
+    measurement's options too (evolve measures its fittest candidates under a latency budget; pareto measures
+    nothing). Returns the options that belong to one mode: {"ranker": ..., "supernet": ..., "predictor": ...,
+    "measurement": ...} (argparse actions)."""
+    modes = {}
     parser.add_argument("--space", required=True, help="search space YAML file")
     parser.add_argument("--fitness", choices=("ranker", "supernet"), default="ranker",
                         help="ranker: the --ranker's score; supernet: the inherited loss in --checkpoint (default: %(default)s)")
-    parser.add_argument("--ranker", help="the ranker.txt of `rank --target loss`")
+    modes["ranker"] = [parser.add_argument("--ranker", help="the ranker.txt of `rank --target loss`")]
     parser.add_argument("--checkpoint", help="the supernet: --fitness supernet, latency confirmation, costs at its "
                         "dictionary sizes and the training command")
-    parser.add_argument("--subset", default="valid", help="--fitness supernet: data subset (default: %(default)s)")
+    modes["supernet"] = [parser.add_argument("--subset", default="valid", help="--fitness supernet: data subset (default: %(default)s)")]
     parser.add_argument("--latency-ms", type=float, help="budget: predicted latency in milliseconds")
     parser.add_argument("--relative-latency", type=float,
                         help="budget: predicted latency over the reference's (--reference, measured beside it)")
@@ -215,13 +225,30 @@ def add_budget_options(parser):
                         "slower than it in their measurement; pareto: the predicted constraint only. It starts the "
                         "search: evolve's first population (filled with mutations of the feasible architectures when "
                         "too few random ones meet the budget), pareto's first trial")
-    parser.add_argument("--latency-predictor",
+    modes["predictor"] = [parser.add_argument("--latency-predictor",
                         help="the regressor.txt of `rank --target latency` (--latency-ms) or `relative_latency` "
-                        "(--relative-latency; --latency-of: either)")
+                        "(--relative-latency; --latency-of: either)")]
     parser.add_argument("--flops", type=float, help="budget: forward GFLOPs of one sentence pair of the stated lengths")
     parser.add_argument("--params", type=float, help="budget: millions of parameters")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
-    add_latency_options(parser)
+    if measures:
+        _, modes["measurement"] = add_latency_options(parser)
+    else:
+        add_length_options(parser)
+    return modes
+
+
+LATENCY_BUDGET = "a latency budget (--latency-ms, --relative-latency or --latency-of)"
+
+
+def latency_budget(args) -> bool:
+    return any(getattr(args, name) is not None for name in ("latency_ms", "relative_latency", "latency_of"))
+
+
+def fitness_modes(modes: dict) -> list:
+    """``option_without_its_mode``'s modes of --fitness: --ranker is read by the ranker's, --subset by the supernet's."""
+    return [(lambda a: a.fitness == "ranker", "--fitness ranker", modes["ranker"]),
+            (lambda a: a.fitness == "supernet", "--fitness supernet", modes["supernet"])]
 
 
 def option_without_its_mode(args, argv: Sequence[str], modes: dict) -> Optional[str]:
@@ -324,7 +351,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     pruner.set_defaults(run=prune)
 
     evolver = commands.add_parser("evolve", help="evolutionary search under a budget", description=evolve.__doc__)
-    add_budget_options(evolver)
+    evolve_modes = add_budget_options(evolver, measures=True)
     evolver.add_argument("--output", required=True, help="folder of best.json, result.json and train_command.sh")
     evolver.add_argument("--population", type=int, default=125, help="(default: %(default)s)")
     evolver.add_argument("--parents", type=int, default=25, help="(default: %(default)s)")
@@ -335,8 +362,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     evolver.add_argument("--patience", type=int, default=None,
                          help="stop early when the best fitness has not improved for this many iterations (default: no early "
                          "stop, as Hardware-Aware Transformers)")
-    evolver.add_argument("--confirm", type=int, default=5,
-                         help="a latency budget: final candidates whose latency is measured (default: %(default)s)")
+    evolve_modes["measurement"].append(evolver.add_argument("--confirm", type=int, default=5,
+                         help="a latency budget: final candidates whose latency is measured (default: %(default)s)"))
     evolver.add_argument("--flops-fraction", type=float,
                          help="budget: this fraction (0 < F <= 1) of the forward GFLOPs of the largest architecture of "
                               "--space, counted as --flops counts (needs no measurement: the search recipe's default)")
@@ -348,7 +375,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     paretoer = commands.add_parser("pareto", help="the Pareto set of quality against a cost (Optuna NSGA-II)",
                                    description=pareto_search.__doc__)
-    add_budget_options(paretoer)
+    pareto_modes = add_budget_options(paretoer, measures=False)
     paretoer.add_argument("--objective", choices=("latency", "flops", "params"), default="latency",
                           help="the cost traded against the fitness (default: %(default)s)")
     paretoer.add_argument("--trials", type=int, default=500, help="architectures evaluated (default: %(default)s)")
@@ -362,7 +389,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     modes = {"evaluate": [(lambda a: a.bleu, "--bleu", bleu_options)],
              "cost": [(lambda a: a.latency, "--latency", cost_latency)],
              "collect": [(lambda a: a.what == "latency", "--what latency", collect_latency),
-                         (lambda a: a.what == "loss", "--what loss", collect_loss)]}
+                         (lambda a: a.what == "loss", "--what loss", collect_loss)],
+             "evolve": [*fitness_modes(evolve_modes),
+                        (latency_budget, LATENCY_BUDGET, evolve_modes["predictor"] + evolve_modes["measurement"])],
+             "pareto": [*fitness_modes(pareto_modes),
+                        (lambda a: a.objective == "latency" or latency_budget(a), f"--objective latency or {LATENCY_BUDGET}",
+                         pareto_modes["predictor"])]}
     orphan = option_without_its_mode(args, sys.argv[1:] if argv is None else list(argv), modes)
     if orphan:
         parser.error(orphan)

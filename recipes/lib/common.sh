@@ -74,7 +74,8 @@
 #   LATENCY_BUDGETS RELATIVE_LATENCY_BUDGETS FLOPS_BUDGETS FLOPS_FRACTIONS FITNESS EVOLVE_ARGS   search.sh
 #                       evolve: budgets (ms, fractions of the reference's latency, GFLOPs, fractions of the
 #                       largest architecture's FLOPs, default 0.75 when none is given; comma-separated),
-#                       ranker or supernet fitness, more `search evolve` flags
+#                       ranker or supernet fitness, more `search evolve` flags (last: they win)
+#   LATENCY_CONFIRM     search.sh evolve: the fittest final candidates measured under a latency budget (5)
 #   TRAIN_PRESET        search.sh: the preset the found architectures are trained with
 #   SEARCH_TINY TINY_MAX_UPDATE   search.sh: 1 = every stage at its smallest size (TINY_MAX_UPDATE updates
 #                       per training, default 20; a trial of the pipeline in minutes, in .../search_tiny)
@@ -197,7 +198,7 @@ require_whole_number() {  # NAME LEAST: $NAME, when set, is a whole number >= LE
 check_numeric_settings() {
     local name
     for name in MAX_TOKENS TOKENS_PER_UPDATE MAX_UPDATE UPDATE_FREQ CPU_PROCS TOKENS_PER_SAMPLE GEN_MAX_TOKENS BEAM \
-        LOG_INTERVAL KEEP_INTERVAL_UPDATES SANDWICH_RANDOM LOSS_SAMPLES LATENCY_SAMPLES; do
+        LOG_INTERVAL KEEP_INTERVAL_UPDATES SANDWICH_RANDOM LOSS_SAMPLES LATENCY_SAMPLES LATENCY_CONFIRM; do
         require_whole_number "$name" 1
     done
     for name in NUM_GPUS SAVE_INTERVAL_UPDATES AVERAGE_LAST CONTEXT_WINDOW DATA_WORKERS WARMUP PRUNE_KEEP; do

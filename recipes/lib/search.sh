@@ -26,10 +26,12 @@
 #             the reference's latency: what holds on a shared machine), FLOPS_BUDGETS (GFLOPs) and
 #             FLOPS_FRACTIONS (fractions of the searched space's largest architecture's FLOPs; default 0.75
 #             when no budget is given: needs no measurement beforehand), fitness FITNESS (ranker or
-#             supernet); EVOLVE_ARGS: more `search evolve` flags (word-split; HAT's settings by default, no
-#             early stop); an interrupted evolution resumes -> evolve_latency_<X>ms/, evolve_relative_<X>x/,
-#             evolve_flops_<X>g/ and evolve_flops_<X>x/ (best.json, result.json, train_command.sh, whose
-#             --max-update is the data set's training budget MAX_UPDATE, not the supernet's)
+#             supernet); LATENCY_CONFIRM: the fittest final candidates measured under a latency budget
+#             (default 5); EVOLVE_ARGS: more `search evolve` flags (word-split, last: they win; HAT's
+#             settings by default, no early stop); an interrupted evolution resumes ->
+#             evolve_latency_<X>ms/, evolve_relative_<X>x/, evolve_flops_<X>g/ and evolve_flops_<X>x/
+#             (best.json, result.json, train_command.sh, whose --max-update is the data set's training
+#             budget MAX_UPDATE, not the supernet's)
 #   train     every found architecture trained from scratch: train.sh TRAIN_PRESET --architecture-file
 #             best.json (the data set's training settings) into train_<budget>/
 #   generate  generate.sh on each of those (evaluate.sh for a language model)
@@ -95,7 +97,8 @@ run_search() {  # [supernet fairseq-train flags...]
             : "${LATENCY_MAX_SPREAD:=10}"
             local tiny_warmup=5  # unless WARMUP was set (it holds the data set's default by now: lib/profile.sh)
             [ -z "$PROFILE_USER_WARMUP" ] || tiny_warmup=$PROFILE_USER_WARMUP
-            : "${EVOLVE_ARGS:=--population 6 --parents 2 --mutations 2 --crossovers 2 --iterations 2 --confirm 1}"
+            : "${EVOLVE_ARGS:=--population 6 --parents 2 --mutations 2 --crossovers 2 --iterations 2}"
+            : "${LATENCY_CONFIRM:=1}"
             train_updates=$TINY_MAX_UPDATE
             # the supernet and the trainings are separate scripts: their budget goes with them
             tiny_env=(MAX_UPDATE="$TINY_MAX_UPDATE" WARMUP="$tiny_warmup" SAVE_INTERVAL_UPDATES=0)
@@ -114,7 +117,7 @@ run_search() {  # [supernet fairseq-train flags...]
     : "${LOSS_SAMPLES:=300}" "${LATENCY_SAMPLES:=300}" "${LATENCY_BEAM:=5}" "${LATENCY_SOURCE_LENGTH:=30}"
     : "${LATENCY_TARGET_LENGTH:=30}" "${LATENCY_THREADS:=1}" "${LATENCY_DEVICE:=cpu}" "${PRUNE_KEEP:=0}"
     : "${LATENCY_WARMUP:=3}" "${LATENCY_REPEATS:=5}" "${LATENCY_ROUNDS:=6}" "${LATENCY_PROCESSES:=3}" "${LATENCY_MAX_SPREAD:=0.1}"
-    : "${LATENCY_IN_TURN:=10}"
+    : "${LATENCY_IN_TURN:=10}" "${LATENCY_CONFIRM:=5}"
     : "${SEARCH_EVALUATE:=generate.sh}"
     if ! [[ "$PRUNE_KEEP" =~ ^[0-9]+$ ]]; then
         echo "[recipe] error: PRUNE_KEEP=$PRUNE_KEEP: expected a number of fields (0: no pruning)" >&2
@@ -136,10 +139,11 @@ run_search() {  # [supernet fairseq-train flags...]
             "LATENCY_BUDGETS=<ms,...>, RELATIVE_LATENCY_BUDGETS=<fractions of the reference's latency,...> or" \
             "FLOPS_BUDGETS=<GFLOPs,...> choose others)" >&2
     fi
-    local here search checkpoint space latency_options
-    # the latency measurement's settings (collect, and evolve's confirmation)
-    latency_options=(--beam "$LATENCY_BEAM" --source-length "$LATENCY_SOURCE_LENGTH"
-                     --target-length "$LATENCY_TARGET_LENGTH" --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE"
+    local here search checkpoint space latency_options length_options
+    # the lengths costs and latencies are counted at; the latency measurement's settings (collect, and the
+    # confirmation of a latency budget in evolve: the CLI refuses them where nothing is measured)
+    length_options=(--source-length "$LATENCY_SOURCE_LENGTH" --target-length "$LATENCY_TARGET_LENGTH")
+    latency_options=(--beam "$LATENCY_BEAM" --threads "$LATENCY_THREADS" --device "$LATENCY_DEVICE"
                      --warmup "$LATENCY_WARMUP" --repeats "$LATENCY_REPEATS" --rounds "$LATENCY_ROUNDS"
                      --processes "$LATENCY_PROCESSES" --in-turn "$LATENCY_IN_TURN")
     if [ -n "${LATENCY_REFERENCE:-}" ]; then
@@ -164,7 +168,7 @@ run_search() {  # [supernet fairseq-train flags...]
         search_json collect_loss "${search[@]}" collect --what loss --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
             -n "$LOSS_SAMPLES" --seed "$SEARCH_SEED" --output "$SEARCH_DIR/loss.jsonl" || return
         search_json collect_latency "${search[@]}" collect --what latency --checkpoint "$checkpoint" --space "$SEARCH_SPACE" \
-            -n "$LATENCY_SAMPLES" --seed "$SEARCH_SEED" --output "$SEARCH_DIR/latency.jsonl" "${latency_options[@]}" \
+            -n "$LATENCY_SAMPLES" --seed "$SEARCH_SEED" --output "$SEARCH_DIR/latency.jsonl" "${length_options[@]}" "${latency_options[@]}" \
             --max-spread "$LATENCY_MAX_SPREAD" || return
     fi
     if search_wants rank; then
@@ -183,28 +187,36 @@ run_search() {  # [supernet fairseq-train flags...]
         space="$SEARCH_DIR/pruned.yaml"
     fi
     if search_wants evolve; then
-        local budget output common latency=${LATENCY_BUDGETS:-} relative=${RELATIVE_LATENCY_BUDGETS:-} flops=${FLOPS_BUDGETS:-}
-        local fractions=${FLOPS_FRACTIONS:-}
-        # shellcheck disable=SC2206
-        common=(--space "$space" --fitness "$FITNESS" --ranker "$SEARCH_DIR/ranker_loss/ranker.txt" --checkpoint "$checkpoint"
-                "${latency_options[@]}" --seed "$SEARCH_SEED" --train-max-update "$train_updates" ${EVOLVE_ARGS:-})
-        # (a search finished with the same inputs prints its result again without searching)
+        local budget output common measured latency=${LATENCY_BUDGETS:-} relative=${RELATIVE_LATENCY_BUDGETS:-}
+        local flops=${FLOPS_BUDGETS:-} fractions=${FLOPS_FRACTIONS:-} ranker=()
+        # (an option a search does not read is refused by it: the ranker only for its fitness, the measurement's
+        # settings only for a latency budget, whose fittest candidates are measured)
+        [ "$FITNESS" != ranker ] || ranker=(--ranker "$SEARCH_DIR/ranker_loss/ranker.txt")
+        common=(--space "$space" --fitness "$FITNESS" "${ranker[@]}" --checkpoint "$checkpoint" "${length_options[@]}"
+                --seed "$SEARCH_SEED" --train-max-update "$train_updates")
+        measured=("${latency_options[@]}" --confirm "$LATENCY_CONFIRM")
+        # (a search finished with the same inputs prints its result again without searching; EVOLVE_ARGS last: they win)
+        # shellcheck disable=SC2086
         for budget in ${latency//,/ }; do
-            search_json "evolve_latency_${budget}ms" "${search[@]}" evolve "${common[@]}" --latency-ms "$budget" \
+            search_json "evolve_latency_${budget}ms" "${search[@]}" evolve "${common[@]}" "${measured[@]}" --latency-ms "$budget" \
                 --latency-predictor "$SEARCH_DIR/ranker_latency/regressor.txt" \
-                --output "$SEARCH_DIR/evolve_latency_${budget}ms" || return
+                --output "$SEARCH_DIR/evolve_latency_${budget}ms" ${EVOLVE_ARGS:-} || return
         done
+        # shellcheck disable=SC2086
         for budget in ${relative//,/ }; do
-            search_json "evolve_relative_${budget}x" "${search[@]}" evolve "${common[@]}" --relative-latency "$budget" \
-                --latency-predictor "$SEARCH_DIR/ranker_relative_latency/regressor.txt" \
-                --output "$SEARCH_DIR/evolve_relative_${budget}x" || return
+            search_json "evolve_relative_${budget}x" "${search[@]}" evolve "${common[@]}" "${measured[@]}" \
+                --relative-latency "$budget" --latency-predictor "$SEARCH_DIR/ranker_relative_latency/regressor.txt" \
+                --output "$SEARCH_DIR/evolve_relative_${budget}x" ${EVOLVE_ARGS:-} || return
         done
+        # shellcheck disable=SC2086
         for budget in ${flops//,/ }; do
-            search_json "evolve_flops_${budget}g" "${search[@]}" evolve "${common[@]}" --flops "$budget" --output "$SEARCH_DIR/evolve_flops_${budget}g" || return
+            search_json "evolve_flops_${budget}g" "${search[@]}" evolve "${common[@]}" --flops "$budget" \
+                --output "$SEARCH_DIR/evolve_flops_${budget}g" ${EVOLVE_ARGS:-} || return
         done
+        # shellcheck disable=SC2086
         for budget in ${fractions//,/ }; do
             search_json "evolve_flops_${budget}x" "${search[@]}" evolve "${common[@]}" --flops-fraction "$budget" \
-                --output "$SEARCH_DIR/evolve_flops_${budget}x" || return
+                --output "$SEARCH_DIR/evolve_flops_${budget}x" ${EVOLVE_ARGS:-} || return
         done
     fi
     local found name

@@ -331,7 +331,7 @@ def test_search_recipe_runs_every_stage_on_wmt_raw_data_and_resumes(prepare_samp
                       LATENCY_BEAM="2", LATENCY_THREADS="1", LATENCY_DEVICE="cpu", PRUNE_KEEP="3",
                       LATENCY_WARMUP="1", LATENCY_REPEATS="3", LATENCY_MAX_SPREAD="10",
                       LATENCY_BUDGETS="1000", SUBSETS="test", AVERAGE_LAST="0",
-                      EVOLVE_ARGS="--population 6 --parents 2 --mutations 2 --crossovers 2 --iterations 2 --confirm 1",
+                      LATENCY_CONFIRM="1", EVOLVE_ARGS="--population 6 --parents 2 --mutations 2 --crossovers 2 --iterations 2",
                       GEN_EXTRA_ARGS="--max-len-a 0 --max-len-b 8")
     recipe("wmt14_en_de", "search.sh", "--dropout", "0.0", env=env)
     log = (search_dir / "supernet" / "train.log").read_text()
@@ -377,7 +377,7 @@ def test_language_model_search_recipe_runs_every_stage_on_wikitext2(prepare_samp
                       SUPERNET_SAMPLING="sandwich", SANDWICH_RANDOM="1", LOSS_SAMPLES="12", LATENCY_SAMPLES="12",
                       LATENCY_TARGET_LENGTH="6", LATENCY_WARMUP="0", LATENCY_REPEATS="1", LATENCY_ROUNDS="2", LATENCY_PROCESSES="1",
                       LATENCY_MAX_SPREAD="10", RELATIVE_LATENCY_BUDGETS="100",
-                      EVOLVE_ARGS="--population 6 --parents 2 --mutations 2 --crossovers 2 --iterations 2 --confirm 1")
+                      LATENCY_CONFIRM="1", EVOLVE_ARGS="--population 6 --parents 2 --mutations 2 --crossovers 2 --iterations 2")
     recipe("wikitext2", "search.sh", "--dropout", "0.0", env=env)
     log = (search_dir / "supernet" / "train.log").read_text()
     assert "supernet_language_modeling" in log and re.search(r"valid on 'valid' subset .*\| smallest_loss [0-9.]+", log)
@@ -403,7 +403,9 @@ def test_search_recipe_settings_and_errors(tmp_path):
                          check=True).stdout
     assert "/search_spaces/multi30k_cpu.yaml" in out and "-n 300" in out and "--threads 1 --device cpu" in out
     assert "--warmup 3 --repeats 5 --rounds 6 --processes 3" in out and "--reference" not in out  # (the space's largest)
-    assert "--beam 5 --source-length 30 --target-length 30" in out and " prune " not in out  # no pruning at CPU size
+    assert "--source-length 30 --target-length 30 --beam 5" in out and " prune " not in out  # no pruning at CPU size
+    evolve = next(line for line in out.splitlines() if " evolve " in line)
+    assert "--confirm 5 --latency-ms 40 " in evolve and f"--ranker {tmp_path / 's'}/ranker_loss/ranker.txt" in evolve
     assert "--train-max-update 15000 " in out  # train_command.sh: the training budget, not the supernet's
     assert f"train.sh mixed_transformer_iwslt_de_en --architecture-file {tmp_path / 's'}/evolve_latency_40ms/best.json" in out
     out = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "search.sh")], capture_output=True, text=True,
@@ -423,6 +425,7 @@ def test_search_recipe_settings_and_errors(tmp_path):
     assert f"env MAX_UPDATE=20 WARMUP=5 SAVE_INTERVAL_UPDATES=0 SAVE_DIR={tiny}/train_latency_40ms " in result.stdout
     assert result.stdout.count(" -n 12 ") == 2 and "--population 6 " in result.stdout
     assert "--train-max-update 20 " in result.stdout and "--warmup 1 --repeats 3 --rounds 2 --processes 1 " in result.stdout
+    assert "--confirm 1 --latency-ms 40 " in result.stdout
     bad = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
                          env=dict(env, SEARCH_TINY="yes"))
     assert bad.returncode == 2 and "error: SEARCH_TINY=yes: expected 1" in bad.stderr
@@ -430,6 +433,13 @@ def test_search_recipe_settings_and_errors(tmp_path):
     result = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
                             env=dict(env, LATENCY_BUDGETS=""), check=True)
     assert f"--flops-fraction 0.75 --output {tmp_path / 's'}/evolve_flops_0.75x" in result.stdout
+    # nothing measured under a FLOPs budget: the measurement's settings, which evolve would refuse, are not given
+    evolve = next(line for line in result.stdout.splitlines() if " evolve " in line)
+    assert "--source-length 30 --target-length 30 --seed" in evolve and "--beam" not in evolve and "--confirm" not in evolve
+    # the supernet's fitness: no ranker given (evolve refuses --ranker without --fitness ranker)
+    by_loss = subprocess.run(["bash", os.path.join(RECIPES, "multi30k", "search.sh")], capture_output=True, text=True,
+                             env=dict(env, FITNESS="supernet", STAGES="evolve"), check=True).stdout
+    assert "--fitness supernet --checkpoint" in by_loss and "--ranker" not in by_loss
     assert f"--architecture-file {tmp_path / 's'}/evolve_flops_0.75x/best.json" in result.stdout
     assert "no budget given: FLOPS_FRACTIONS=0.75" in result.stderr
     # a language model: the relative latency budgets, the relative latency's ranker, evaluate.sh

@@ -30,6 +30,13 @@ def one_line_error(result) -> str:
 EVOLVE = ["evolve", "--space", "{d}/space.yaml", "--checkpoint", "{d}/checkpoint.pt", "--ranker", "{d}/checkpoint.pt",
           "--latency-predictor", "{d}/predictor.txt", "--output", "{d}/out"]
 
+EVOLVE_FLOPS = ["evolve", "--space", "{d}/space.yaml", "--checkpoint", "{d}/checkpoint.pt", "--ranker", "{d}/checkpoint.pt",
+                "--flops", "1", "--output", "{d}/out"]
+PARETO = ["pareto", "--space", "{d}/space.yaml", "--checkpoint", "{d}/checkpoint.pt", "--ranker", "{d}/checkpoint.pt",
+          "--output", "{d}/front.jsonl"]
+OF_A_LATENCY_BUDGET = ("an option of a latency budget (--latency-ms, --relative-latency or --latency-of), which is not given "
+                       "(it would be ignored)")
+
 
 @pytest.fixture
 def files(tmp_path):
@@ -95,11 +102,25 @@ def files(tmp_path):
      "(expected an architecture of --space in JSON, as best.json or --architecture-file hold it)"),
     (EVOLVE + ["--latency-of", "{d}/baseline.json"], "--latency-predictor {d}/predictor.txt: cannot read it (No such file or "
      "directory)"),
+    # evolve and pareto: an option of a fitness, or of a latency budget, not given
+    (EVOLVE + ["--latency-ms", "5", "--fitness", "supernet"], "--ranker: an option of --fitness ranker, which is not given (it would be ignored)"),
+    (EVOLVE + ["--latency-ms", "5", "--subset", "test"], "--subset: an option of --fitness supernet, which is not given (it would be ignored)"),
+    (EVOLVE + ["--flops", "1"], f"--latency-predictor: {OF_A_LATENCY_BUDGET}"),
+    (EVOLVE_FLOPS + ["--confirm", "2"], f"--confirm: {OF_A_LATENCY_BUDGET}"),
+    (EVOLVE_FLOPS + ["--processes", "2"], f"--processes: {OF_A_LATENCY_BUDGET}"),
+    (EVOLVE_FLOPS + ["--reference={d}/baseline.json"], f"--reference: {OF_A_LATENCY_BUDGET}"),
+    (PARETO + ["--objective", "flops", "--latency-predictor", "{d}/predictor.txt"],
+     "--latency-predictor: an option of --objective latency or a latency budget (--latency-ms, --relative-latency or "
+     "--latency-of), which is not given (it would be ignored)"),
+    (PARETO + ["--objective", "flops", "--beam", "3"], "unrecognized arguments: --beam 3"),  # (pareto measures nothing)
 ], ids=["cost-target-length", "cost-source-length", "cost-processes", "cost-rounds-per-process", "collect-processes", "collect-in-turn",
         "evaluate-max-tokens", "evaluate-hypotheses-without-bleu", "evaluate-beam-without-bleu", "evaluate-abbreviation",
         "cost-rounds-without-latency", "collect-loss-max-spread", "collect-loss-target-length", "collect-latency-subset", "evaluate-hypotheses-of-two", "collect-n", "space-not-utf8", "space-missing",
         "collect-empty-checkpoint", "evolve-latency-of-missing", "evolve-latency-of-not-json", "evolve-latency-of-outside",
-        "pareto-latency-of-missing", "evolve-latency-predictor-missing"])
+        "pareto-latency-of-missing", "evolve-latency-predictor-missing", "evolve-ranker-without-its-fitness",
+        "evolve-subset-without-its-fitness", "evolve-predictor-without-latency-budget", "evolve-confirm-without-latency-budget",
+        "evolve-processes-without-latency-budget", "evolve-reference-without-latency-budget",
+        "pareto-predictor-without-latency", "pareto-measures-nothing"])
 def test_bad_input_is_one_line_naming_it_and_writes_nothing(files, argv, message):
     before = sorted(os.listdir(files))
     result = search(*[a.format(d=files) for a in argv])

@@ -397,14 +397,17 @@ def test_the_evolve_command_resumes_an_interrupted_search(space_path, tmp_path, 
     results = [json.loads((tmp_path / name / "result.json").read_text()) for name in ("whole", "cut")]
     assert results[0]["history"] == results[1]["history"] and results[0]["population"] == results[1]["population"]
     assert not (tmp_path / "cut" / "state.json").exists()  # finished: result.json holds the search
-    # the latency settings are not inputs of a search without a latency budget (nothing is measured): a finished
-    # one is done whatever they are, also one whose result.json recorded them (as before --processes existed)
+    # the latency settings are not inputs of a search without a latency budget (nothing is measured, and the
+    # command refuses them): a finished one whose result.json recorded them (as before --processes existed) is done
     stored = json.loads((tmp_path / "whole" / "result.json").read_text())
     assert "latency" not in stored["inputs"]
     stored["inputs"]["latency"] = {"rounds": 6, "repeats": 5}
     (tmp_path / "whole" / "result.json").write_text(json.dumps(stored))
-    status, again = run(*search, "--output", str(tmp_path / "whole"), "--processes", "1", "--rounds", "2")
+    status, again = run(*search, "--output", str(tmp_path / "whole"))
     assert status == 0 and json.loads(again)["done_before"]
+    with pytest.raises(SystemExit) as refused:
+        run(*search, "--output", str(tmp_path / "whole"), "--processes", "1")
+    assert refused.value.code == 2
     # a latency budget's search compares its latency settings, older ones read as measured (one process, one after another)
     from fairseq_plugins.search.commands import stored_inputs
     assert stored_inputs(stored)["latency"] == {"rounds": 6, "repeats": 5, "processes": 1, "in_turn": 1}
