@@ -351,7 +351,7 @@ SUITES.update({
         title="tiny Shakespeare, characters, 8 layers: linear:softmax ratio and placement", rows=LM8_ROWS,
         quick_rows=("softmax", "cos3_softmax1"), seeds=(1, 2), budget_from="shakespeare8"),
 })
-PARSER_STEPS = 2000  # the UD parser for BET(SG)'s hints (docs/records/results.md: UAS 77 on EWT test)
+PARSER_STEPS = 2000  # the UD parser for BET(SG)'s hints (docs/records/first_runs.md: UAS 77 on EWT test)
 QUICK_PARSER_STEPS = 20
 
 

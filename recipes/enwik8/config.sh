@@ -4,7 +4,7 @@
 # schedule and 4,000 warm-up updates, dropout 0.1, 400,000 updates (their
 # 12-layer run); evaluation with a 384-byte context window.
 # Any byte file works the same way: prepare.sh --input-file FILE with
-# DATA_BIN=... (e.g. tiny Shakespeare, see docs/records/results.md).
+# DATA_BIN=... (e.g. tiny Shakespeare, see docs/records/first_runs.md).
 # No BET(SG): bytes are not words, there is nothing for a dependency parser
 # to parse (SYNTAX_HINTS=1 is an error; BET(SF) presets work as any other).
 # shellcheck source=../lib/profile.sh
