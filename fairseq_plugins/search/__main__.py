@@ -217,7 +217,8 @@ def add_budget_options(parser, measures: bool) -> dict:
     modes["supernet"] = [parser.add_argument("--subset", default="valid", help="--fitness supernet: data subset (default: %(default)s)")]
     parser.add_argument("--latency-ms", type=float, help="budget: predicted latency in milliseconds")
     parser.add_argument("--relative-latency", type=float,
-                        help="budget: predicted latency over the reference's (--reference, measured beside it)")
+                        help="budget: predicted latency over the reference's (the reference the predictor's collection "
+                        "measured beside every architecture)")
     parser.add_argument("--latency-of", metavar="ARCHITECTURE_JSON",
                         help="budget: the latency of this architecture of --space (a baseline): the predicted constraint is "
                         "the predictor's value for it (a candidate and it compared by one predictor; either regressor), and "

@@ -304,8 +304,10 @@ def file_digest(path: Optional[str], option: str) -> Optional[str]:
 def search_inputs(args, space: SearchSpace, settings: EvolutionSettings, latency: LatencySettings,
                   of: Optional[Architecture] = None) -> dict:
     """Everything a search's result depends on (an output folder holding a result of other inputs is refused);
-    the latency settings only with a latency budget (the confirming measurement's: nothing else measures);
-    ``of``: ``--latency-of``'s architecture (itself, not its file's path or bytes)."""
+    the measurement's settings (latency, --confirm, --device, --reference) only with a latency budget (the
+    confirming measurement's: nothing else measures); ``of``: ``--latency-of``'s architecture (itself, not its
+    file's path or bytes)."""
+    measured = latency_option(args) is not None
     inputs = {"space": space.to_dict(), "fitness": args.fitness,
               "ranker_sha256": file_digest(args.ranker if args.fitness == "ranker" else None, "--ranker"),
               "latency_predictor_sha256": file_digest(args.latency_predictor if latency_option(args) else None,
@@ -313,20 +315,24 @@ def search_inputs(args, space: SearchSpace, settings: EvolutionSettings, latency
               "latency_of": of.to_dict() if of is not None else None,
               "checkpoint_sha256": file_digest(args.checkpoint, "--checkpoint"), "latency_ms": args.latency_ms, "flops": args.flops,
               "flops_fraction": getattr(args, "flops_fraction", None),
-              "relative_latency": args.relative_latency, "reference_sha256": file_digest(args.reference, "--reference"),
-              "params": args.params, "settings": asdict(settings), "confirm": args.confirm,
-              "device": args.device, "subset": args.subset if args.fitness == "supernet" else None}
-    if latency_option(args):
+              "relative_latency": args.relative_latency,
+              "reference_sha256": file_digest(args.reference if measured else None, "--reference"),
+              "params": args.params, "settings": asdict(settings), "confirm": args.confirm if measured else None,
+              "device": args.device if measured else None, "subset": args.subset if args.fitness == "supernet" else None}
+    if measured:
         inputs["latency"] = asdict(latency)
     return inputs
 
 
 def stored_inputs(done: dict) -> dict:
     """The inputs of a finished search's result.json as this version writes them (older latency settings: the
-    settings added since at the values they were measured with)."""
+    settings added since at the values they were measured with; a search without a latency budget, which
+    measured nothing, written when its measurement's options were still accepted and recorded: without them)."""
     inputs = dict(done.get("inputs", {}))
     if "latency" in inputs:
         inputs["latency"] = recorded_settings(inputs["latency"])
+    if all(inputs.get(budget) is None for budget in ("latency_ms", "relative_latency", "latency_of")):
+        inputs.update(confirm=None, device=None, reference_sha256=None)
     return inputs
 
 

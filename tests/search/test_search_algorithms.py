@@ -397,11 +397,13 @@ def test_the_evolve_command_resumes_an_interrupted_search(space_path, tmp_path, 
     results = [json.loads((tmp_path / name / "result.json").read_text()) for name in ("whole", "cut")]
     assert results[0]["history"] == results[1]["history"] and results[0]["population"] == results[1]["population"]
     assert not (tmp_path / "cut" / "state.json").exists()  # finished: result.json holds the search
-    # the latency settings are not inputs of a search without a latency budget (nothing is measured, and the
-    # command refuses them): a finished one whose result.json recorded them (as before --processes existed) is done
+    # the measurement's settings are not inputs of a search without a latency budget (nothing is measured, and
+    # the command refuses them): a finished one whose result.json recorded them (as before --processes existed,
+    # and --confirm, --device and --reference while they were still accepted there) is done
     stored = json.loads((tmp_path / "whole" / "result.json").read_text())
     assert "latency" not in stored["inputs"]
-    stored["inputs"]["latency"] = {"rounds": 6, "repeats": 5}
+    assert [stored["inputs"][k] for k in ("confirm", "device", "reference_sha256")] == [None, None, None]
+    stored["inputs"].update(latency={"rounds": 6, "repeats": 5}, confirm=1, device="cuda:0", reference_sha256="ab")
     (tmp_path / "whole" / "result.json").write_text(json.dumps(stored))
     status, again = run(*search, "--output", str(tmp_path / "whole"))
     assert status == 0 and json.loads(again)["done_before"]
