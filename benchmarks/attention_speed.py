@@ -43,7 +43,7 @@ import torch
 if __package__ in (None, ""):  # run by path, not as python -m: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import fmt_time  # noqa: E402
+from benchmarks.common import fmt_time, whole_numbers  # noqa: E402
 from benchmarks.provenance import available_cores, load_average  # noqa: E402
 # The measuring and reporting halves; the names the command uses, which paired_speed.py's workers and the tests
 # also read from this module (paired_speed.py loads a checkout's attention_speed.py by its path).
@@ -107,7 +107,13 @@ def main(argv=None):
     for name, value in (QUICK if args.quick else FULL).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    lengths = [int(t) for t in args.lengths.split(",") if t]
+    lengths = whole_numbers(parser, "--lengths", args.lengths)
+    if args.repeats < 2:  # (a median over at least two runs; slow cells take fewer than asked, never below two)
+        parser.error(f"--repeats: expected at least 2, got {args.repeats}")
+    if args.decode_steps < 1:
+        parser.error(f"--decode-steps: expected at least 1, got {args.decode_steps}")
+    if args.threads < 1:
+        parser.error(f"--threads: expected at least 1, got {args.threads}")
     try:
         device_type = torch.device(args.device).type
     except RuntimeError as exc:
@@ -127,11 +133,14 @@ def main(argv=None):
         cost_options(model_options)
     except AttentionConfigError as exc:
         parser.error(f"--kind-option: {exc}")
-    prefixes = [int(p) for p in args.decode_prefixes.split(",") if p]
+    prefixes = whole_numbers(parser, "--decode-prefixes", args.decode_prefixes, empty_ok=True)
     if args.sweep is None:
         sweeps = [(kind, setting, sweep.values) for kind, setting, sweep in declared_sweeps(kinds)]
-    else:  # the sweeps of kinds not measured are left out, as their cells are
-        sweeps = [entry for entry in args.sweep if entry is not None and entry[0] in kinds]
+    else:
+        sweeps = [entry for entry in args.sweep if entry is not None]
+        unmeasured = sorted({kind for kind, _, _ in sweeps if kind not in kinds})
+        if unmeasured:  # (it would be left out, as the kind's cells are)
+            parser.error(f"--sweep: {', '.join(unmeasured)} is not measured (--kinds {','.join(kinds)})")
 
     env = environment()
     command = " ".join(["python", os.path.relpath(os.path.abspath(__file__), os.getcwd())] + (argv if argv is not None else sys.argv[1:]))

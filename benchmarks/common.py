@@ -4,7 +4,7 @@ import json
 import os
 import re
 import resource
-from typing import Dict
+from typing import Dict, List
 
 # glibc keeps freed blocks below its (dynamically raised) mmap threshold resident, so the peak RSS of a
 # default process also measures that caching, which varies by tens of MB from run to run. The second
@@ -87,3 +87,17 @@ def read_json(path: str, default=None):
         except json.JSONDecodeError as error:
             raise SystemExit(f"error: {path}: not valid JSON ({error}): repair it (git checkout it, or resolve its "
                              "merge conflict), or remove it") from None
+
+
+def whole_numbers(parser, option: str, text: str, least: int = 1, empty_ok: bool = False) -> List[int]:
+    """``--option 256,1024``: comma-separated whole numbers of at least ``least`` (``empty_ok``: '' is none),
+    or a one-line usage error naming the option, before any work."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    try:
+        values = [int(item) for item in items]
+    except ValueError:
+        values = None
+    if values is None or any(v < least for v in values) or not (values or empty_ok):
+        parser.error(f"{option}: expected comma-separated whole numbers of at least {least}"
+                     f"{' (or an empty string: none)' if empty_ok else ''}, got {text!r}")
+    return values

@@ -33,7 +33,7 @@ machine's load).
 
     OMP_NUM_THREADS=1 nice python benchmarks/convergence.py --suite multi30k
     OMP_NUM_THREADS=1 nice python benchmarks/convergence.py --suite multi30k --rung 8000   # beside it
-    python benchmarks/convergence.py --suite multi30k --report-only
+    python benchmarks/convergence.py --report-only                            # every ladder, as recorded
 """
 import argparse
 import dataclasses
@@ -521,10 +521,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     overrides = {k: v for k, v in (("first", args.first), ("max_budget", args.max_budget)) if v is not None}
     for name in names:
         LADDERS[name] = dataclasses.replace(LADDERS[name], **overrides)
+        if not rungs(LADDERS[name]):
+            parser.error(f"--first {LADDERS[name].first} is above --max-budget {LADDERS[name].max_budget}: the {name} "
+                         "ladder would have no rung")
         for rung in args.rung or ():
             if rung not in rungs(LADDERS[name]):
                 parser.error(f"--rung {rung} is not a rung of the {name} ladder: expected one of "
                              + ", ".join(map(str, rungs(LADDERS[name]))))
+    if args.report_only:  # (it renders every ladder's results as they are: a training option would be ignored)
+        training = [option for option, given in (("--suite", args.suite), ("--rung", args.rung), ("--jobs", args.jobs != 1),
+                                                 ("--seed", args.seed != 1), ("--device", args.device != "cpu")) if given]
+        if training:
+            parser.error(f"{training[0]}: an option of climbing a ladder, which --report-only does not (it renders every "
+                         "ladder; it would be ignored)")
     if not args.report_only:
         require_committed(args.allow_dirty, "convergence runs")
         # absolute: the recipes run from the checkout, this process from wherever it was started

@@ -41,6 +41,7 @@ if __package__ in (None, ""):  # run by path, not as python -m benchmarks.decode
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import quality  # noqa: E402  (the trained rows, their data and the recipes)
+from benchmarks.common import whole_numbers  # noqa: E402
 from benchmarks.lm_decoding import build_lm  # noqa: E402
 from benchmarks.provenance import REPO, available_cores, is_dirty, require_committed  # noqa: E402
 from benchmarks.quality import Context, log, provenance, relative  # noqa: E402
@@ -148,13 +149,12 @@ def lm_sampling(ctx: Context, kinds: Sequence[str], lengths: Sequence[int], repe
 # ---------------------------------------------------------------------------
 
 
-def render(translation: Optional[dict], lm: Optional[dict], lengths: Sequence[int], command: str, ctx: Context,
-           threads: int) -> str:
+def render(translation: Optional[dict], lm: Optional[dict], lengths: Sequence[int], command: str, ctx: Context) -> str:
     meta = provenance()
     lines = ["# Decoding throughput", "",
              f"Written by `{command}` (edit the script, not this file) on {datetime.date.today().isoformat()} "
-             f"(git {meta['git']}), torch {meta['torch']}, fairseq {meta['fairseq']}, {meta['cores']} cores, "
-             f"`torch.set_num_threads({threads})` for sampling; each part says the revision, machine and load it was "
+             f"(git {meta['git']}), torch {meta['torch']}, fairseq {meta['fairseq']}, {meta['cores']} cores; each part "
+             "says the revision, machine (sampling: its torch threads) and load it was "
              "measured at (`--parts` runs one, the other is kept, so the two can come from different revisions). CPU, float32. Every model of a table ran in turn in "
              "each repeat (the same machine load).", ""]
     if not translation:
@@ -212,9 +212,11 @@ def render(translation: Optional[dict], lm: Optional[dict], lengths: Sequence[in
     return "\n".join(lines) + "\n"
 
 
-def save_part(folder: str, part: str, results: dict, commands: List[str], lengths: Optional[List[int]] = None):
+def save_part(folder: str, part: str, results: dict, commands: List[str], lengths: Optional[List[int]] = None,
+              sampling_threads: Optional[int] = None):
     os.makedirs(folder, exist_ok=True)
-    write_json(os.path.join(folder, f"{part}.json"), {"results": results, "commands": commands, "lengths": lengths, **provenance()})
+    write_json(os.path.join(folder, f"{part}.json"), {"results": results, "commands": commands, "lengths": lengths,
+                                                       "sampling_threads": sampling_threads, **provenance()})
 
 
 def load_part(folder: str, part: str):
@@ -231,6 +233,7 @@ def load_part(folder: str, part: str):
             r["tokens_per_second"] = {int(k): v for k, v in r["tokens_per_second"].items()}
     measured = (f"Measured at git {stored['git']} on {stored['cores']} cores"
                 + (f" ({stored['cpu']})" if stored.get("cpu") else "")
+                + (f", `torch.set_num_threads({stored['sampling_threads']})` for sampling" if stored.get("sampling_threads") else "")
                 + f", load average {stored['load_average']} at the end (other jobs raise it and the times).")
     if is_dirty(stored["git"]):
         measured += (" **Measured with uncommitted changes**: the revision does not contain the code that ran; "
@@ -259,9 +262,15 @@ def main(argv: Optional[Sequence[str]] = None):
     parts = [] if args.report_only else args.parts.split(",")
     if not set(parts) <= {"translation", "lm"}:
         parser.error(f"--parts: expected translation and/or lm, got {args.parts}")
-    lengths = tuple(int(n) for n in args.lengths.split(",")) if args.lengths else (QUICK_LENGTHS if args.quick else LENGTHS)
-    if list(lengths) != sorted(set(lengths)) or lengths[0] < 1:
+    lengths = tuple(whole_numbers(parser, "--lengths", args.lengths)) if args.lengths else (QUICK_LENGTHS if args.quick else LENGTHS)
+    if list(lengths) != sorted(set(lengths)):
         parser.error(f"--lengths: expected increasing positive lengths, got {args.lengths}")
+    for option in ("repeats", "threads"):
+        if getattr(args, option) < 1:
+            parser.error(f"--{option}: expected at least 1, got {getattr(args, option)}")
+    if "lm" not in parts and args.threads != parser.get_default("threads"):  # (the stored LM part says its own)
+        parser.error("--threads: sampling's torch threads, and no LM sampling runs (--parts lm runs it; "
+                     "it would be ignored)")
     torch.set_num_threads(args.threads)
     work_dir = os.path.abspath(args.work_dir or os.path.join(REPO, "work_dirs",
                                                              "bench_quality_quick" if args.quick else "bench_quality"))
@@ -280,12 +289,12 @@ def main(argv: Optional[Sequence[str]] = None):
             ctx, QUICK_TRANSLATION_ROWS if args.quick else TRANSLATION_ROWS, repeats), ctx.commands.get("decode", []))
     if "lm" in parts:
         save_part(stored, "lm", lm_sampling(ctx, QUICK_LM_KINDS if args.quick else tuple(LM_KINDS), lengths, repeats),
-                  [], lengths=list(lengths))
+                  [], lengths=list(lengths), sampling_threads=args.threads)
     translation, translation_commands, _ = load_part(stored, "translation")
     lm, _, lm_lengths = load_part(stored, "lm")
     ctx.commands["decode"] = translation_commands
     command = "python benchmarks/decode_speed.py" + "".join(" " + shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    report = render(translation, lm, lm_lengths or lengths, command, ctx, args.threads)
+    report = render(translation, lm, lm_lengths or lengths, command, ctx)
     output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "records", "decode_speed.md"))
     if output:
         with atomic_output(output) as f:

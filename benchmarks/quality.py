@@ -537,6 +537,24 @@ def data_available(ctx: Context, suite: Suite) -> bool:
     return all(os.path.isfile(os.path.join(ctx.data_root, name)) for name in SHARED_FILES[suite.dataset])
 
 
+# The UD English EWT files data_prep/train_parser.sh trains BET(SG)'s parser on (prepare_syntax_hints)
+PARSER_FILES = ("ud_english_ewt/en_ewt-ud-dev.conllu", "ud_english_ewt/en_ewt-ud-test.conllu")
+
+
+def require_data(ctx: Context, selected: Sequence[Tuple[Suite, Sequence[Row]]]):
+    """Every shared file the selected suites and rows are prepared from, checked before the first of them
+    runs: a file missing for a later suite is a one-line error now, not after hours of the earlier ones."""
+    for suite, rows in selected:
+        parser = PARSER_FILES if any(row.syntax_hints for row in rows) else ()
+        for name in (*SHARED_FILES[suite.dataset], *parser):
+            shared_file(ctx, *name.split("/"))
+
+
+def selected_rows(suite: Suite, wanted: Optional[set], quick: bool) -> List[Row]:
+    """The rows of ``suite`` a run trains: --rows', else (--quick) the suite's quick rows, else all."""
+    return [row for row in suite.rows if (row.name in wanted if wanted else (row.name in suite.quick_rows if quick else True))]
+
+
 def preparation_lock(ctx: Context, suite: Suite):
     """Held while the suite's data set is prepared in the work folder: a second process that prepares it at the
     same time (a convergence rung started beside another, a second run) waits, then finds it prepared
@@ -598,8 +616,7 @@ def prepare_syntax_hints(ctx: Context, suite: Suite):
     steps = QUICK_PARSER_STEPS if ctx.quick else PARSER_STEPS
     if not os.path.isdir(model):
         ctx.run(suite.name, {}, [
-            "data_prep/train_parser.sh", shared_file(ctx, "ud_english_ewt", "en_ewt-ud-dev.conllu"),
-            shared_file(ctx, "ud_english_ewt", "en_ewt-ud-test.conllu"), parser_dir,
+            "data_prep/train_parser.sh", *(shared_file(ctx, *name.split("/")) for name in PARSER_FILES), parser_dir,
             "--max-steps", str(steps), "--eval-frequency", str(min(250, steps))],
             log_path=os.path.join(ctx.work_dir, "logs", "parser.log"))
     ctx.run(suite.name, recipe_env(ctx, suite, {"SPACY_MODEL": model}),
@@ -2092,6 +2109,15 @@ def main(argv: Optional[Sequence[str]] = None):
     if len(exclusive) > 1:
         parser.error(f"{' and '.join(exclusive)}: each is a run of its own (--report-only only renders, --rescore "
                      "scores finished rows again, --decode-cost measures decoding): give one of them")
+    # (an option a run does not read is refused, not ignored)
+    if exclusive and (args.force or args.jobs != 1):
+        parser.error(f"{'--force' if args.force else '--jobs'}: an option of training rows, which {exclusive[0]} does not "
+                     "(it would be ignored)")
+    if args.device != "cpu" and (args.report_only or args.decode_cost):
+        parser.error(f"--device {args.device}: {exclusive[0]} runs nothing on it (the decoding cost is measured on the "
+                     "CPU by the latency protocol; it would be ignored)")
+    if args.drop_rows and args.quick and args.output is None:
+        parser.error("--drop-rows: --quick writes no report unless --output is given (it would be ignored)")
 
     unknown = [s for s in args.suites.split(",") if s not in SUITES]
     if unknown:
@@ -2120,6 +2146,9 @@ def main(argv: Optional[Sequence[str]] = None):
     command = "python benchmarks/quality.py" + (" " + " ".join(shlex.quote(a) for a in argv) if argv else
                                                  (" " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""))
     command = with_placeholders(command, machine_folders(ctx))  # (the report names no folder of this machine)
+    if not args.report_only:  # (--rescore and --decode-cost prepare every suite's data too; --report-only where it is)
+        require_data(ctx, [(suite, [] if args.rescore or args.decode_cost else selected_rows(suite, wanted, args.quick))
+                           for suite in suites])
     for suite in suites:
         # --report-only prepares where the data is here (also how a work folder for a GPU run gets it); the rows'
         # fingerprints include the data's, checked where it is prepared (load_result)
@@ -2143,8 +2172,7 @@ def main(argv: Optional[Sequence[str]] = None):
                 if not wanted or row.name in wanted:
                     rescore_row(ctx, suite, row)
             continue
-        rows = [row for row in suite.rows if (row.name in wanted if wanted else
-                                              (row.name in suite.quick_rows if args.quick else True))]
+        rows = selected_rows(suite, wanted, args.quick)
         if any(row.syntax_hints for row in rows):
             prepare_syntax_hints(ctx, suite)
         save_preparation_commands(ctx, suite)

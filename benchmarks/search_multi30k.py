@@ -1077,6 +1077,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for option in ("supernet_updates", "loss_samples", "latency_samples"):
         if getattr(args, option) is not None and getattr(args, option) < 1:
             parser.error(f"--{option.replace('_', '-')}: expected at least 1, got {getattr(args, option)}")
+    # An option of a stage that does not run would be ignored: refused. (Where the runs go, --device, --jobs and
+    # --quality-work-dir, may name stages that do not run: a lent GPU's one call passes them whatever it runs.)
+    running = set() if args.report_only else set(stages)
+    for option, given, readers in (("--supernet-updates", args.supernet_updates is not None, {"supernet"}),
+                                   ("--loss-samples", args.loss_samples is not None, {"collect"}),
+                                   ("--latency-samples", args.latency_samples is not None, {"collect"}),
+                                   ("--jobs", args.report_only and args.jobs != 1, {"train"}),
+                                   ("--device", args.report_only and args.device != "cpu", {"supernet", "train"}),
+                                   ("--quality-work-dir", args.report_only and args.quality_work_dir, {"train"})):
+        if given and not readers & running:
+            parser.error(f"{option}: an option of the {' and '.join(sorted(readers))} stage"
+                         f"{'s' * (len(readers) > 1)}, which "
+                         f"{'--report-only does not run' if args.report_only else '--stages ' + args.stages + ' leaves out'} "
+                         "(it would be ignored)")
     scale = QUICK if args.quick else REAL
     if not args.report_only and {"supernet", "train"} & set(stages):
         budget = convergence_budget(args.quick)  # (before any long work: a one-line error until B is measured)

@@ -468,7 +468,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="the stages' small results, committed (default: %(default)s)")
     parser.add_argument("--output", default=os.path.join(REPO, "docs", "records", "search.md"), help="the report (default: %(default)s)")
     parser.add_argument("--supernet-updates", type=int, default=SUPERNET_UPDATES, help="(default: %(default)s)")
-    parser.add_argument("--scratch-updates", type=int, default=SCRATCH_UPDATES, help="(default: %(default)s)")
+    parser.add_argument("--scratch-updates", type=int, default=None,
+                        help=f"(default: {SCRATCH_UPDATES}; the report: the latest run's)")
     parser.add_argument("--architectures", type=int, default=ARCHITECTURES, help="(default: %(default)s)")
     parser.add_argument("--pool", type=int, default=POOL, help="samples the architectures are chosen from (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=SEED, help="seed of the samples (default: %(default)s)")
@@ -477,22 +478,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     stages = parse_stages(parser, args.stages, STAGES)
     for name in ("supernet_updates", "scratch_updates", "architectures", "pool"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: expected at least 1")
+    if args.architectures > args.pool:
+        parser.error(f"--architectures {args.architectures}: more than the --pool {args.pool} samples they are chosen from")
     os.makedirs(args.results, exist_ok=True)
     command = "python benchmarks/supernet_ranking.py" + "".join(" " + shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     if not args.report_only:
         require_committed(args.allow_dirty, "benchmarks/supernet_ranking.py")
         ctx = Context(data_root=os.path.abspath(args.data_root), work_dir=os.path.abspath(args.work_dir), quick=False)
+        # (chosen first, in seconds: a pool with too few distinct architectures, or a stored choice of other
+        # settings, is an error before the supernet trains for hours)
+        architectures = choose_architectures(args.results, args.architectures, args.pool, args.seed) \
+            if {"architectures", "inherited", "scratch"} & set(stages) else []
         prepare(ctx, SUITE)
         if "supernet" in stages:
             train_supernet(ctx, args.results, args.supernet_updates)
-        architectures = choose_architectures(args.results, args.architectures, args.pool, args.seed) \
-            if {"architectures", "inherited", "scratch"} & set(stages) else []
         if "inherited" in stages:
             inherited_losses(ctx, args.results, architectures)
         if "scratch" in stages:
-            scratch_losses(ctx, args.results, architectures, args.scratch_updates)
+            scratch_losses(ctx, args.results, architectures, args.scratch_updates or SCRATCH_UPDATES)
     write_report(args.output, render(args.results, command, args.scratch_updates), REPORT_BEGIN, REPORT_END)
     log(f"report: {relative(args.output)}")
     return 0

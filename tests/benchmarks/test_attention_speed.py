@@ -398,3 +398,26 @@ def test_times_keep_three_significant_digits_for_the_comparison_tool(seconds, te
     assert common.fmt_time(seconds) == text
     if seconds is not None:
         assert read_back(text) == pytest.approx(seconds, rel=0.005)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--lengths", "256,x"], "--lengths: expected comma-separated whole numbers of at least 1, got '256,x'"),
+    (["--lengths", ","], "--lengths: expected comma-separated whole numbers of at least 1, got ','"),
+    (["--decode-prefixes", "128,0"], "--decode-prefixes: expected comma-separated whole numbers of at least 1 (or an empty "
+     "string: none), got '128,0'"),
+    (["--decode-steps", "0"], "--decode-steps: expected at least 1, got 0"),
+    (["--repeats", "1"], "--repeats: expected at least 2, got 1"),
+    (["--threads", "0"], "--threads: expected at least 1, got 0"),
+    (["--kinds", "softmax", "--sweep", "cosformer:chunk_size=64"], "--sweep: cosformer is not measured (--kinds softmax)"),
+], ids=["lengths-not-numbers", "lengths-empty", "prefix-zero", "decode-steps", "repeats", "threads", "sweep-unmeasured"])
+def test_bad_settings_are_usage_errors_before_any_timing(argv, message, capsys):
+    with pytest.raises(SystemExit) as refused:
+        bench.main(["--quick", *argv])
+    assert refused.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_whole_numbers_of_a_comma_separated_option():
+    parser = argparse.ArgumentParser()
+    assert common.whole_numbers(parser, "--x", "256, 1024,") == [256, 1024]
+    assert common.whole_numbers(parser, "--x", "", empty_ok=True) == []
+    assert common.whole_numbers(parser, "--x", "0,3", least=0) == [0, 3]

@@ -115,6 +115,14 @@ def test_bad_budgets_are_one_line_errors(tmp_path):
     result = subprocess.run([sys.executable, SCRIPT, "--suite", "multi30k", "--jobs", "3", "--report-only",
                              "--output", str(tmp_path / "c.md")], capture_output=True, text=True)
     assert result.returncode == 2 and "--jobs 3 trains the rungs named by --rung side by side" in result.stderr
+    result = subprocess.run([sys.executable, SCRIPT, "--suite", "multi30k", "--first", "4000", "--max-budget", "1000",
+                             "--output", str(tmp_path / "c.md")], capture_output=True, text=True)
+    assert result.returncode == 2 and "--first 4000 is above --max-budget 1000: the multi30k ladder would have no rung" \
+        in result.stderr
+    # --report-only renders every ladder as recorded: an option of climbing one would be ignored
+    result = subprocess.run([sys.executable, SCRIPT, "--suite", "multi30k", "--rung", "2000", "--report-only",
+                             "--output", str(tmp_path / "c.md")], capture_output=True, text=True)
+    assert result.returncode == 2 and "--suite: an option of climbing a ladder, which --report-only does not" in result.stderr
     # the retired ladders are reported, never climbed
     result = subprocess.run([sys.executable, SCRIPT, "--suite", "multi30k_inverse_sqrt", "--report-only",
                              "--output", str(tmp_path / "c.md")], capture_output=True, text=True)

@@ -449,6 +449,21 @@ def test_the_budget_B_must_be_measured_before_anything_runs(tmp_path, monkeypatc
     assert "--jobs: expected at least 1, got 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--stages", "collect", "--supernet-updates", "8000"],
+     "--supernet-updates: an option of the supernet stage, which --stages collect leaves out (it would be ignored)"),
+    (["--stages", "train", "--loss-samples", "5"], "--loss-samples: an option of the collect stage, which --stages train leaves out"),
+    (["--report-only", "--latency-samples", "5"], "--latency-samples: an option of the collect stage, which --report-only does not run"),
+    (["--report-only", "--jobs", "3"], "--jobs: an option of the train stage, which --report-only does not run"),
+    (["--report-only", "--device", "cuda"], "--device: an option of the supernet and train stages, which --report-only does not run"),
+], ids=["supernet-updates", "loss-samples", "latency-samples-report-only", "jobs-report-only", "device-report-only"])
+def test_an_option_of_a_stage_that_does_not_run_is_refused(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as refused:
+        run.main([*argv, "--results", str(tmp_path / "results"), "--output", str(tmp_path / "search.md")])
+    assert refused.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+
+
 def test_budgets_come_from_the_stored_measurements(tmp_path):
     """budgets.json from the protocol's records (no supernet needed once measured); the FLOPs budget is the
     middle baseline's."""

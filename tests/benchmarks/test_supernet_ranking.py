@@ -207,3 +207,18 @@ def test_inherited_losses_keep_each_result_as_it_comes_and_resume_with_the_rest(
     with pytest.raises(SystemExit, match="printed 0 results for 4 architectures"):
         ranking.inherited_losses(context("python_quiet", f"#!{sys.executable}\nprint('nothing')\n"), str(tmp_path),
                                  architectures)
+
+
+def test_the_architectures_are_checked_before_the_data_is_prepared_or_the_supernet_trains(tmp_path, monkeypatch, capsys):
+    with pytest.raises(SystemExit) as refused:
+        ranking.main(["--architectures", "200", "--pool", "100", "--report-only", "--results", str(tmp_path),
+                      "--output", str(tmp_path / "search.md")])
+    assert refused.value.code == 2
+    assert "--architectures 200: more than the --pool 100 samples they are chosen from" in capsys.readouterr().err
+    # a stored choice of other settings: an error before anything long starts
+    architectures = ranking.spread_architectures(ranking.SPACE, 4, 100, 1)
+    write_results(tmp_path, architectures, [5.0, 4.0, 3.0, 2.0], [6.0, 5.5, 4.5, 4.0])
+    monkeypatch.setattr(ranking, "prepare", lambda *a, **k: pytest.fail("prepared before the architectures were chosen"))
+    with pytest.raises(SystemExit, match="holds 4 architectures of pool None, seed None"):
+        ranking.main(["--architectures", "4", "--allow-dirty", "--results", str(tmp_path), "--work-dir", str(tmp_path / "w"),
+                      "--output", str(tmp_path / "search.md")])
