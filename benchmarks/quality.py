@@ -545,7 +545,7 @@ def require_data(ctx: Context, selected: Sequence[Tuple[Suite, Sequence[Row]]]):
     """Every shared file the selected suites and rows are prepared from, checked before the first of them
     runs: a file missing for a later suite is a one-line error now, not after hours of the earlier ones."""
     for suite, rows in selected:
-        parser = PARSER_FILES if any(row.syntax_hints for row in rows) else ()
+        parser = PARSER_FILES if any(row.syntax_hints for row in rows) and not os.path.isdir(parser_model(ctx)) else ()
         for name in (*SHARED_FILES[suite.dataset], *parser):
             shared_file(ctx, *name.split("/"))
 
@@ -607,12 +607,17 @@ def _prepare(ctx: Context, suite: Suite) -> str:
     return dest
 
 
+def parser_model(ctx: Context) -> str:
+    """BET(SG)'s parser, trained once per work folder (prepare_syntax_hints)."""
+    return os.path.join(ctx.work_dir, "parser_en_ewt", "model-last")
+
+
 def prepare_syntax_hints(ctx: Context, suite: Suite):
     """BET(SG): a parser from the shared UD EWT files (dev trains; model-last, not model-best, which is
     selected on the test file), then hints of every split. Hints that never point past the previous
     token would make BET(SG) train as BET(SF) without a word: that is an error."""
-    parser_dir = os.path.join(ctx.work_dir, "parser_en_ewt")
-    model = os.path.join(parser_dir, "model-last")
+    model = parser_model(ctx)
+    parser_dir = os.path.dirname(model)
     steps = QUICK_PARSER_STEPS if ctx.quick else PARSER_STEPS
     if not os.path.isdir(model):
         ctx.run(suite.name, {}, [

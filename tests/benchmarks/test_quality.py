@@ -1242,6 +1242,11 @@ def test_every_selected_suites_data_is_checked_before_the_first_runs(monkeypatch
         quality.main(["--suites", "multi30k,grimm", *common])
     with pytest.raises(SystemExit, match=rf"error: {data}/ud_english_ewt/en_ewt-ud-dev.conllu is missing"):
         quality.main(["--suites", "multi30k", "--rows", "softmax,bet_sg", *common])
+    # a parser trained before (a work folder carried to a GPU) needs no UD files
+    parser = tmp_path / "work" / "parser_en_ewt" / "model-last"
+    parser.mkdir(parents=True)
+    with pytest.raises(pytest.fail.Exception, match="prepared before the data was checked"):
+        quality.main(["--suites", "multi30k", "--rows", "softmax,bet_sg", *common])
 
 
 @pytest.mark.parametrize("argv, message", [
