@@ -47,6 +47,7 @@ import tarfile
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 import zlib
@@ -540,8 +541,10 @@ def download(url: str, dest: str, retries: int = 3, timeout: float = 60.0, backo
 
 
 def _files_named(root: Optional[str], name: str) -> Iterator[str]:
-    if not root or not os.path.isdir(root):
+    if root is None:  # (no --raw-dir)
         return
+    if not os.path.isdir(root):  # never skipped (the release would be downloaded instead); check_arguments says it first
+        raise PrepError(f"{root}: no such folder (looking for {name} in it)")
     for directory, subdirs, files in os.walk(root):
         subdirs.sort()
         if name in files:
@@ -866,7 +869,9 @@ def argument_parser(name: str, description: str, default_dest: str, steps: Seque
                     downloads: bool = True) -> argparse.ArgumentParser:
     """The options every preparation script shares; ``steps``: the names of its steps (``--stop-after``);
     ``downloads``: whether it fetches a release (the download options), or reads only files it is given."""
-    parser = argparse.ArgumentParser(prog=f"python -m data_prep.{name}", description=description, formatter_class=_Formatter)
+    # no abbreviations: check_arguments reads the options as typed (an option of the BPE mode not chosen)
+    parser = argparse.ArgumentParser(prog=f"python -m data_prep.{name}", description=description, formatter_class=_Formatter,
+                                     allow_abbrev=False)
     if downloads:
         parser.add_argument("--raw-dir", help="folder with the release files already on disk (archives, or the files "
                             "inside them, anywhere below it); what is missing is downloaded unless --no-download")
@@ -901,14 +906,31 @@ def fetch_all(resources: Sequence[Resource], args, skipped: Optional[List[str]] 
 # option -> the least value it takes (those a preparation has)
 MINIMUM = {"workers": 1, "retries": 1, "bpe_merges": 1, "spm_vocab_size": 1}
 FRACTIONS = ("valid_fraction", "test_fraction")
+# option -> the --bpe that reads it (translation.add_bpe_arguments); typed with the other one, it would be ignored
+BPE_OPTIONS = {"bpe_merges": "subword-nmt", "spm_vocab_size": "sentencepiece"}
+# what download can fetch from: http(s) (range requests to resume, status codes), file:// (a local copy of a mirror)
+MIRROR_SCHEMES = ("http", "https", "file")
 
 
 def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def check_arguments(args) -> None:
-    """Values no step could use, refused before any work (a ``PrepError`` naming the option)."""
+def check_arguments(args, typed: Sequence[str] = ()) -> None:
+    """Values no step could use, and options that would be ignored, refused before any work (a ``PrepError``
+    naming the option). ``typed``: the command line as typed (its defaults never make an option ignored)."""
+    given = {token.split("=", 1)[0] for token in typed if token.startswith("--")}
+    for dest, mode in BPE_OPTIONS.items():
+        if getattr(args, "bpe", mode) != mode and _flag(dest) in given:
+            raise PrepError(f"{_flag(dest)}: an option of --bpe {mode}, not of --bpe {args.bpe} (it would be ignored)")
+    raw_dir = getattr(args, "raw_dir", None)
+    if raw_dir is not None and not os.path.isdir(raw_dir):  # (not skipped: the release would be downloaded instead)
+        raise PrepError(f"--raw-dir {raw_dir}: {'not a folder' if os.path.exists(raw_dir) else 'no such folder'} "
+                        "(expected the folder with the release files on disk; leave it out to download them)")
+    for mirror in getattr(args, "mirror", None) or ():
+        url = urllib.parse.urlsplit(mirror)
+        if url.scheme.lower() not in MIRROR_SCHEMES or (url.scheme.lower() != "file" and not url.netloc):
+            raise PrepError(f"--mirror {mirror}: expected a base URL starting with http://, https:// or file://")
     for dest, least in MINIMUM.items():
         value = getattr(args, dest, None)
         if value is not None and value < least:
@@ -944,7 +966,7 @@ def main_guard(prepare: Callable[[argparse.Namespace], str], parser: argparse.Ar
     args = parser.parse_args(argv)
     configure_logging()
     try:
-        check_arguments(args)
+        check_arguments(args, sys.argv[1:] if argv is None else list(argv))
         if os.path.exists(args.dest) and not os.path.isdir(args.dest):
             raise PrepError(f"--dest {args.dest}: a file is in the way (expected a folder, or nothing)")
         # (the destination is written beside itself and renamed into place: its parent is what must be writable)

@@ -76,11 +76,15 @@ class RawText:
 
 
 def add_bpe_arguments(parser, merges: int, sentencepiece: bool = False) -> None:
-    parser.add_argument("--bpe-merges", type=int, default=merges, help="subword-nmt merge operations (joint BPE)")
+    """The BPE options; ``sentencepiece``: ``--bpe`` chooses between the two, and an option of the one not chosen,
+    typed, is refused (``common.check_arguments``: it would be ignored)."""
+    only = " (--bpe subword-nmt only)" if sentencepiece else ""
+    parser.add_argument("--bpe-merges", type=int, default=merges, help=f"subword-nmt merge operations (joint BPE){only}")
     if sentencepiece:
         parser.add_argument("--bpe", choices=["subword-nmt", "sentencepiece"], default="subword-nmt",
                             help="joint subword-nmt BPE on Moses tokens, or a joint sentencepiece BPE model on raw text")
-        parser.add_argument("--spm-vocab-size", type=int, default=32000)
+        parser.add_argument("--spm-vocab-size", type=int, default=32000,
+                            help="sentencepiece vocabulary size (--bpe sentencepiece only)")
 
 
 def prepare_translation(args, config: TranslationConfig, write_raw: Callable[[str], None], raw_step_params: dict) -> str:

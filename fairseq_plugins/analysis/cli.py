@@ -56,7 +56,9 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--output-json", metavar="PATH", default=None, help="also write the results as JSON (atomically)")
     parser.add_argument("--heatmap", metavar="PATH.png", default=None, help="write a PNG heatmap of one sentence, one panel per layer")
-    parser.add_argument("--sentence-index", type=int, default=0, help="example index in the split for --heatmap (default 0)")
+    # (default None, not 0: typed without --heatmap, it is refused, not ignored)
+    parser.add_argument("--sentence-index", type=int, default=None,
+                        help="example index in the split for --heatmap, and only with it (default 0)")
     parser.add_argument("--cpu", action="store_true", help="run on CPU even when CUDA is available")
     parser.add_argument(
         "--model-overrides", default="{}",
@@ -162,8 +164,14 @@ def _parse_overrides(text: str) -> dict:
 
 
 def run(args) -> int:
-    from .runner import AnalysisError, analyse, load, sentence_attention
+    from .runner import AnalysisError, analyse, check_bounds, load, sentence_attention
 
+    # options checked before the checkpoint is loaded (which may take long), not after it
+    check_bounds(args.max_tokens, args.max_sentences, args.max_batches, args.max_sentences_total)
+    if args.sentence_index is not None and args.heatmap is None:
+        raise AnalysisError("--sentence-index: an option of --heatmap, which is not given (it would be ignored)")
+    if args.sentence_index is not None and args.sentence_index < 0:
+        raise AnalysisError(f"--sentence-index: expected at least 0, got {args.sentence_index}")
     if args.user_dir:
         from fairseq import utils
 
@@ -173,6 +181,8 @@ def run(args) -> int:
     for option, path in (("--output-json", args.output_json), ("--heatmap", args.heatmap)):
         if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise AnalysisError(f"{option}: directory of {path} does not exist")
+        if path is not None and os.path.isdir(path):  # (written after the whole analysis: say it now)
+            raise AnalysisError(f"{option}: {path} is a folder (expected the path of a file to write)")
     if args.heatmap is not None and not args.heatmap.lower().endswith(".png"):
         raise AnalysisError(f"--heatmap: expected a .png path, got {args.heatmap}")
     overrides = _parse_overrides(args.model_overrides)
@@ -181,7 +191,7 @@ def run(args) -> int:
     if args.heatmap:  # first, so that a bad --sentence-index fails before the statistics
         from .heatmap import write_heatmap
 
-        sentence = sentence_attention(loaded, args.split, args.sentence_index)
+        sentence = sentence_attention(loaded, args.split, args.sentence_index or 0)
     result = analyse(
         loaded,
         args.split,

@@ -188,6 +188,15 @@ class AnalysisResult:
     extra: Dict = field(default_factory=dict)
 
 
+def check_bounds(max_tokens: Optional[int] = None, max_sentences: Optional[int] = None, max_batches: Optional[int] = None,
+                 max_sentences_total: Optional[int] = None) -> None:
+    """``analyse``'s bounds on the work, each positive or None; the CLI checks them before loading the checkpoint."""
+    for option, value in (("--max-tokens", max_tokens), ("--max-sentences", max_sentences), ("--max-batches", max_batches),
+                          ("--max-sentences-total", max_sentences_total)):
+        if value is not None and value < 1:
+            raise AnalysisError(f"{option} must be a positive integer, got {value}")
+
+
 def analyse(
     loaded: Loaded,
     split: str,
@@ -205,10 +214,7 @@ def analyse(
     indices 0..N-1); ``max_batches`` stops after that many batches (in
     fairseq's batch order: sorted by length, as fairseq-generate).
     """
-    for option, value in (("--max-tokens", max_tokens), ("--max-sentences", max_sentences), ("--max-batches", max_batches),
-                          ("--max-sentences-total", max_sentences_total)):
-        if value is not None and value < 1:
-            raise AnalysisError(f"{option} must be a positive integer, got {value}")
+    check_bounds(max_tokens, max_sentences, max_batches, max_sentences_total)
     dataset = load_split(loaded, split)
     if len(dataset) == 0:
         raise AnalysisError(f"--gen-subset: split {split!r} is empty")

@@ -199,6 +199,8 @@ def test_heatmap_of_one_sentence(trained, tmp_path, capsys):
         image.load()
         assert image.format == "PNG"
     assert sorted(os.listdir(tmp_path)) == ["out.json", "sentence.png"]
+    analyse(capsys, data, checkpoint, tmp_path, "--heatmap", str(tmp_path / "first.png"), name="first.json")
+    assert (tmp_path / "first.png").stat().st_size > 0  # without --sentence-index: example 0
     sentence = sentence_attention(load(checkpoint, data, cpu=True), "test", 2)
     words = trained["sentences"]["translation"][2]
     assert sentence.tokens == ["</s>"] + words  # prev_output_tokens: </s> then the target words
@@ -247,3 +249,28 @@ def test_bad_input(trained, tmp_path, capsys):
     err = run_error(capsys, trained["bin"]["lm"], "--path", trained["checkpoints"]["lm_extractors"], "--cpu")
     assert "no decoder layer" in err and "(layer 0: extractor_she, layer 1: extractor_me, layer 2: extractor_we)" in err
     assert not (tmp_path / "h.png").exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--max-tokens", "0"], "--max-tokens must be a positive integer, got 0"),
+    (["--max-sentences", "0"], "--max-sentences must be a positive integer, got 0"),
+    (["--max-batches", "-1"], "--max-batches must be a positive integer, got -1"),
+    (["--max-sentences-total", "0"], "--max-sentences-total must be a positive integer, got 0"),
+    (["--sentence-index", "3"], "--sentence-index: an option of --heatmap, which is not given (it would be ignored)"),
+    (["--heatmap", "{d}/h.png", "--sentence-index", "-1"], "--sentence-index: expected at least 0, got -1"),
+    (["--output-json", "{d}"], "--output-json: {d} is a folder (expected the path of a file to write)"),
+    (["--heatmap", "{d}/folder.png"], "--heatmap: {d}/folder.png is a folder (expected the path of a file to write)"),
+], ids=["max-tokens", "max-sentences", "max-batches", "max-sentences-total", "sentence-index-without-heatmap",
+        "negative-sentence-index", "output-json-a-folder", "heatmap-a-folder"])
+def test_bad_options_are_refused_before_the_checkpoint_is_loaded(tmp_path, capsys, monkeypatch, options, message):
+    from fairseq_plugins.analysis import runner
+
+    def load(*args, **kwargs):
+        raise AssertionError("the checkpoint was loaded before the options were checked")
+
+    monkeypatch.setattr(runner, "load", load)
+    (tmp_path / "folder.png").mkdir()
+    err = run_error(capsys, str(tmp_path), "--path", str(tmp_path / "checkpoint.pt"), "--cpu",
+                    *[option.format(d=tmp_path) for option in options])
+    assert err.splitlines() == ["error: " + message.format(d=tmp_path)]
+    assert sorted(os.listdir(tmp_path)) == ["folder.png"]

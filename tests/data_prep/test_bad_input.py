@@ -227,7 +227,18 @@ def multi30k(tmp_path, *extra):
     (["--dest", "{d}/a-file"], "--dest {d}/a-file: a file is in the way (expected a folder, or nothing)"),
     (["--work-dir", "{d}/a-file/work"], "--work-dir {d}/a-file/work: cannot create or write the folder {d}/a-file/work "
                                         "(Not a directory: {d}/a-file/work)"),
-], ids=["workers", "bpe-merges", "retries", "dest-under-a-file", "dest-a-file", "work-dir-under-a-file"])
+    # a --raw-dir is only read: one that is not there would otherwise mean downloading the release
+    (["--raw-dir", "{d}/no-raw"], "--raw-dir {d}/no-raw: no such folder (expected the folder with the release files on "
+                                  "disk; leave it out to download them)"),
+    (["--raw-dir", "{d}/a-file"], "--raw-dir {d}/a-file: not a folder (expected the folder with the release files on "
+                                  "disk; leave it out to download them)"),
+    (["--mirror", "foo"], "--mirror foo: expected a base URL starting with http://, https:// or file://"),
+    (["--mirror", "ftp://mirror.example/multi30k"],
+     "--mirror ftp://mirror.example/multi30k: expected a base URL starting with http://, https:// or file://"),
+    (["--mirror", "https:mirror.example"], "--mirror https:mirror.example: expected a base URL starting with http://, "
+                                           "https:// or file://"),
+], ids=["workers", "bpe-merges", "retries", "dest-under-a-file", "dest-a-file", "work-dir-under-a-file", "raw-dir-missing",
+        "raw-dir-a-file", "mirror-without-scheme", "mirror-ftp", "mirror-without-host"])
 def test_bad_options_are_refused_before_any_work(tmp_path, extra, message):
     multi30k_raw(tmp_path)
     (tmp_path / "a-file").write_text("in the way\n")
@@ -235,6 +246,46 @@ def test_bad_options_are_refused_before_any_work(tmp_path, extra, message):
     result = multi30k(tmp_path, *[value.format(d=tmp_path) for value in extra])
     assert one_line_error(result) == "error: " + message.format(d=tmp_path)
     assert sorted(os.listdir(tmp_path)) == before  # no work folder, no destination
+
+
+@pytest.mark.parametrize("name, extra, message", [
+    ("wmt14_en_de", ["--bpe", "sentencepiece", "--bpe-merges", "100"],
+     "--bpe-merges: an option of --bpe subword-nmt, not of --bpe sentencepiece (it would be ignored)"),
+    ("wmt17_en_de", ["--spm-vocab-size", "8000"],
+     "--spm-vocab-size: an option of --bpe sentencepiece, not of --bpe subword-nmt (it would be ignored)"),
+    ("wmt14_en_de", ["--bpe", "subword-nmt", "--spm-vocab-size=8000"],
+     "--spm-vocab-size: an option of --bpe sentencepiece, not of --bpe subword-nmt (it would be ignored)"),
+], ids=["merges-with-sentencepiece", "vocab-size-with-the-default", "vocab-size-with-subword-nmt"])
+def test_an_option_of_the_other_bpe_is_refused_before_any_work(tmp_path, name, extra, message):
+    (tmp_path / "raw").mkdir()
+    result = cli(name, "--raw-dir", str(tmp_path / "raw"), "--work-dir", str(tmp_path / "work"), "--dest",
+                 str(tmp_path / "bin"), "--no-download", *extra)
+    assert one_line_error(result) == "error: " + message
+    assert sorted(os.listdir(tmp_path)) == ["raw"]
+
+
+def test_the_bpe_options_are_read_as_typed(tmp_path):
+    """Only an option typed refuses: the other BPE's default does not; as `python -m` (sys.argv) too, and an
+    abbreviation (which the check could not read) is refused by argparse."""
+    from data_prep.common import argument_parser, check_arguments
+    from data_prep.translation import TRANSLATION_STEPS, add_bpe_arguments
+
+    parser = argument_parser("wmt14_en_de", "", "bin", TRANSLATION_STEPS)
+    add_bpe_arguments(parser, merges=40000, sentencepiece=True)
+    for argv in ([], ["--bpe", "sentencepiece"], ["--bpe", "sentencepiece", "--spm-vocab-size", "8"],
+                 ["--bpe-merges", "5"], ["--bpe", "subword-nmt", "--bpe-merges=5"]):
+        check_arguments(parser.parse_args(argv), argv)
+    (tmp_path / "raw").mkdir()
+    # (an empty --raw-dir and --no-download: were the option not refused, the run would fail fast, not download)
+    folders = ["--raw-dir", str(tmp_path / "raw"), "--work-dir", str(tmp_path / "work"), "--dest", str(tmp_path / "bin"),
+               "--no-download"]
+    module = subprocess.run([sys.executable, "-m", "data_prep.wmt17_en_de", *folders, "--spm-vocab-size", "8"],
+                            capture_output=True, text=True, cwd=ROOT_DIR)
+    assert one_line_error(module) == ("error: --spm-vocab-size: an option of --bpe sentencepiece, not of --bpe subword-nmt "
+                                      "(it would be ignored)")
+    abbreviated = cli("wmt14_en_de", *folders, "--spm", "8")
+    assert abbreviated.returncode == 2 and "error: unrecognized arguments: --spm 8" in abbreviated.stderr
+    assert sorted(os.listdir(tmp_path)) == ["raw"]
 
 
 def test_a_misspelled_step_is_refused_before_any_work(tmp_path):

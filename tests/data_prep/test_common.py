@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import http.server
 import os
+import re
 import threading
 
 import pytest
@@ -81,6 +82,16 @@ def test_download_retries_then_falls_back_to_a_mirror(server, tmp_path, capsys):
     assert "retry 1/2" in err and "sha256 verified" in err
 
 
+def test_a_file_url_mirror_is_downloaded_from(tmp_path):
+    """file:// is one of the schemes --mirror takes (check_arguments): a local copy of a mirror is read as one."""
+    (tmp_path / "mirror").mkdir()
+    (tmp_path / "mirror" / "release.tgz").write_bytes(PAYLOAD)
+    resource = Resource("release.tgz", urls=["http://127.0.0.1:9/release.tgz"], sha256=sha256(PAYLOAD), checksum_source="test")
+    paths = fetch(resource, raw_dir=None, work_dir=str(tmp_path / "work"), retries=1,
+                  mirrors=[(tmp_path / "mirror").as_uri() + "/"])
+    assert open(paths["release.tgz"], "rb").read() == PAYLOAD
+
+
 def test_all_locations_failing_is_an_error_naming_the_file(tmp_path):
     resource = Resource("release.tgz", urls=["http://127.0.0.1:9/release.tgz"])
     with pytest.raises(PrepError, match="could not download release.tgz"):
@@ -133,6 +144,10 @@ def test_raw_dir_archive_or_extracted_members(tmp_path):
         fetch(missing, str(raw), str(tmp_path / "work"), download_ok=False)
     optional = Resource("other.tgz", urls=[], members=["x"], optional=True)
     assert fetch(optional, str(raw), str(tmp_path / "work"), download_ok=False) == {}
+    # a raw folder that is not there is an error, not a download (the CLI's check_arguments says so first)
+    gone = re.escape(str(tmp_path / "gone"))
+    with pytest.raises(PrepError, match=f"^{gone}: no such folder \\(looking for train.de in it\\)$"):
+        fetch(resource, str(tmp_path / "gone"), str(tmp_path / "work3"))
 
 
 def test_atomic_output_leaves_nothing_on_failure(tmp_path):
