@@ -104,29 +104,23 @@ def test_a_ladder_climbs_resumes_and_each_rung_is_its_own_run_to_that_budget(tmp
     assert refused.returncode != 0 and "past the rung 2" in refused.stderr
 
 
-def test_bad_budgets_are_one_line_errors(tmp_path):
-    result = subprocess.run([sys.executable, SCRIPT, "--first", "0", "--report-only", "--output", str(tmp_path / "c.md")],
-                            capture_output=True, text=True)
-    assert result.returncode == 2 and "--first must be a positive number of updates, got 0" in result.stderr
-    result = subprocess.run([sys.executable, SCRIPT, "--suite", "multi30k", "--rung", "3000", "--report-only",
-                             "--output", str(tmp_path / "c.md")], capture_output=True, text=True)
-    assert result.returncode == 2 and "--rung 3000 is not a rung of the multi30k ladder: expected one of 1000, 2000" \
-        in result.stderr
-    result = subprocess.run([sys.executable, SCRIPT, "--suite", "multi30k", "--jobs", "3", "--report-only",
-                             "--output", str(tmp_path / "c.md")], capture_output=True, text=True)
-    assert result.returncode == 2 and "--jobs 3 trains the rungs named by --rung side by side" in result.stderr
-    result = subprocess.run([sys.executable, SCRIPT, "--suite", "multi30k", "--first", "4000", "--max-budget", "1000",
-                             "--output", str(tmp_path / "c.md")], capture_output=True, text=True)
-    assert result.returncode == 2 and "--first 4000 is above --max-budget 1000: the multi30k ladder would have no rung" \
-        in result.stderr
+@pytest.mark.parametrize("argv, message", [
+    (["--first", "0", "--report-only"], "--first must be a positive number of updates, got 0"),
+    (["--suite", "multi30k", "--rung", "3000", "--report-only"],
+     "--rung 3000 is not a rung of the multi30k ladder: expected one of 1000, 2000"),
+    (["--suite", "multi30k", "--jobs", "3", "--report-only"], "--jobs 3 trains the rungs named by --rung side by side"),
+    (["--suite", "multi30k", "--first", "4000", "--max-budget", "1000"],
+     "--first 4000 is above --max-budget 1000: the multi30k ladder would have no rung"),
     # --report-only renders every ladder as recorded: an option of climbing one would be ignored
-    result = subprocess.run([sys.executable, SCRIPT, "--suite", "multi30k", "--rung", "2000", "--report-only",
-                             "--output", str(tmp_path / "c.md")], capture_output=True, text=True)
-    assert result.returncode == 2 and "--suite: an option of climbing a ladder, which --report-only does not" in result.stderr
+    (["--suite", "multi30k", "--rung", "2000", "--report-only"],
+     "--suite: an option of climbing a ladder, which --report-only does not"),
     # the retired ladders are reported, never climbed
-    result = subprocess.run([sys.executable, SCRIPT, "--suite", "multi30k_inverse_sqrt", "--report-only",
-                             "--output", str(tmp_path / "c.md")], capture_output=True, text=True)
-    assert result.returncode == 2 and "invalid choice: 'multi30k_inverse_sqrt'" in result.stderr
+    (["--suite", "multi30k_inverse_sqrt", "--report-only"], "invalid choice: 'multi30k_inverse_sqrt'"),
+], ids=["first-zero", "not-a-rung", "jobs-without-rungs", "no-rung", "climbing-report-only", "retired"])
+def test_bad_budgets_are_one_line_errors(argv, message, tmp_path):
+    result = subprocess.run([sys.executable, SCRIPT, *argv, "--output", str(tmp_path / "c.md")], capture_output=True, text=True)
+    assert result.returncode == 2 and message in result.stderr
+    assert not (tmp_path / "c.md").exists()
 
 
 def test_the_report_shows_the_current_ladders_first_and_the_retired_ones_from_their_records(tmp_path):

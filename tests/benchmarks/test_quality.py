@@ -1216,17 +1216,25 @@ def test_two_processes_preparing_the_same_data_take_turns(monkeypatch, tmp_path)
     assert not second.is_alive() and len(ran) == 1 and "data_prep.text_files" in ran[0]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--report-only", "--force"], "--force: an option of training rows, which --report-only does not (it would be ignored)"),
-    (["--rescore", "--jobs", "2"], "--jobs: an option of training rows, which --rescore does not (it would be ignored)"),
-    (["--decode-cost", "--suites", "shakespeare8", "--device", "cuda"], "--device cuda: --decode-cost runs nothing on it"),
-    (["--quick", "--drop-rows"], "--drop-rows: --quick writes no report unless --output is given (it would be ignored)"),
-], ids=["force-report-only", "jobs-rescore", "device-decode-cost", "drop-rows-without-report"])
-def test_an_option_the_run_does_not_read_is_refused(argv, message, tmp_path, capsys):
+@pytest.mark.parametrize("script, argv, message", [
+    ("quality", ["--report-only", "--force"], "--force: an option of training rows, which --report-only does not (it would be ignored)"),
+    ("quality", ["--rescore", "--jobs", "2"], "--jobs: an option of training rows, which --rescore does not (it would be ignored)"),
+    ("quality", ["--decode-cost", "--suites", "shakespeare8", "--device", "cuda"], "--device cuda: --decode-cost runs nothing on it"),
+    ("quality", ["--quick", "--drop-rows"], "--drop-rows: --quick writes no report unless --output is given (it would be ignored)"),
+    ("decode_speed", ["--repeats", "0"], "--repeats: expected at least 1, got 0"),
+    ("decode_speed", ["--threads", "0"], "--threads: expected at least 1, got 0"),
+    ("decode_speed", ["--lengths", "128,x"], "--lengths: expected comma-separated whole numbers of at least 1, got '128,x'"),
+    # (a count other than the default, which is this machine's cores)
+    ("decode_speed", ["--report-only", "--threads", str(provenance.available_cores() + 1)],
+     "--threads: sampling's torch threads, and no LM sampling runs"),
+], ids=["force-report-only", "jobs-rescore", "device-decode-cost", "drop-rows-without-report", "decode-repeats",
+        "decode-threads", "decode-lengths", "decode-threads-without-sampling"])
+def test_a_bad_setting_or_an_option_the_run_does_not_read_is_refused(script, argv, message, tmp_path, capsys):
+    main, folder = {"quality": (quality.main, "--records"), "decode_speed": (decode_speed.main, "--output")}[script]
     with pytest.raises(SystemExit) as refused:
-        quality.main([*argv, "--work-dir", str(tmp_path / "work"), "--records", str(tmp_path / "records")])
+        main([*argv, "--work-dir", str(tmp_path / "work"), folder, str(tmp_path / "out")])
     assert refused.value.code == 2 and message in capsys.readouterr().err
-    assert not (tmp_path / "work").exists()
+    assert not (tmp_path / "work").exists() and not (tmp_path / "out").exists()
 
 
 def test_every_selected_suites_data_is_checked_before_the_first_runs(monkeypatch, tmp_path):
@@ -1247,17 +1255,3 @@ def test_every_selected_suites_data_is_checked_before_the_first_runs(monkeypatch
     parser.mkdir(parents=True)
     with pytest.raises(pytest.fail.Exception, match="prepared before the data was checked"):
         quality.main(["--suites", "multi30k", "--rows", "softmax,bet_sg", *common])
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--repeats", "0"], "--repeats: expected at least 1, got 0"),
-    (["--threads", "0"], "--threads: expected at least 1, got 0"),
-    (["--lengths", "128,x"], "--lengths: expected comma-separated whole numbers of at least 1, got '128,x'"),
-    # (a count other than the default, which is this machine's cores)
-    (["--report-only", "--threads", str(provenance.available_cores() + 1)], "--threads: sampling's torch threads, and no LM sampling runs"),
-], ids=["repeats", "threads", "lengths", "threads-without-sampling"])
-def test_decode_speed_refuses_bad_settings_before_any_work(argv, message, tmp_path, capsys):
-    with pytest.raises(SystemExit) as refused:
-        decode_speed.main([*argv, "--work-dir", str(tmp_path / "work"), "--output", str(tmp_path / "d.md")])
-    assert refused.value.code == 2 and message in capsys.readouterr().err
-    assert not (tmp_path / "work").exists()
