@@ -50,8 +50,8 @@ from benchmarks.provenance import available_cores, load_average  # noqa: E402
 from benchmarks.speed_measure import (BASELINES, DECODE_KINDS, EMBED_DIM, FULL, KINDS, MODEL_OPTIONS,  # noqa: E402,F401
                                       PEAK_SHAPES, QUICK, REGISTERED_KINDS, Cell, build, check_baseline, cost_options,
                                       declared_sweeps, default_device, environment, estimate_bytes, fmt_mem,
-                                      future_mask, kind_descriptions, kind_options, launch, memory_fields, parse_sweep, run_worker,
-                                      skip_reason, sweep_text)
+                                      future_mask, kind_descriptions, kind_options, launch, memory_fields, options_read,
+                                      parse_sweep, run_worker, skip_reason, sweep_text)
 from benchmarks.speed_report import median_time, plot_path_for, ratio_reference, render, write_plot  # noqa: E402,F401
 from fairseq_plugins.files import atomic_output  # noqa: E402
 from fairseq_plugins.modules import AttentionConfigError  # noqa: E402
@@ -128,6 +128,9 @@ def main(argv=None):
     if unknown:
         parser.error(f"unknown kinds {unknown}; choose from {','.join(registered)}")
     model_options = dict(args.kind_options or ())
+    unread = [name for name in model_options if name not in options_read(kinds)]
+    if unread:  # (of a kind not measured: it would be ignored)
+        parser.error(f"--kind-option {unread[0]}: an option of no kind measured (--kinds {','.join(kinds)})")
     try:
         kind_options(kinds, model_options)
         cost_options(model_options)

@@ -162,6 +162,13 @@ def kind_options(kinds, model_options=None):
     return {kind: ATTENTION_REGISTRY[kind].options_class.from_args(cfg) for kind in dict.fromkeys(map(of_kind, kinds))}
 
 
+def options_read(kinds):
+    """The model options (``--kind-option`` names) the kinds of ``kinds`` (of their baselines too) read."""
+    from fairseq_plugins.modules.options import option_fields
+
+    return {f.name for kind in dict.fromkeys(map(of_kind, kinds)) for f in option_fields(ATTENTION_REGISTRY[kind].options_class)}
+
+
 def kind_descriptions(kinds):
     """(kind, description) of each of ``kinds``: a registered kind's, a baseline's with its kind."""
     return [(kind, f"{BASELINES[kind][1].description} (a baseline of {BASELINES[kind][0]})" if kind in BASELINES

@@ -409,7 +409,10 @@ def test_times_keep_three_significant_digits_for_the_comparison_tool(seconds, te
     (["--repeats", "1"], "--repeats: expected at least 2, got 1"),
     (["--threads", "0"], "--threads: expected at least 1, got 0"),
     (["--kinds", "softmax", "--sweep", "cosformer:chunk_size=64"], "--sweep: cosformer is not measured (--kinds softmax)"),
-], ids=["lengths-not-numbers", "lengths-empty", "prefix-zero", "decode-steps", "repeats", "threads", "sweep-unmeasured"])
+    (["--kinds", "softmax", "--kind-option", "extractor_lags=64"],
+     "--kind-option extractor_lags: an option of no kind measured (--kinds softmax)"),
+], ids=["lengths-not-numbers", "lengths-empty", "prefix-zero", "decode-steps", "repeats", "threads", "sweep-unmeasured",
+        "kind-option-unread"])
 def test_bad_settings_are_usage_errors_before_any_timing(argv, message, capsys):
     with pytest.raises(SystemExit) as refused:
         bench.main(["--quick", *argv])
