@@ -27,6 +27,7 @@ from typing import List, Optional, Sequence
 if __package__ in (None, ""):  # run by path: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import read_json  # noqa: E402
 from fairseq_plugins.files import write_json  # noqa: E402
 
 
@@ -85,6 +86,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.n < 1 or args.load < 0 or args.tolerance <= 0:
         parser.error("-n must be >= 1, --load >= 0 and --tolerance > 0")
+    if args.load_on_core and args.load == 0:  # (a flag: set only when typed)
+        parser.error("--load-on-core: pins the busy processes of --load, which is 0 (it would be ignored)")
+    # before any loading: a damaged report is a one-line error, never a traceback or overwritten
+    stored = read_json(args.output)
 
     import fairseq_plugins  # noqa: F401
     from fairseq_plugins.modules import AttentionConfigError
@@ -105,22 +110,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except AttentionConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    architectures = list(distinct_samples(space, args.n, args.seed))
+    if len(architectures) < args.n:  # distinct_samples stops at what the space holds: fewer would be measured unsaid
+        where = f"--space {args.space}" if args.space else f"the space of {args.checkpoint}"
+        sampled = f" (seed {args.seed} sampled {len(architectures)})" if len(architectures) < space.size() else ""
+        print(f"error: -n {args.n}: {where} has {space.size()} distinct architectures{sampled}; expected -n at most "
+              f"{len(architectures)}", file=sys.stderr)
+        return 2
     from dataclasses import asdict
 
     inputs = {"checkpoint_sha256": file_sha256(args.checkpoint), "space": space.to_dict(), "n": args.n, "seed": args.seed,
               "load": args.load, "load_on_core": args.load_on_core, "latency": asdict(settings), "device": args.device,
               "reference": reference.to_dict(), "machine": machine()}
     report = {"inputs": inputs, "runs": [[], []]}
-    if os.path.isfile(args.output):
-        with open(args.output, encoding="utf-8") as f:
-            stored = json.load(f)
-        if stored.get("inputs") != inputs:
-            differing = sorted(k for k in inputs if stored.get("inputs", {}).get(k) != inputs[k])
+    if stored is not None:
+        if not isinstance(stored, dict) or not isinstance(stored.get("inputs"), dict):
+            print(f"error: --output {args.output}: not a report of this script (expected a JSON object with "
+                  "'inputs'); give another --output", file=sys.stderr)
+            return 2
+        if stored["inputs"] != inputs:
+            differing = sorted(k for k in inputs if stored["inputs"].get(k) != inputs[k])
             print(f"error: --output {args.output}: measured with other settings ({', '.join(differing)}); give another --output",
                   file=sys.stderr)
             return 2
         report = stored
-    architectures = list(distinct_samples(space, args.n, args.seed))
     for run, load in enumerate((0, args.load)):
         done = len(report["runs"][run])
         if done == len(architectures):

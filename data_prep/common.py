@@ -908,6 +908,12 @@ MINIMUM = {"workers": 1, "retries": 1, "bpe_merges": 1, "spm_vocab_size": 1}
 FRACTIONS = ("valid_fraction", "test_fraction")
 # option -> the --bpe that reads it (translation.add_bpe_arguments); typed with the other one, it would be ignored
 BPE_OPTIONS = {"bpe_merges": "subword-nmt", "spm_vocab_size": "sentencepiece"}
+# the options of downloading a missing release file (argument_parser's, downloads=True): --no-download turns them off
+DOWNLOADING = ("mirror", "retries")
+# an option that reads a file of the user's instead of the release (a preparation's own, e.g. enwik8's): typed, every
+# option of getting the release would be ignored
+INSTEAD_OF_RELEASE = ("input_file",)
+RELEASE_OPTIONS = ("raw_dir", "no_download", *DOWNLOADING)
 # what download can fetch from: http(s) (range requests to resume, status codes), file:// (a local copy of a mirror)
 MIRROR_SCHEMES = ("http", "https", "file")
 
@@ -923,6 +929,17 @@ def check_arguments(args, typed: Sequence[str] = ()) -> None:
     for dest, mode in BPE_OPTIONS.items():
         if getattr(args, "bpe", mode) != mode and _flag(dest) in given:
             raise PrepError(f"{_flag(dest)}: an option of --bpe {mode}, not of --bpe {args.bpe} (it would be ignored)")
+    for local in INSTEAD_OF_RELEASE:
+        if _flag(local) in given:
+            for dest in RELEASE_OPTIONS:
+                if _flag(dest) in given:
+                    raise PrepError(f"{_flag(dest)}: an option of getting the release, which {_flag(local)} replaces with "
+                                    "a file of yours (it would be ignored)")
+    if "--no-download" in given:
+        for dest in DOWNLOADING:
+            if _flag(dest) in given:
+                raise PrepError(f"{_flag(dest)}: an option of downloading, which --no-download turns off "
+                                "(it would be ignored)")
     raw_dir = getattr(args, "raw_dir", None)
     if raw_dir is not None and not os.path.isdir(raw_dir):  # (not skipped: the release would be downloaded instead)
         raise PrepError(f"--raw-dir {raw_dir}: {'not a folder' if os.path.exists(raw_dir) else 'no such folder'} "

@@ -8,7 +8,9 @@ one token and fairseq-eval-lm's "Loss (base 2)" is bits per character (byte).
 Any other byte file (e.g. tiny Shakespeare) goes the same way with
 ``--input-file FILE``: the last ``--test-fraction`` of its bytes test, the
 ``--valid-fraction`` before them valid, the rest train (enwik8's split is
-0.9/0.05/0.05 of its 10^8 bytes).
+0.9/0.05/0.05 of its 10^8 bytes); the options of getting the release
+(``--raw-dir``, ``--no-download``, ``--mirror``, ``--retries``) are refused
+with it.
 
     python -m data_prep.enwik8 [--raw-dir DIR]
     python -m data_prep.enwik8 --input-file input.txt --dest work_dirs/data-bin/tiny_shakespeare
@@ -72,7 +74,8 @@ def prepare(args) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
     parser = argument_parser("enwik8", __doc__, "work_dirs/data-bin/enwik8", LM_STEPS)
-    parser.add_argument("--input-file", help="prepare this byte file instead of enwik8")
+    parser.add_argument("--input-file", help="prepare this byte file instead of enwik8 (not with --raw-dir, "
+                        "--no-download, --mirror or --retries: they get the release)")
     parser.add_argument("--valid-fraction", type=float, default=0.05)
     parser.add_argument("--test-fraction", type=float, default=0.05)
     return main_guard(prepare, parser, argv)

@@ -26,7 +26,9 @@ shards are merged into ``--output``.{bin,idx} at the end and checked against
 the text (n + 1 values for a line of n tokens; an empty line gets the
 end-of-sentence value only). ``--output``.info.json records the input, the
 model and summary numbers; a rerun with the same input, model and ``--bpe`` is
-a no-op.
+a no-op. ``--text-dump FILE`` follows the hints: an existing FILE is kept only
+when it is the dump of these hints (its sha256 is recorded in the info.json),
+otherwise (a dump of another split, of older hints) it is written again.
 """
 import argparse
 import hashlib
@@ -82,7 +84,8 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-process", type=int, default=1, help="processes for nlp.pipe")
     parser.add_argument("--shard-lines", type=int, default=50000, help="lines per resumable shard")
     parser.add_argument("--work-dir", help="shards of an unfinished run (default: PREFIX.work; removed when done)")
-    parser.add_argument("--text-dump", metavar="FILE", help="also write the distances as text, one line per sentence")
+    parser.add_argument("--text-dump", metavar="FILE", help="also write the distances as text, one line per sentence "
+                        "(an existing FILE is written again unless it is the dump of these hints)")
     add_invalid_utf8_argument(parser)
     return parser
 
@@ -277,10 +280,26 @@ def read_summary(output: str) -> dict:
     return info["summary"]
 
 
-def write_text_dump(output: str, path: str) -> None:
+def write_text_dump(output: str, path: str) -> str:
+    """Write the hints at prefix ``output`` as text to ``path``; returns the dump's sha256 (the info.json of the
+    hints records it, so that a later run knows whether a dump is the one of these hints)."""
     hints = load_hint_dataset(output)
     write_lines(path, (" ".join(map(str, hints[i].tolist())) for i in range(len(hints))))
     log(f"text dump: {path}")
+    return file_digest(path)
+
+
+def keep_or_write_text_dump(output: str, path: str, info: dict) -> None:
+    """``--text-dump`` of hints that are up to date: a file at ``path`` is kept only when it is their dump (by its
+    content: a dump of another split, of older hints or edited since is written again), and ``info`` (their
+    info.json) then records the new dump."""
+    if os.path.isfile(path) and file_digest(path) == info.get("text_dump_sha256"):
+        log(f"text dump {path}: up to date (the dump of these hints)")
+        return
+    if os.path.exists(path):
+        log(f"text dump {path}: not the dump of {output}.bin/.idx; writing it again")
+    info["text_dump_sha256"] = write_text_dump(output, path)
+    write_json(info_path(output), info, indent=2, sort_keys=True)
 
 
 class Summary:
@@ -333,8 +352,8 @@ def extract(args) -> str:
     info = read_json(info_path(output))
     if info is not None and info.get("fingerprint") == fingerprint and hint_dataset_exists(output):
         log(f"{output}.bin/.idx: up to date ({info_path(output)})")
-        if args.text_dump and not os.path.exists(args.text_dump):
-            write_text_dump(output, args.text_dump)
+        if args.text_dump:
+            keep_or_write_text_dump(output, args.text_dump, info)
         return output
     if info is not None:
         log(f"{output}: made from another input, model or --bpe; redoing it")
@@ -395,11 +414,10 @@ def extract(args) -> str:
             check_parallel(load_hint_dataset(output), token_counts + 1, f"{output}.bin/.idx", f"--input {args.input}")
         except HintDataError as error:
             raise PrepError(str(error)) from None
-        if args.text_dump:
-            write_text_dump(output, args.text_dump)
+        dump = {"text_dump_sha256": write_text_dump(output, args.text_dump)} if args.text_dump else {}
         write_json(info_path(output), {"fingerprint": fingerprint, "summary": stats.as_dict(),
                                        "input": os.path.abspath(args.input), "spacy_model": args.spacy_model,
-                                       "written": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2, sort_keys=True)
+                                       "written": time.strftime("%Y-%m-%d %H:%M:%S"), **dump}, indent=2, sort_keys=True)
         log(f"{output}.bin/.idx: {stats.sentences} sentences, {stats.tokens} tokens, "
             f"{stats.above_0} with a hint distance > 0")
         if stats.tokens and not stats.above_0:

@@ -13,7 +13,9 @@ V can be added: total = count + V x per-entry count (``--vocab V`` adds those
 columns). FLOPs are those of one forward pass over one sentence pair of S
 source and T target tokens (language models: T tokens), 2 per multiply-add of
 the matrix products each kind's definition needs (see complexity.py); the
-tests compare them with ``torch.utils.flop_counter.FlopCounterMode``.
+tests compare them with ``torch.utils.flop_counter.FlopCounterMode``. The
+line above the table states S and T; ``--source-length`` where only language
+models are counted is refused (it would be ignored).
 """
 from __future__ import annotations  # complexity's classes in annotations: imported when used (torch)
 
@@ -25,6 +27,7 @@ from typing import List, Optional, Sequence
 ENCODER_DECODER_MODEL = "mixed_transformer"
 LANGUAGE_MODEL = "mixed_transformer_lm"
 MODELS = {ENCODER_DECODER_MODEL: "translation", LANGUAGE_MODEL: "language_modeling"}
+DEFAULT_LENGTH = 128  # S and T when not given
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def model_layout(cfg, language_model: bool) -> complexity.ModelLayout:
     )
 
 
-def model_cost(args, source_length: int = 128, target_length: int = 128) -> ModelCost:
+def model_cost(args, source_length: int = DEFAULT_LENGTH, target_length: int = DEFAULT_LENGTH) -> ModelCost:
     """The counts of the model that ``args`` (an architecture's resolved options) builds:
     ``complexity.architecture_cost`` of its ``Architecture`` and layout."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
@@ -176,11 +179,34 @@ def presets() -> List[str]:
     return [arch for arch, model in ARCH_MODEL_NAME_REGISTRY.items() if model in MODELS]
 
 
+def lengths_line(costs: Sequence[ModelCost]) -> str:
+    """The sentence lengths the FLOPs are counted at, stated above the table (its cells do not say them)."""
+    sources = {cost.source_length for cost in costs if cost.source_length is not None}
+    targets = {cost.target_length for cost in costs}
+    if len(sources) > 1 or len(targets) > 1:
+        raise ValueError("one table counts every model at the same lengths, got S in "
+                         f"{sorted(sources)} and T in {sorted(targets)}")
+    target = targets.pop()
+    if not sources:
+        return f"Forward FLOPs of one sequence of T = {target} tokens."
+    models = {cost.model for cost in costs}
+    language_models = f" (language models: T = {target} tokens)" if "language model" in models else ""
+    return f"Forward FLOPs of one sentence pair of S = {sources.pop()} source and T = {target} target tokens{language_models}."
+
+
+def encoder_decoder(arch: str) -> bool:
+    """Whether the preset ``arch`` is an encoder-decoder (it reads a source length), not a language model."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    return ARCH_MODEL_NAME_REGISTRY.get(arch) == ENCODER_DECODER_MODEL
+
+
 def markdown_table(costs: Sequence[ModelCost], vocab: Optional[int] = None) -> str:
+    """The table of ``costs``, below the line that states the lengths they were counted at."""
     header = ["`--arch`", "model", "parameters", "+ per dictionary entry", "forward GFLOPs", "+ per dictionary entry (FLOPs)"]
     if vocab is not None:
         header += [f"parameters, V = {vocab:,}", f"forward GFLOPs, V = {vocab:,}"]
-    lines = ["| " + " | ".join(header) + " |", "| --- | --- |" + " ---: |" * (len(header) - 2)]
+    lines = [lengths_line(costs), "", "| " + " | ".join(header) + " |", "| --- | --- |" + " ---: |" * (len(header) - 2)]
     for cost in costs:
         cells = [f"`{cost.arch}`", cost.model, f"{cost.parameters:,}", f"{cost.parameters_per_entry:,}",
                  f"{cost.flops / 1e9:.3f}", f"{cost.flops_per_entry:,}"]
@@ -194,23 +220,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--arch", action="append", help="a preset (repeatable; default: every preset of this package)")
-    parser.add_argument("--source-length", type=int, default=128, help="source tokens S of the forward pass (default 128)")
-    parser.add_argument("--target-length", type=int, default=128, help="target tokens T (language models: tokens) of the forward pass (default 128)")
+    # (no default of --source-length in the namespace: None says it was not typed, see below)
+    parser.add_argument("--source-length", type=int, help=f"source tokens S of the forward pass (default {DEFAULT_LENGTH}; "
+                        "encoder-decoder presets only)")
+    parser.add_argument("--target-length", type=int, default=DEFAULT_LENGTH,
+                        help=f"target tokens T (language models: tokens) of the forward pass (default {DEFAULT_LENGTH})")
     parser.add_argument("--vocab", type=int, help="also give totals at this dictionary size")
     parser.add_argument("--output", help="write the table to this file (atomically) instead of printing it")
     args = parser.parse_args(argv)
     from ..command_line import configure_logging
 
     configure_logging()
-    if args.source_length < 1 or args.target_length < 1:
-        parser.error(f"--source-length and --target-length must be >= 1, got {args.source_length} and {args.target_length}")
+    source_length = DEFAULT_LENGTH if args.source_length is None else args.source_length
+    if source_length < 1 or args.target_length < 1:
+        parser.error(f"--source-length and --target-length must be >= 1, got {source_length} and {args.target_length}")
     if args.vocab is not None and args.vocab < 1:
         parser.error(f"--vocab must be >= 1, got {args.vocab}")
     valid = presets()
     unknown = [a for a in args.arch or [] if a not in valid]
     if unknown:
         parser.error(f"--arch {', '.join(unknown)}: not a preset of this package; valid: {', '.join(valid)}")
-    costs = [model_cost(preset_args(arch), args.source_length, args.target_length) for arch in args.arch or valid]
+    if args.source_length is not None and not any(encoder_decoder(arch) for arch in args.arch or valid):
+        parser.error(f"--source-length: an option of encoder-decoder presets, and only language models are counted "
+                     f"(--arch {', '.join(args.arch)}; it would be ignored)")
+    costs = [model_cost(preset_args(arch), source_length, args.target_length) for arch in args.arch or valid]
     table = markdown_table(costs, args.vocab)
     if args.output:
         from ..files import atomic_output

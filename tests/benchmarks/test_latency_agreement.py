@@ -59,6 +59,14 @@ def test_two_runs_one_under_load_are_reported_and_resumed(tmp_path, capsys):
     assert "measured with other settings (n)" in capsys.readouterr().err
     assert latency_agreement.main(argv[:-2] + ["--processes", "0", "--output", report]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == "error: --processes: expected at least 1, got 0"
+    # more architectures than the space has (SPACE: 2 widths x (2 + 4) encoders x 2 decoder layers = 24) are refused,
+    # never fewer measured without a word
+    fresh = str(tmp_path / "too_many.json")
+    assert latency_agreement.main([a if a != "3" else "25" for a in argv[:-1]] + [fresh]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: -n 25: the space of {tmp_path / 'ck' / 'checkpoint_last.pt'} has 24 distinct architectures; expected -n "
+        "at most 24")
+    assert not (tmp_path / "too_many.json").exists()
     # --in-turn 1: one architecture after another, the same report
     one_by_one = str(tmp_path / "one_by_one.json")
     assert latency_agreement.main(argv[:-2] + ["--in-turn", "1", "--output", one_by_one]) == 0
@@ -66,3 +74,25 @@ def test_two_runs_one_under_load_are_reported_and_resumed(tmp_path, capsys):
     assert stored["inputs"]["latency"]["in_turn"] == 1 and [len(r) for r in stored["runs"]] == [3, 3]
     assert [r["architecture"] for r in stored["runs"][0]] == [r["architecture"] for r in first]
     assert all(len(set(r["pids"])) == 2 for r in stored["runs"][0] + stored["runs"][1])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--load", "0", "--load-on-core"], "--load-on-core: pins the busy processes of --load, which is 0 (it would be "
+                                        "ignored)"),
+], ids=["load-on-core-without-load"])
+def test_an_option_that_would_be_ignored_is_refused(tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit) as exit_:
+        latency_agreement.main(["--checkpoint", str(tmp_path / "none.pt"), "--output", str(tmp_path / "a.json"), *extra])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("error: " + message)
+
+
+def test_a_damaged_report_is_a_one_line_error_naming_it(tmp_path):
+    """benchmarks.common.read_json: before the checkpoint is even loaded (none here), and the file is kept."""
+    report = tmp_path / "agreement.json"
+    report.write_text('{"inputs": {"n": 3}, "runs": [[')  # cut short (a full disk, a killed write elsewhere)
+    with pytest.raises(SystemExit) as exit_:
+        latency_agreement.main(["--checkpoint", str(tmp_path / "none.pt"), "--output", str(report)])
+    message = str(exit_.value.code)
+    assert message.startswith(f"error: {report}: not valid JSON (") and "\n" not in message
+    assert report.read_text() == '{"inputs": {"n": 3}, "runs": [['

@@ -202,16 +202,34 @@ def test_cli_table_and_errors(tmp_path, capsys):
     assert model_costs.main(["--arch", "mixed_transformer_lm_tiny", "--arch", "cosformer_lm_tiny", "--vocab", "1000",
                              "--target-length", "64", "--output", str(output)]) == 0
     cost = model_costs.model_cost(model_costs.preset_args("mixed_transformer_lm_tiny"), target_length=64)
-    rows = output.read_text().splitlines()[2:]
+    lines = output.read_text().splitlines()
+    assert lines[:2] == ["Forward FLOPs of one sequence of T = 64 tokens.", ""]  # the lengths counted at, stated
+    rows = lines[4:]
     assert [row.split("|")[1].strip() for row in rows] == ["`mixed_transformer_lm_tiny`", "`cosformer_lm_tiny`"]
     cells = [c.strip() for c in rows[0].split("|")[1:-1]]
     assert cells[2] == f"{cost.parameters:,}" and cells[6] == f"{cost.total_parameters(1000):,}"
     assert not list(tmp_path.glob("*.partial"))
     for argv, message in ((["--arch", "transformer"], "--arch transformer: not a preset"),
-                          (["--target-length", "0"], "--source-length and --target-length must be >= 1")):
+                          (["--target-length", "0"], "--source-length and --target-length must be >= 1"),
+                          # a language model has no source: the length would be ignored
+                          (["--arch", "mixed_transformer_lm_tiny", "--arch", "cosformer_lm_tiny", "--source-length", "64"],
+                           "error: --source-length: an option of encoder-decoder presets, and only language models are "
+                           "counted (--arch mixed_transformer_lm_tiny, cosformer_lm_tiny; it would be ignored)")):
         with pytest.raises(SystemExit):
             model_costs.main(argv)
         assert message in capsys.readouterr().err
+
+
+def test_the_table_states_the_lengths_it_counts_at(capsys):
+    """S and T above the table (the cells do not say them); --source-length counts with an encoder-decoder among
+    the presets, language models at T alone."""
+    assert model_costs.main(["--arch", "mixed_transformer_lm_tiny", "--arch", "mixed_transformer_cpu_small",
+                             "--source-length", "32", "--target-length", "16"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "Forward FLOPs of one sentence pair of S = 32 source and T = 16 target tokens (language models: T = 16 tokens).")
+    assert model_costs.main(["--arch", "mixed_transformer_cpu_small"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "Forward FLOPs of one sentence pair of S = 128 source and T = 128 target tokens.")
 
 
 def test_readme_table_is_the_scripts_output():

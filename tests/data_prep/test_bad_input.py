@@ -214,8 +214,10 @@ def multi30k_raw(tmp_path, gzipped_extra=False):
 
 
 def multi30k(tmp_path, *extra):
+    # (--no-download, unless a download option is typed: it would be refused with it)
+    offline = [] if {"--mirror", "--retries"} & set(extra) else ["--no-download"]
     return cli("multi30k", "--raw-dir", str(tmp_path / "raw"), "--work-dir", str(tmp_path / "work"), "--dest",
-               str(tmp_path / "bin"), "--no-download", "--workers", "1", *extra)
+               str(tmp_path / "bin"), *offline, "--workers", "1", *extra)
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -237,8 +239,14 @@ def multi30k(tmp_path, *extra):
      "--mirror ftp://mirror.example/multi30k: expected a base URL starting with http://, https:// or file://"),
     (["--mirror", "https:mirror.example"], "--mirror https:mirror.example: expected a base URL starting with http://, "
                                            "https:// or file://"),
+    # --no-download turns downloading off: its options would be ignored
+    (["--no-download", "--mirror", "https://mirror.example/multi30k"],
+     "--mirror: an option of downloading, which --no-download turns off (it would be ignored)"),
+    (["--retries=5", "--no-download"], "--retries: an option of downloading, which --no-download turns off (it would be "
+                                       "ignored)"),
 ], ids=["workers", "bpe-merges", "retries", "dest-under-a-file", "dest-a-file", "work-dir-under-a-file", "raw-dir-missing",
-        "raw-dir-a-file", "mirror-without-scheme", "mirror-ftp", "mirror-without-host"])
+        "raw-dir-a-file", "mirror-without-scheme", "mirror-ftp", "mirror-without-host", "mirror-without-download",
+        "retries-without-download"])
 def test_bad_options_are_refused_before_any_work(tmp_path, extra, message):
     multi30k_raw(tmp_path)
     (tmp_path / "a-file").write_text("in the way\n")
@@ -286,6 +294,34 @@ def test_the_bpe_options_are_read_as_typed(tmp_path):
     abbreviated = cli("wmt14_en_de", *folders, "--spm", "8")
     assert abbreviated.returncode == 2 and "error: unrecognized arguments: --spm 8" in abbreviated.stderr
     assert sorted(os.listdir(tmp_path)) == ["raw"]
+
+
+@pytest.mark.parametrize("extra", [["--raw-dir", "{d}"], ["--no-download"], ["--mirror=https://mirror.example"],
+                                   ["--retries", "2"]], ids=["raw-dir", "no-download", "mirror", "retries"])
+def test_the_release_options_are_refused_with_a_file_of_ones_own(tmp_path, extra):
+    """enwik8's --input-file reads that file, not the release (common.INSTEAD_OF_RELEASE): the options of getting
+    the release would be ignored."""
+    source = tmp_path / "input.txt"
+    source.write_bytes(b"abcdefghij" * 100)
+    result = cli("enwik8", "--input-file", str(source), "--work-dir", str(tmp_path / "work"), "--dest", str(tmp_path / "bin"),
+                 *[value.format(d=tmp_path) for value in extra])
+    option = extra[0].split("=")[0]
+    assert one_line_error(result) == (f"error: {option}: an option of getting the release, which --input-file replaces "
+                                      "with a file of yours (it would be ignored)")
+    assert sorted(os.listdir(tmp_path)) == ["input.txt"]
+
+
+def test_the_download_options_are_read_as_typed():
+    """Only options typed refuse: the defaults of --retries and --mirror do not, and --raw-dir with --no-download
+    (the release from the folder, nothing downloaded) is what --no-download is for."""
+    from data_prep.common import argument_parser, check_arguments
+    from data_prep.language_model import LM_STEPS
+
+    parser = argument_parser("enwik8", "", "bin", LM_STEPS)
+    parser.add_argument("--input-file")
+    for argv in ([], ["--no-download"], ["--raw-dir", ".", "--no-download"], ["--mirror", "https://m.example", "--retries",
+                                                                               "2"], ["--input-file", "x"]):
+        check_arguments(parser.parse_args(argv), argv)
 
 
 def test_a_misspelled_step_is_refused_before_any_work(tmp_path):

@@ -332,6 +332,45 @@ def test_interrupted_run_resumes_from_its_shards(tmp_path, toy_model, toy_senten
     assert not work.exists()
 
 
+def test_a_text_dump_that_is_not_the_dump_of_these_hints_is_written_again(tmp_path, monkeypatch, capsys):
+    """The hints are up to date and not parsed again, but an existing --text-dump FILE is kept only when it is their
+    dump (the sha256 in info.json): one of another split, or edited since, is written again and the log says so."""
+    def fake_parse(nlp, lines, bpe, first_line, *args):  # a parser that is not what this test is about
+        for line in lines:
+            yield list(range(len(line.split()), -1, -1))
+
+    monkeypatch.setattr(tool, "model_fingerprint", lambda model: "fake")
+    monkeypatch.setattr(tool, "load_parser", lambda model: None)
+    monkeypatch.setattr(tool, "parse_lines", fake_parse)
+    dumps = {}
+    for split, text in (("train", "a b c\nd e\n"), ("valid", "f\n")):
+        (tmp_path / f"{split}.txt").write_text(text)
+        dumps[split] = tmp_path / f"{split}.hints.txt"
+        tool.main(["--input", str(tmp_path / f"{split}.txt"), "--output", str(tmp_path / f"{split}.hints"),
+                   "--spacy-model", "fake", "--text-dump", str(dumps[split])])
+    assert dumps["train"].read_text() == "3 2 1 0\n2 1 0\n" and dumps["valid"].read_text() == "1 0\n"
+    train = ["--input", str(tmp_path / "train.txt"), "--output", str(tmp_path / "train.hints"), "--spacy-model", "fake",
+             "--text-dump"]
+    monkeypatch.setattr(tool, "parse_lines", None)  # up to date: nothing is parsed again
+    capsys.readouterr()
+
+    tool.main(train + [str(dumps["valid"])])  # the dump of another split at that path
+    assert dumps["valid"].read_text() == "3 2 1 0\n2 1 0\n"
+    assert f"text dump {dumps['valid']}: not the dump of {tmp_path / 'train.hints'}.bin/.idx; writing it again" in (
+        capsys.readouterr().err)
+    before = dumps["valid"].stat().st_mtime_ns
+    tool.main(train + [str(dumps["valid"])])  # now it is: kept
+    assert dumps["valid"].stat().st_mtime_ns == before
+    assert f"text dump {dumps['valid']}: up to date (the dump of these hints)" in capsys.readouterr().err
+
+    dumps["train"].write_text("edited\n")
+    tool.main(train + [str(dumps["train"])])
+    assert dumps["train"].read_text() == "3 2 1 0\n2 1 0\n"
+    fresh = tmp_path / "new.txt"  # a path with no file: written, as before
+    tool.main(train + [str(fresh)])
+    assert fresh.read_text() == "3 2 1 0\n2 1 0\n"
+
+
 def test_changed_input_is_redone(tmp_path, toy_model, toy_sentences, capsys):
     text = tmp_path / "t.txt"
     text.write_text(" ".join(toy_sentences[0]) + "\n")
