@@ -797,9 +797,11 @@ def test_quick_run_runs_every_stage_for_real_and_resumes(tmp_path):
     assert len(re.findall(r"\] latency: ", second.stderr)) == len(added)
     assert sorted(path.name for path in (records / "train").iterdir()) == sorted(trained + [f"{row.name}_seed1.json" for row in new])
 
-    # without --output the report is printed, nothing written beside the checkout's records
-    printed = subprocess.run(command[:command.index("--output")] + ["--report-only"], cwd=tmp_path, capture_output=True,
-                             text=True)
+    # without --output the report is printed, nothing written beside the checkout's records (and without --jobs,
+    # which --report-only, training nothing, refuses)
+    rendering = command[:command.index("--output")]
+    del rendering[rendering.index("--jobs"):rendering.index("--jobs") + 2]
+    printed = subprocess.run(rendering + ["--report-only"], cwd=tmp_path, capture_output=True, text=True)
     assert printed.returncode == 0, printed.stderr[-5000:]
     assert printed.stdout.startswith(run.REPORT_BEGIN) and run.QUICK_NOTE in printed.stdout
     assert not written_into_docs_records()
