@@ -33,6 +33,13 @@ LIGHT_PACKAGES = ("data_prep",)
 # setup.py's console scripts: every name has this prefix, and every one is light (the test checks both)
 CONSOLE_SCRIPT_PREFIX = "fairseq-plugins-"
 
+def typed_options(argv: List[str]) -> set:
+    """The long options of a command line as typed (``--name`` and ``--name=value`` alike): what a check that
+    refuses an option its mode would ignore reads, so that a default never counts as given. (Its parser must
+    take no abbreviations, ``allow_abbrev=False``, for the names to be those of the options.)"""
+    return {token.split("=", 1)[0] for token in argv if token.startswith("--")}
+
+
 LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"  # fairseq_cli's
 LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 LOG_LEVEL_VARIABLE = "LOGLEVEL"  # fairseq_cli's too

@@ -256,7 +256,9 @@ def option_without_its_mode(args, argv: Sequence[str], modes: dict) -> Optional[
     """The error for an option given without the mode it belongs to (``evaluate --beam`` without ``--bleu``), or
     None. ``modes``: command -> [(whether args are in the mode, the mode as typed, its options (argparse
     actions))]. The options are read as typed: the parsers take no abbreviations (as fairseq's)."""
-    given = {token.split("=", 1)[0] for token in argv if token.startswith("--")}
+    from ..command_line import typed_options
+
+    given = typed_options(list(argv))
     for active, mode, actions in modes.get(args.command, ()):
         option = None if active(args) else next((o for a in actions for o in a.option_strings if o in given), None)
         if option:
