@@ -925,9 +925,7 @@ def _flag(dest: str) -> str:
 def check_arguments(args, typed: Sequence[str] = ()) -> None:
     """Values no step could use, and options that would be ignored, refused before any work (a ``PrepError``
     naming the option). ``typed``: the command line as typed (its defaults never make an option ignored)."""
-    from fairseq_plugins.command_line import typed_options
-
-    given = typed_options(list(typed))
+    given = {token.split("=", 1)[0] for token in typed if token.startswith("--")}
     for dest, mode in BPE_OPTIONS.items():
         if getattr(args, "bpe", mode) != mode and _flag(dest) in given:
             raise PrepError(f"{_flag(dest)}: an option of --bpe {mode}, not of --bpe {args.bpe} (it would be ignored)")

@@ -36,7 +36,9 @@ CONSOLE_SCRIPT_PREFIX = "fairseq-plugins-"
 def typed_options(argv: List[str]) -> set:
     """The long options of a command line as typed (``--name`` and ``--name=value`` alike): what a check that
     refuses an option its mode would ignore reads, so that a default never counts as given. (Its parser must
-    take no abbreviations, ``allow_abbrev=False``, for the names to be those of the options.)"""
+    take no abbreviations, ``allow_abbrev=False``, for the names to be those of the options.) data_prep builds
+    the same set itself: importing this package there would answer a missing fairseq with the package's error
+    instead of data_prep's own."""
     return {token.split("=", 1)[0] for token in argv if token.startswith("--")}
 
 
