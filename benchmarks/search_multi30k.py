@@ -16,7 +16,8 @@ work folders), each recording its revision, machine and time:
 
 1. ``supernet``: the supernet over ``search_spaces/multi30k_bracket.yaml`` (widths and depths below and above
    the hand-written layouts), ``recipes/multi30k/supernet.sh`` for ``--supernet-updates`` (default 2B) updates
-   with the converged settings (``--device cuda``: on a GPU).
+   with the converged settings but its own peak learning rate (``SUPERNET_LR``), a checkpoint every 25
+   updates, resumed only with the settings it started with (``--device cuda``: on a GPU).
 2. ``collect``: inherited validation losses of ``--loss-samples`` and relative latencies of
    ``--latency-samples`` sampled architectures (``search collect``; the protocol of
    ``fairseq_plugins/search/latency.py``: processes pinned to one core with one thread (its default
@@ -112,6 +113,12 @@ SPREAD_POOL, SPREAD_SEED = 1000, 1
 SEEDS = quality.CONVERGED_SEEDS
 ONE_SEED = quality.ONE_SEED
 SUPERNET_FACTOR = 2  # the supernet's updates, in units of B (each of its updates trains 2 x kinds + 2 sub-networks)
+# The supernet's peak learning rate (the rows train at the converged settings' 5e-3). At 5e-3 the bracket
+# space's supernet got worse once warm-up passed about 3e-3: its largest sub-network's validation loss went
+# 8.70, 7.93, 8.21 bits at updates 121, 242, 363 while the smallest's fell to 6.41 (docs/records/search.md,
+# "the converged search's supernet learning rate"); the earlier supernet of supernet_ranking.py trained
+# smoothly at 2e-3, the rate HAT's supernets are near (1e-3 to 1.5e-3).
+SUPERNET_LR = "2e-3"
 
 
 @dataclass(frozen=True)
@@ -266,8 +273,10 @@ def require_supernet(checkpoint: str) -> str:
 
 def supernet_env(ctx: Context, updates: int, scale: Scale = REAL) -> Dict[str, str]:
     """The recipe settings of the supernet's training: the converged ones (not the rows' checkpoint averaging:
-    the stages read the supernet's last checkpoint); a one-line error for ``updates`` the schedule cannot take."""
-    env = {k: v for k, v in {**quality.suite_env(ctx, CONVERGED, averaging=False), **scale.supernet_env}.items()
+    the stages read the supernet's last checkpoint) at ``SUPERNET_LR``; a one-line error for ``updates`` the
+    schedule cannot take."""
+    env = {k: v for k, v in {**quality.suite_env(ctx, CONVERGED, averaging=False), "LR": SUPERNET_LR,
+                             **scale.supernet_env}.items()
            if k not in ("GEN_EXTRA_ARGS", "SUBSETS")}
     if env.get("LR_SCHEDULER") == "cosine" and updates <= int(env["WARMUP"]):  # (fairseq divides by the difference)
         raise SystemExit(f"error: --supernet-updates {updates}: expected more than the {env['WARMUP']} warm-up updates "

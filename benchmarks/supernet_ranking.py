@@ -47,6 +47,10 @@ from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
 STAGES = ("supernet", "architectures", "inherited", "scratch")
 SUITE = SUITES["multi30k"]
 SPACE = os.path.join(REPO, "search_spaces", "multi30k_cpu.yaml")
+# The supernet's checkpoint every SAVE_INTERVAL updates (only the last kept, no epoch checkpoints): a session
+# that ends mid-run loses at most that many updates (a Multi30k epoch of the bracket space is 121 updates of
+# about 11 s each on one core)
+SAVE_INTERVAL = 25
 # bench-quality's Multi30k settings (its suite env) for every training here; the supernet trains longer
 # (it trains many sub-networks; four per update under the sandwich rule)
 TRAIN_ENV = {key: value for key, value in SUITE.env.items() if key not in ("GEN_EXTRA_ARGS", "SUBSETS")}
@@ -113,8 +117,11 @@ def train_supernet(ctx: Context, results: str, updates: int, space: str = SPACE,
                          f"{updates}: remove it (and {relative(supernet_dir(ctx))}) to train again")
     save_dir = supernet_dir(ctx)
     env = recipe_env(ctx, SUITE, {**(TRAIN_ENV if train_env is None else train_env), "MAX_UPDATE": str(updates),
-                                  "SAVE_DIR": save_dir, **({} if space == SPACE else {"SEARCH_SPACE": space})})
-    command = ["recipes/multi30k/supernet.sh"]
+                                  "SAVE_DIR": save_dir, "SAVE_INTERVAL_UPDATES": str(SAVE_INTERVAL),
+                                  "KEEP_INTERVAL_UPDATES": "1",
+                                  **({} if space == SPACE else {"SEARCH_SPACE": space})})
+    command = ["recipes/multi30k/supernet.sh", "--no-epoch-checkpoints"]
+    check_resumed_settings(save_dir, shell_line(env, command))
     log(f"supernet: training ({updates} updates; a rerun resumes from {relative(save_dir)}/checkpoint_last.pt)")
     started = time.time()
     ctx.run(SUITE.name, env, command, record=False)
@@ -144,6 +151,28 @@ def training_time(text: str) -> dict:
     if not walls:
         raise SystemExit("error: the supernet's train.log has no training time ('wall' of fairseq's progress lines)")
     return {"train_seconds": sum(walls), "runs": len(runs)}
+
+
+def check_resumed_settings(save_dir: str, command: str):
+    """A supernet resumes from its ``checkpoint_last.pt`` only with the settings it started with: the command
+    is kept beside the checkpoints (``settings.json``, written before the first update), and a rerun with
+    another (another learning rate, space, budget ...), or a checkpoint from before the file existed, is a
+    one-line error instead of fairseq quietly going on from weights trained otherwise; before the first
+    checkpoint, a rerun starts again with its own settings."""
+    path = os.path.join(save_dir, "settings.json")
+    checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
+    if os.path.isfile(checkpoint):  # (no checkpoint yet: nothing trained to resume, whatever started it)
+        if not os.path.isfile(path):
+            raise SystemExit(f"error: {relative(checkpoint)}: a supernet whose settings are not recorded "
+                             f"({relative(path)} is missing): remove {relative(save_dir)} to train again")
+        with open(path, encoding="utf-8") as f:
+            started = json.load(f).get("command")
+        if started != command:
+            raise SystemExit(f"error: {relative(save_dir)} holds a supernet started with other settings "
+                             f"({started!r}, now {command!r}): remove the folder to train again")
+        return
+    os.makedirs(save_dir, exist_ok=True)
+    write_json(path, {"command": command}, sort_keys=True)
 
 
 def supernet_dir(ctx: Context) -> str:

@@ -669,13 +669,22 @@ def test_the_supernet_trains_over_the_bracket_space_with_the_converged_settings(
     with pytest.raises(Started):
         run.train_supernet(ctx, str(tmp_path), run.SUPERNET_FACTOR * B)
     ((env, command),) = commands
-    assert command == ["recipes/multi30k/supernet.sh"] and env["SEARCH_SPACE"] == run.SPACE
+    assert command == ["recipes/multi30k/supernet.sh", "--no-epoch-checkpoints"] and env["SEARCH_SPACE"] == run.SPACE
     assert env["MAX_UPDATE"] == str(2 * B) and env["DROPOUT"] == quality.CONVERGED_MULTI30K_ENV["DROPOUT"] == "0.3"
     assert "GEN_EXTRA_ARGS" not in env and env["NUM_GPUS"] == ("1" if device == "cuda" else "0")
-    assert not set(averaging) & set(env)
+    # the converged settings but the peak learning rate (the supernet's own), and a checkpoint every few updates
+    assert env["LR"] == run.SUPERNET_LR == "2e-3" != quality.CONVERGED_MULTI30K_ENV["LR"]
+    assert env["WARMUP"] == quality.CONVERGED_MULTI30K_ENV["WARMUP"]
+    assert (env["SAVE_INTERVAL_UPDATES"], env["KEEP_INTERVAL_UPDATES"]) == ("25", "1") and "AVERAGE_LAST" not in env
     # fairseq's cosine schedule divides by the updates after the warm-up: none is a one-line error, not a crash
     with pytest.raises(SystemExit, match="^error: --supernet-updates 400: expected more than the 400 warm-up updates"):
         run.train_supernet(ctx, str(tmp_path), 400)
+    # the started run's settings are kept beside its checkpoints: a rerun with others is refused, not resumed
+    (tmp_path / "work" / "checkpoints" / "supernet" / "checkpoint_last.pt").write_bytes(b"weights")
+    with pytest.raises(SystemExit, match="holds a supernet started with other settings .*MAX_UPDATE=" + str(4 * B)):
+        run.train_supernet(ctx, str(tmp_path), 4 * B)
+    with pytest.raises(Started):  # the same settings resume
+        run.train_supernet(ctx, str(tmp_path), run.SUPERNET_FACTOR * B)
     # ... and from the command line, before any long work (the data, the committed-revision check)
     def long_work(*args):
         raise AssertionError("started long work")

@@ -121,6 +121,22 @@ def test_a_finished_supernet_of_another_length_is_not_silently_reused(tmp_path):
         ranking.train_supernet(ranking.Context(str(tmp_path), str(tmp_path / "work"), quick=False), str(tmp_path), 2000)
 
 
+def test_a_supernet_resumes_only_with_the_settings_it_started_with(tmp_path):
+    save_dir = tmp_path / "supernet"
+    ranking.check_resumed_settings(str(save_dir), "LR=1e-3 supernet.sh")  # a new run: its settings written
+    assert json.loads((save_dir / "settings.json").read_text()) == {"command": "LR=1e-3 supernet.sh"}
+    ranking.check_resumed_settings(str(save_dir), "LR=2e-3 supernet.sh")  # stopped before a checkpoint: new ones
+    assert json.loads((save_dir / "settings.json").read_text()) == {"command": "LR=2e-3 supernet.sh"}
+    (save_dir / "checkpoint_last.pt").write_bytes(b"weights")
+    ranking.check_resumed_settings(str(save_dir), "LR=2e-3 supernet.sh")  # the same: it resumes
+    with pytest.raises(SystemExit, match=r"holds a supernet started with other settings \('LR=2e-3 supernet.sh', now "
+                                         r"'LR=5e-3 supernet.sh'\): remove the folder to train again"):
+        ranking.check_resumed_settings(str(save_dir), "LR=5e-3 supernet.sh")
+    (save_dir / "settings.json").unlink()  # a checkpoint of a run from before the settings were kept
+    with pytest.raises(SystemExit, match="checkpoint_last.pt: a supernet whose settings are not recorded"):
+        ranking.check_resumed_settings(str(save_dir), "LR=2e-3 supernet.sh")
+
+
 @pytest.mark.parametrize("script", ["supernet_ranking", "search_multi30k"])
 def test_an_unknown_stage_is_a_usage_error_naming_the_stages(script, tmp_path, capsys):
     import importlib
