@@ -76,6 +76,23 @@ def pipe_fields(line: str) -> Dict[str, float]:
     return values
 
 
+def read_jsonl(path: str) -> list:
+    """A JSON-lines file of ours, one record per line ([] where there is none); a line that is not JSON is a
+    one-line error naming the file and line, as ``read_json``."""
+    if not os.path.isfile(path):
+        return []
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    raise SystemExit(f"error: {path}:{number}: not valid JSON ({error.msg}): repair it (git checkout "
+                                     "it, or resolve its merge conflict), or remove it") from None
+    return records
+
+
 def read_json(path: str, default=None):
     """A JSON file of ours (a result, a record; ``default`` where there is none). One that is not JSON (a merge
     conflict in committed records, a hand edit) is a one-line error, never taken as missing (and overwritten)."""

@@ -81,7 +81,8 @@ from benchmarks import quality, supernet_ranking  # noqa: E402
 from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import REPO, require_committed  # noqa: E402
 from benchmarks.quality import Context, prepare, relative, scored_references, write_report  # noqa: E402
-from benchmarks.supernet_ranking import architecture_key, read_jsonl  # noqa: E402
+from benchmarks.common import read_jsonl  # noqa: E402
+from benchmarks.supernet_ranking import architecture_key  # noqa: E402
 from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
 
 STAGES = ("supernet", "collect", "rank", "budgets", "evolve", "inherited", "train", "latency")
@@ -961,8 +962,7 @@ def collection_lines(results: str) -> List[str]:
         path = os.path.join(results, f"{what}.jsonl")
         if not os.path.isfile(path):
             continue
-        with open(path, encoding="utf-8") as f:
-            records = [json.loads(line) for line in f if line.strip()]
+        records = read_jsonl(path)
         header = next((r for r in records if r.get("record") == "collection"), {})
         samples = [r for r in records if r.get("record") != "collection"]
         dropped = sum(1 for r in samples if r.get("dropped"))

@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Sequence
 if __package__ in (None, ""):  # run by path: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import pipe_fields  # noqa: E402
+from benchmarks.common import pipe_fields, read_jsonl  # noqa: E402
 from benchmarks.provenance import (REPO, available_cores, cpu_model, load_average, measured_revision,  # noqa: E402
                                    require_committed)
 from benchmarks.quality import (SUITES, Context, parse_train_log, prepare, recipe_env,  # noqa: E402
@@ -72,13 +72,6 @@ def provenance() -> Dict[str, str]:
     return {"git": measured_revision(), "cores": available_cores(), "cpu": cpu_model(), "load_average": load_average(),
             "threads": os.environ.get("OMP_NUM_THREADS") or f"torch's default ({available_cores()} cores)",
             "finished": datetime.datetime.now().isoformat(timespec="seconds")}
-
-
-def read_jsonl(path: str) -> List[dict]:
-    if not os.path.isfile(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def append_jsonl(path: str, record: dict):

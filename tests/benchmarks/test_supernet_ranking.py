@@ -121,6 +121,20 @@ def test_a_finished_supernet_of_another_length_is_not_silently_reused(tmp_path):
         ranking.train_supernet(ranking.Context(str(tmp_path), str(tmp_path / "work"), quick=False), str(tmp_path), 2000)
 
 
+def test_a_damaged_line_of_a_stage_result_is_a_one_line_error_naming_it(tmp_path):
+    from benchmarks import search_multi30k
+
+    path = tmp_path / "loss.jsonl"
+    assert ranking.read_jsonl(str(path)) == []
+    path.write_text('{"record": "collection"}\n\n{"loss": 4.2}\n')
+    assert ranking.read_jsonl(str(path)) == [{"record": "collection"}, {"loss": 4.2}]
+    path.write_text('{"record": "collection"}\n<<<<<<< HEAD\n{"loss": 4.2}\n')  # a merge conflict in the records
+    for read in (lambda: ranking.read_jsonl(str(path)), lambda: search_multi30k.collection_lines(str(tmp_path))):
+        with pytest.raises(SystemExit, match=r"^error: .*loss.jsonl:2: not valid JSON \(Expecting value\): repair it") as error:
+            read()
+        assert "\n" not in str(error.value)
+
+
 def test_a_supernet_resumes_only_with_the_settings_it_started_with(tmp_path):
     save_dir = tmp_path / "supernet"
     ranking.check_resumed_settings(str(save_dir), "LR=1e-3 supernet.sh")  # a new run: its settings written
