@@ -1545,6 +1545,16 @@ def load_result(ctx: Context, suite: Suite, row: Row, seed: int = 1, trust_recor
     return None
 
 
+def candidate_finished(ctx: Context, suite: Suite, name: str) -> Optional[dict]:
+    """A candidate of a row chosen on the validation set: its seed-1 result once scored on it, else None."""
+    result = load_result(ctx, suite, next(r for r in suite.rows if r.name == name), 1)
+    return result if result is not None and "nll_loss" in result.get("valid", {}) else None
+
+
+def unfinished_candidates(ctx: Context, suite: Suite, row: Row) -> List[str]:
+    return [name for name in row.chosen_from if candidate_finished(ctx, suite, name) is None]
+
+
 def resolve_row(ctx: Context, suite: Suite, row: Row) -> Tuple[Optional[Row], Optional[Row]]:
     """(the row to train, the candidate it was chosen from) for a row chosen on the validation set; the row
     itself and None otherwise; (None, None) while a candidate has not finished."""
@@ -1553,8 +1563,8 @@ def resolve_row(ctx: Context, suite: Suite, row: Row) -> Tuple[Optional[Row], Op
     by_name = {r.name: r for r in suite.rows}
     scored = []
     for name in row.chosen_from:
-        result = load_result(ctx, suite, by_name[name], 1)
-        if result is None or "nll_loss" not in result.get("valid", {}):
+        result = candidate_finished(ctx, suite, name)
+        if result is None:
             return None, None
         scored.append((result["valid"]["nll_loss"], name))
     chosen = by_name[min(scored)[1]]
@@ -2032,13 +2042,17 @@ def run_rows(ctx: Context, suite: Suite, rows: Sequence[Row], force: bool, jobs:
     trained every row once before any twice), rows chosen on the validation set after their candidates;
     ``jobs`` at once."""
     def tasks(chosen_rows: bool):
+        waiting = set()
         for seed in sorted({seed for row in rows for seed in seeds_of(suite, row)}):
             for row in rows:
                 if seed not in seeds_of(suite, row) or bool(row.chosen_from) != chosen_rows:
                     continue
                 resolved, chosen = resolve_row(ctx, suite, row)
                 if resolved is None:
-                    log(f"{suite.name}/{row.name}: waits for {', '.join(row.chosen_from)} (chosen on the validation set)")
+                    if row.name not in waiting:  # (once, not once per seed)
+                        waiting.add(row.name)
+                        log(f"{suite.name}/{row.name}: waits for {', '.join(unfinished_candidates(ctx, suite, row))} "
+                            "(chosen on the validation set)")
                 elif not (chosen is not None and seed == 1):  # a chosen row's seed 1 is its candidate's run
                     yield resolved, seed
 

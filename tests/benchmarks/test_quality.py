@@ -781,7 +781,9 @@ def test_a_row_chosen_on_validation_takes_the_lowest_valid_nll_and_waits_for_eve
     for name, value in nll.items():
         _write_result(ctx, suite, rows[name], 1, valid={"nll_loss": value}, score={"sacrebleu": 30.0})
     assert quality.resolve_row(ctx, suite, chosen_row) == (None, None)  # w1.0 has not finished
+    assert quality.unfinished_candidates(ctx, suite, chosen_row) == ["bet_sg_w1.0"]  # (what the wait names)
     _write_result(ctx, suite, rows["bet_sg_w1.0"], 1, valid={"nll_loss": 2.95}, score={"sacrebleu": 99.0})
+    assert quality.unfinished_candidates(ctx, suite, chosen_row) == []
     resolved, chosen = quality.resolve_row(ctx, suite, chosen_row)
     assert chosen.name == "bet_sg_w0.2" and resolved.name == "bet_sg"  # not the best test BLEU (w1.0): validation chooses
     assert dict(resolved.env) == {"POINTER_LOSS_WEIGHT": "0.2"} and resolved.syntax_hints
@@ -874,6 +876,18 @@ def test_rows_run_every_seed_once_and_a_chosen_row_after_its_candidates(monkeypa
     assert dict(quality.resolve_row(ctx, suite, rows[-1])[0].env) == {"POINTER_LOSS_WEIGHT": "0.5"}
     if jobs == 1:  # seed by seed
         assert ran.index(("softmax", 2)) > max(ran.index((f"bet_sg_w{w}", 1)) for w in quality.POINTER_LOSS_WEIGHTS)
+
+
+def test_a_chosen_row_whose_candidates_did_not_all_run_waits_naming_the_missing_ones_once(monkeypatch, tmp_path, capsys):
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=True)
+    suite = quality.SUITES["multi30k_converged"]
+    rows = [row for row in suite.rows if row.name in ("bet_sg", "bet_sg_w0.05")]  # a run given one candidate only
+    monkeypatch.setattr(quality, "run_row", lambda ctx, suite, row, force=False, seed=1: _write_result(
+        ctx, suite, row, seed, valid={"nll_loss": 2.0}, score={"sacrebleu": 1.0}))
+    quality.run_rows(ctx, suite, rows, force=False, jobs=1)
+    waits = [line for line in capsys.readouterr().err.splitlines() if "waits for" in line]
+    assert waits == ["[bench-quality] multi30k_converged/bet_sg: waits for bet_sg_w0.2, bet_sg_w0.5, bet_sg_w1.0 "
+                     "(chosen on the validation set)"]
 
 
 # ------------------------------------------------- the LM ratio suite: validation curves, decoding cost, report ---
