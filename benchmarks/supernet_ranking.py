@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Sequence
 if __package__ in (None, ""):  # run by path: make the checkout importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import pipe_fields, read_jsonl  # noqa: E402
+from benchmarks.common import pipe_fields, read_json, read_jsonl  # noqa: E402
 from benchmarks.provenance import (REPO, available_cores, cpu_model, load_average, measured_revision,  # noqa: E402
                                    require_committed)
 from benchmarks.quality import (SUITES, Context, parse_train_log, prepare, recipe_env,  # noqa: E402
@@ -114,7 +114,7 @@ def train_supernet(ctx: Context, results: str, updates: int, space: str = SPACE,
                                   "KEEP_INTERVAL_UPDATES": "1",
                                   **({} if space == SPACE else {"SEARCH_SPACE": space})})
     command = ["recipes/multi30k/supernet.sh", "--no-epoch-checkpoints"]
-    check_resumed_settings(save_dir, shell_line(env, command))
+    check_resumed_settings(save_dir, training_settings(env, command))
     log(f"supernet: training ({updates} updates; a rerun resumes from {relative(save_dir)}/checkpoint_last.pt)")
     started = time.time()
     ctx.run(SUITE.name, env, command, record=False)
@@ -146,26 +146,43 @@ def training_time(text: str) -> dict:
     return {"train_seconds": sum(walls), "runs": len(runs)}
 
 
-def check_resumed_settings(save_dir: str, command: str):
-    """A supernet resumes from its ``checkpoint_last.pt`` only with the settings it started with: the command
-    is kept beside the checkpoints (``settings.json``, written before the first update), and a rerun with
-    another (another learning rate, space, budget ...), or a checkpoint from before the file existed, is a
-    one-line error instead of fairseq quietly going on from weights trained otherwise; before the first
-    checkpoint, a rerun starts again with its own settings."""
+# Recipe variables that say where and on what a training runs, and how often it logs and saves, not what it
+# trains: a supernet started on one machine (or device) resumes on another
+PLACEMENT = ("NUM_GPUS", "DATA_WORKERS", "DATA_BIN", "WORK_DIR", "SAVE_DIR", "FP16", "LOG_INTERVAL",
+             "SAVE_INTERVAL_UPDATES", "KEEP_INTERVAL_UPDATES")
+
+
+def training_settings(env: Dict[str, str], command: Sequence[str]) -> dict:
+    """What decides the weights a supernet training produces: its recipe variables but ``PLACEMENT`` (the
+    search space named relative to the checkout), and its script and flags."""
+    settings = {key: relative(value) if key == "SEARCH_SPACE" else value
+                for key, value in env.items() if key not in PLACEMENT}
+    return {"env": dict(sorted(settings.items())), "command": list(command)}
+
+
+def check_resumed_settings(save_dir: str, settings: dict):
+    """A supernet resumes from its ``checkpoint_last.pt`` only with the settings it started with
+    (``training_settings``, kept beside the checkpoints in ``settings.json``, written before the first update):
+    a rerun with others (another learning rate, space, budget ...), or a checkpoint from before the file
+    existed, is a one-line error instead of fairseq quietly going on from weights trained otherwise. Before
+    the first checkpoint a rerun starts again with its own settings; the machine, device and folders may
+    change between runs."""
     path = os.path.join(save_dir, "settings.json")
     checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
     if os.path.isfile(checkpoint):  # (no checkpoint yet: nothing trained to resume, whatever started it)
-        if not os.path.isfile(path):
+        started = read_json(path)
+        if started is None:
             raise SystemExit(f"error: {relative(checkpoint)}: a supernet whose settings are not recorded "
                              f"({relative(path)} is missing): remove {relative(save_dir)} to train again")
-        with open(path, encoding="utf-8") as f:
-            started = json.load(f).get("command")
-        if started != command:
+        if started != settings:
+            changed = sorted({key for key in {**started.get("env", {}), **settings["env"]}
+                              if started.get("env", {}).get(key) != settings["env"].get(key)}
+                             | ({"flags"} if started.get("command") != settings["command"] else set()))
             raise SystemExit(f"error: {relative(save_dir)} holds a supernet started with other settings "
-                             f"({started!r}, now {command!r}): remove the folder to train again")
+                             f"({', '.join(changed)} differ): remove the folder to train again")
         return
     os.makedirs(save_dir, exist_ok=True)
-    write_json(path, {"command": command}, sort_keys=True)
+    write_json(path, settings, sort_keys=True)
 
 
 def supernet_dir(ctx: Context) -> str:

@@ -2,6 +2,7 @@
 FLOPs, Kendall's tau on known orders, the supernet's validations read from a train log, and the report
 rendered from stage results (the stages themselves run recipes and CLIs tested elsewhere)."""
 import json
+import os
 import re
 
 import pytest
@@ -137,18 +138,29 @@ def test_a_damaged_line_of_a_stage_result_is_a_one_line_error_naming_it(tmp_path
 
 def test_a_supernet_resumes_only_with_the_settings_it_started_with(tmp_path):
     save_dir = tmp_path / "supernet"
-    ranking.check_resumed_settings(str(save_dir), "LR=1e-3 supernet.sh")  # a new run: its settings written
-    assert json.loads((save_dir / "settings.json").read_text()) == {"command": "LR=1e-3 supernet.sh"}
-    ranking.check_resumed_settings(str(save_dir), "LR=2e-3 supernet.sh")  # stopped before a checkpoint: new ones
-    assert json.loads((save_dir / "settings.json").read_text()) == {"command": "LR=2e-3 supernet.sh"}
+    env = {"LR": "2e-3", "MAX_UPDATE": "8000", "SEARCH_SPACE": os.path.join(ranking.REPO, "search_spaces", "x.yaml"),
+           "NUM_GPUS": "0", "DATA_BIN": "/a/data-bin", "SAVE_DIR": str(save_dir)}
+    command = ["recipes/multi30k/supernet.sh", "--no-epoch-checkpoints"]
+    settings = ranking.training_settings(env, command)
+    assert settings == {"env": {"LR": "2e-3", "MAX_UPDATE": "8000", "SEARCH_SPACE": "search_spaces/x.yaml"},
+                        "command": command}
+    ranking.check_resumed_settings(str(save_dir), ranking.training_settings({**env, "LR": "1e-3"}, command))
+    ranking.check_resumed_settings(str(save_dir), settings)  # stopped before a checkpoint: its own settings now
+    assert json.loads((save_dir / "settings.json").read_text()) == settings
     (save_dir / "checkpoint_last.pt").write_bytes(b"weights")
-    ranking.check_resumed_settings(str(save_dir), "LR=2e-3 supernet.sh")  # the same: it resumes
-    with pytest.raises(SystemExit, match=r"holds a supernet started with other settings \('LR=2e-3 supernet.sh', now "
-                                         r"'LR=5e-3 supernet.sh'\): remove the folder to train again"):
-        ranking.check_resumed_settings(str(save_dir), "LR=5e-3 supernet.sh")
+    # the same training on another device, from other folders: it resumes
+    ranking.check_resumed_settings(str(save_dir), ranking.training_settings(
+        {**env, "NUM_GPUS": "1", "FP16": "0", "DATA_BIN": "/b/data-bin", "DATA_WORKERS": "0", "LOG_INTERVAL": "100"},
+        command))
+    others = [({**env, "LR": "5e-3"}, command, "LR"), (env, command[:1], "flags"),
+              ({**env, "WARMUP": "800"}, command, "WARMUP")]
+    for other_env, other_command, differ in others:
+        with pytest.raises(SystemExit, match=rf"holds a supernet started with other settings \({differ} differ\): "
+                                             "remove the folder to train again$"):
+            ranking.check_resumed_settings(str(save_dir), ranking.training_settings(other_env, other_command))
     (save_dir / "settings.json").unlink()  # a checkpoint of a run from before the settings were kept
     with pytest.raises(SystemExit, match="checkpoint_last.pt: a supernet whose settings are not recorded"):
-        ranking.check_resumed_settings(str(save_dir), "LR=2e-3 supernet.sh")
+        ranking.check_resumed_settings(str(save_dir), settings)
 
 
 @pytest.mark.parametrize("script", ["supernet_ranking", "search_multi30k"])
