@@ -81,7 +81,7 @@ from benchmarks import quality, supernet_ranking  # noqa: E402
 from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import REPO, require_committed  # noqa: E402
 from benchmarks.quality import Context, prepare, relative, scored_references, write_report  # noqa: E402
-from benchmarks.common import read_jsonl  # noqa: E402
+from benchmarks.common import read_json, read_jsonl  # noqa: E402
 from benchmarks.supernet_ranking import architecture_key  # noqa: E402
 from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
 
@@ -266,10 +266,30 @@ def supernet_checkpoint(ctx: Context) -> str:
     return os.path.join(supernet_ranking.supernet_dir(ctx), "checkpoint_last.pt")
 
 
-def require_supernet(checkpoint: str) -> str:
-    if not os.path.isfile(checkpoint):
-        raise SystemExit(f"error: {relative(checkpoint)}: no supernet (run the supernet stage)")
+def require_supernet(checkpoint: str, results: str) -> str:
+    """The finished supernet: the checkpoint ``supernet.json`` records (a supernet still training, or stopped
+    by the end of a session, has a ``checkpoint_last.pt`` too, which the later stages must not read)."""
+    done = read_json(os.path.join(results, "supernet.json"))
+    if done is None or not os.path.isfile(checkpoint):
+        raise SystemExit(f"error: {relative(checkpoint)}: no finished supernet ({relative(results)}/supernet.json "
+                         "is written when it finishes): run the supernet stage")
+    if checkpoint_sha256(checkpoint) != done["checkpoint_sha256"]:
+        raise SystemExit(f"error: {relative(checkpoint)} is not the supernet {relative(results)}/supernet.json records "
+                         "(it trained on, or another replaced it): remove supernet.json and its folder to train again")
     return checkpoint
+
+
+@functools.lru_cache(maxsize=4)
+def _sha256(path: str, mtime_ns: int, size: int) -> str:
+    from fairseq_plugins.search.collect import file_sha256
+
+    return file_sha256(path)
+
+
+def checkpoint_sha256(path: str) -> str:
+    """(hashed once per version of the file: several stages check the same supernet)"""
+    stat = os.stat(path)
+    return _sha256(path, stat.st_mtime_ns, stat.st_size)
 
 
 def supernet_env(ctx: Context, updates: int, scale: Scale = REAL) -> Dict[str, str]:
@@ -302,7 +322,7 @@ def collect(ctx: Context, results: str, checkpoint: str, loss_samples: int, late
     latency = [*scale.latency_options(), *scale.collect_options, "--reference", reference_file(results)]
     for what, n, extra in (("loss", loss_samples, []), ("latency", latency_samples, latency)):
         log(f"collect: {what} of {n} architectures (resumes {relative(os.path.join(results, what + '.jsonl'))})")
-        search_cli(ctx, "collect", "--what", what, "--checkpoint", require_supernet(checkpoint), "--space", SPACE,
+        search_cli(ctx, "collect", "--what", what, "--checkpoint", require_supernet(checkpoint, results), "--space", SPACE,
                    "-n", str(n), "--output", os.path.join(results, f"{what}.jsonl"), *extra)
 
 
@@ -342,7 +362,7 @@ def measured_latency(results: str, checkpoint: str, named: Dict[str, dict], scal
         from fairseq_plugins.search.latency import groups, measure_subnetworks
         from fairseq_plugins.search.subnetworks import counted_cost, load_supernet
 
-        model, task, _ = load_supernet(require_supernet(checkpoint))
+        model, task, _ = load_supernet(require_supernet(checkpoint, results))
         reference = layout_architecture(BASELINE)
         settings = LatencySettings(**scale.latency)
         architectures = {name: Architecture.from_dict(named[name]) for name in missing}
@@ -451,7 +471,7 @@ def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Sc
             reference = ["--reference", relative(reference_file(results))] if measured else []
             searched = search_cli(ctx, "evolve", "--space", relative(SPACE), "--fitness", "ranker",
                                   "--ranker", relative(os.path.join(results, "ranker_loss", "ranker.txt")),
-                                  "--checkpoint", relative(require_supernet(checkpoint)), *constraint,
+                                  "--checkpoint", relative(require_supernet(checkpoint, results)), *constraint,
                                   *scale.latency_options(measured), *scale.evolution_options, *confirm, *reference,
                                   "--output", relative(output))
             if searched.get("done_before"):

@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run by path: make the checkout importable
 from benchmarks.common import pipe_fields, read_json, read_jsonl  # noqa: E402
 from benchmarks.provenance import (REPO, available_cores, cpu_model, load_average, measured_revision,  # noqa: E402
                                    require_committed)
-from benchmarks.quality import (SUITES, Context, parse_train_log, prepare, recipe_env,  # noqa: E402
+from benchmarks.quality import (SUITES, Context, data_fingerprint, parse_train_log, prepare, recipe_env,  # noqa: E402
                                 relative, shell_line, write_report)
 from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
 
@@ -154,10 +154,12 @@ PLACEMENT = ("NUM_GPUS", "DATA_WORKERS", "DATA_BIN", "WORK_DIR", "SAVE_DIR", "FP
 
 def training_settings(env: Dict[str, str], command: Sequence[str]) -> dict:
     """What decides the weights a supernet training produces: its recipe variables but ``PLACEMENT`` (the
-    search space named relative to the checkout), and its script and flags."""
+    search space named relative to the checkout), the prepared data's fingerprint (bench-quality's: its
+    dictionaries and preparation settings, not its folder), and its script and flags."""
     settings = {key: relative(value) if key == "SEARCH_SPACE" else value
                 for key, value in env.items() if key not in PLACEMENT}
-    return {"env": dict(sorted(settings.items())), "command": list(command)}
+    data = data_fingerprint(env["DATA_BIN"]) if "DATA_BIN" in env else None
+    return {"env": dict(sorted(settings.items())), "data": data, "command": list(command)}
 
 
 def check_resumed_settings(save_dir: str, settings: dict):
@@ -169,18 +171,28 @@ def check_resumed_settings(save_dir: str, settings: dict):
     change between runs."""
     path = os.path.join(save_dir, "settings.json")
     checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
+    started = read_json(path)
     if os.path.isfile(checkpoint):  # (no checkpoint yet: nothing trained to resume, whatever started it)
-        started = read_json(path)
         if started is None:
             raise SystemExit(f"error: {relative(checkpoint)}: a supernet whose settings are not recorded "
                              f"({relative(path)} is missing): remove {relative(save_dir)} to train again")
+        if not (isinstance(started, dict) and set(started) == set(settings)):
+            raise SystemExit(f"error: {relative(path)}: not the settings of a supernet training as this revision "
+                             f"writes them (keys {', '.join(sorted(settings))}): remove {relative(save_dir)} to train again")
         if started != settings:
-            changed = sorted({key for key in {**started.get("env", {}), **settings["env"]}
-                              if started.get("env", {}).get(key) != settings["env"].get(key)}
-                             | ({"flags"} if started.get("command") != settings["command"] else set()))
+            changed = sorted({key for key in {**started["env"], **settings["env"]}
+                              if started["env"].get(key) != settings["env"].get(key)}
+                             | ({"data"} if started["data"] != settings["data"] else set())
+                             | ({"flags"} if started["command"] != settings["command"] else set()))
             raise SystemExit(f"error: {relative(save_dir)} holds a supernet started with other settings "
                              f"({', '.join(changed)} differ): remove the folder to train again")
         return
+    log_path = os.path.join(save_dir, "train.log")
+    if started is not None and started != settings and os.path.isfile(log_path):
+        # a start with other settings stopped before its first checkpoint: its log is not this training's
+        # (training_time would count it), kept aside
+        aside = next(f"{log_path}.other_settings{n}" for n in range(1, 1000) if not os.path.exists(f"{log_path}.other_settings{n}"))
+        os.replace(log_path, aside)
     os.makedirs(save_dir, exist_ok=True)
     write_json(path, settings, sort_keys=True)
 

@@ -191,8 +191,7 @@ def test_a_budget_searched_without_an_architecture_gets_no_row_and_the_run_goes_
         return {"best": {"architecture": architecture}}
 
     monkeypatch.setattr(run, "search_cli", fake_search_cli)
-    checkpoint = tmp_path / "supernet.pt"
-    checkpoint.write_text("")
+    checkpoint = finished_supernet(results, tmp_path / "supernet.pt")
     run.evolve(None, str(results), str(checkpoint), run.read_budgets(str(results)))
     assert searched == names
     assert run.missed(str(results), "latency_scaled_d96_2+1")["confirmed_latency"] == [candidate]
@@ -257,9 +256,8 @@ def test_evolve_names_the_checkouts_files_relative_to_it_and_the_report_every_ba
     monkeypatch.setattr(quality, "REPO", str(checkout))
     monkeypatch.setattr(run, "SPACE", str(checkout / "search_spaces" / "space.yaml"))
     fake_budgets(results)
-    checkpoint = checkout / "work_dirs" / "supernet.pt"
-    checkpoint.parent.mkdir()
-    checkpoint.write_text("")
+    (checkout / "work_dirs").mkdir()
+    checkpoint = finished_supernet(results, checkout / "work_dirs" / "supernet.pt")
     argvs = []
 
     def fake_search_cli(ctx, command, *argv):
@@ -302,6 +300,28 @@ def test_the_one_line_error_of_a_command_is_told_from_any_other_failure():
     assert failed(2, "error: x").code == "error: `python -m fairseq_plugins.search evolve --output x` failed (exit 2):\nerror: x"
 
 
+def finished_supernet(results, checkpoint):
+    """A stand-in supernet checkpoint and the supernet.json of the stage that finished it."""
+    from fairseq_plugins.search.collect import file_sha256
+
+    checkpoint.write_text("weights")
+    (results / "supernet.json").write_text(json.dumps({"updates": 8, "checkpoint_sha256": file_sha256(str(checkpoint))}))
+    return checkpoint
+
+
+def test_the_later_stages_read_only_the_supernet_that_finished(tmp_path):
+    checkpoint = tmp_path / "checkpoint_last.pt"
+    checkpoint.write_text("weights of update 25")  # a supernet still training (or stopped by a session's end)
+    with pytest.raises(SystemExit, match=r"checkpoint_last.pt: no finished supernet \(.*supernet.json is written when "
+                                         r"it finishes\): run the supernet stage$"):
+        run.require_supernet(str(checkpoint), str(tmp_path))
+    finished_supernet(tmp_path, checkpoint)
+    assert run.require_supernet(str(checkpoint), str(tmp_path)) == str(checkpoint)
+    checkpoint.write_text("weights of a later update")  # trained on after supernet.json was written
+    with pytest.raises(SystemExit, match=r"checkpoint_last.pt is not the supernet .*supernet.json records"):
+        run.require_supernet(str(checkpoint), str(tmp_path))
+
+
 def test_a_search_stopped_between_best_json_and_result_json_is_searched_again(tmp_path, monkeypatch):
     """``search evolve`` writes best.json, then result.json: a best.json beside no result.json, or beside the
     result.json of an earlier search that found none within the budget, is no finished search: no found row,
@@ -315,8 +335,7 @@ def test_a_search_stopped_between_best_json_and_result_json_is_searched_again(tm
     (folder / "best.json").write_text(json.dumps(tiny_architecture(96, 2, 1, "cosformer")))
     searched = []
     monkeypatch.setattr(run, "search_cli", lambda ctx, command, *argv: searched.append(argv[argv.index("--output") + 1]) or {})
-    checkpoint = tmp_path / "supernet.pt"
-    checkpoint.write_text("")
+    checkpoint = finished_supernet(tmp_path, tmp_path / "supernet.pt")
     for stale in (None, {"best": None, "confirmed_latency": [{"relative_latency": 0.61, "within_budget": False}]}):
         if stale is not None:
             (folder / "result.json").write_text(json.dumps(stale))
@@ -481,7 +500,7 @@ def test_budgets_come_from_the_stored_measurements(tmp_path):
     assert budgets["gflops"]["of"] == expected[1]
     assert json.loads((tmp_path / "budgets.json").read_text()) == budgets
     # a new architecture needs the supernet: a one-line error naming it
-    with pytest.raises(SystemExit, match="missing.pt: no supernet"):
+    with pytest.raises(SystemExit, match="missing.pt: no finished supernet"):
         run.measured_latency(str(tmp_path), str(tmp_path / "missing.pt"), {"x": tiny_architecture(96, 2, 1)})
     # latencies of another protocol are never compared with these: a record measured in one process (before
     # --processes existed: no such key) is refused, naming the file and the setting
@@ -501,8 +520,7 @@ def test_architectures_not_measured_yet_are_measured_in_turn_ten_at_a_time(tmp_p
 
     from fairseq_plugins.search import latency, subnetworks
 
-    checkpoint = tmp_path / "supernet.pt"
-    checkpoint.write_text("")
+    checkpoint = finished_supernet(tmp_path, tmp_path / "supernet.pt")
     space = types.SimpleNamespace(check_contains=lambda architecture, name: None)
     monkeypatch.setattr(subnetworks, "load_supernet", lambda path: (types.SimpleNamespace(space=space),
                                                                     types.SimpleNamespace(target_dictionary=None), None))

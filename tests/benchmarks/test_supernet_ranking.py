@@ -138,26 +138,47 @@ def test_a_damaged_line_of_a_stage_result_is_a_one_line_error_naming_it(tmp_path
 
 def test_a_supernet_resumes_only_with_the_settings_it_started_with(tmp_path):
     save_dir = tmp_path / "supernet"
+    data_bin = tmp_path / "a" / "data-bin"
+    data_bin.mkdir(parents=True)
+    (data_bin / "dict.de.txt").write_text("Hund 5\n")
     env = {"LR": "2e-3", "MAX_UPDATE": "8000", "SEARCH_SPACE": os.path.join(ranking.REPO, "search_spaces", "x.yaml"),
-           "NUM_GPUS": "0", "DATA_BIN": "/a/data-bin", "SAVE_DIR": str(save_dir)}
+           "NUM_GPUS": "0", "DATA_BIN": str(data_bin), "SAVE_DIR": str(save_dir)}
     command = ["recipes/multi30k/supernet.sh", "--no-epoch-checkpoints"]
     settings = ranking.training_settings(env, command)
     assert settings == {"env": {"LR": "2e-3", "MAX_UPDATE": "8000", "SEARCH_SPACE": "search_spaces/x.yaml"},
-                        "command": command}
+                        "data": ranking.data_fingerprint(str(data_bin)), "command": command}
+    # a start with other settings, stopped before its first checkpoint: a rerun starts again with its own, and
+    # the stopped start's log is set aside (not counted as this training's time)
     ranking.check_resumed_settings(str(save_dir), ranking.training_settings({**env, "LR": "1e-3"}, command))
-    ranking.check_resumed_settings(str(save_dir), settings)  # stopped before a checkpoint: its own settings now
+    (save_dir / "train.log").write_text("the 1e-3 start's log\n")
+    ranking.check_resumed_settings(str(save_dir), settings)
     assert json.loads((save_dir / "settings.json").read_text()) == settings
+    assert not (save_dir / "train.log").exists()
+    assert (save_dir / "train.log.other_settings1").read_text() == "the 1e-3 start's log\n"
+    (save_dir / "train.log").write_text("this training's log\n")
+    ranking.check_resumed_settings(str(save_dir), settings)  # the same settings again: its log stays
+    assert (save_dir / "train.log").read_text() == "this training's log\n"
     (save_dir / "checkpoint_last.pt").write_bytes(b"weights")
-    # the same training on another device, from other folders: it resumes
+    # the same training on another device, from other folders, the same data prepared elsewhere: it resumes
+    moved = tmp_path / "b" / "data-bin"
+    moved.mkdir(parents=True)
+    (moved / "dict.de.txt").write_text("Hund 5\n")
     ranking.check_resumed_settings(str(save_dir), ranking.training_settings(
-        {**env, "NUM_GPUS": "1", "FP16": "0", "DATA_BIN": "/b/data-bin", "DATA_WORKERS": "0", "LOG_INTERVAL": "100"},
+        {**env, "NUM_GPUS": "1", "FP16": "0", "DATA_BIN": str(moved), "DATA_WORKERS": "0", "LOG_INTERVAL": "100"},
         command))
+    other_data = tmp_path / "c" / "data-bin"
+    other_data.mkdir(parents=True)
+    (other_data / "dict.de.txt").write_text("Katze 5\n")
     others = [({**env, "LR": "5e-3"}, command, "LR"), (env, command[:1], "flags"),
-              ({**env, "WARMUP": "800"}, command, "WARMUP")]
+              ({**env, "WARMUP": "800"}, command, "WARMUP"), ({**env, "DATA_BIN": str(other_data)}, command, "data")]
     for other_env, other_command, differ in others:
         with pytest.raises(SystemExit, match=rf"holds a supernet started with other settings \({differ} differ\): "
                                              "remove the folder to train again$"):
             ranking.check_resumed_settings(str(save_dir), ranking.training_settings(other_env, other_command))
+    # settings.json of an older form (the command line as one string): a one-line error, not a traceback
+    (save_dir / "settings.json").write_text(json.dumps({"command": "LR=2e-3 recipes/multi30k/supernet.sh"}))
+    with pytest.raises(SystemExit, match="settings.json: not the settings of a supernet training as this revision"):
+        ranking.check_resumed_settings(str(save_dir), settings)
     (save_dir / "settings.json").unlink()  # a checkpoint of a run from before the settings were kept
     with pytest.raises(SystemExit, match="checkpoint_last.pt: a supernet whose settings are not recorded"):
         ranking.check_resumed_settings(str(save_dir), settings)
