@@ -201,6 +201,18 @@ def supernet_dir(ctx: Context) -> str:
     return os.path.join(ctx.work_dir, "checkpoints", "supernet")
 
 
+# The report's validation table: at most this many rows (a supernet saving every SAVE_INTERVAL updates also
+# validates at each save; every validation stays in supernet.json)
+SHOWN_VALIDATIONS = 20
+
+
+def thinned(rows: Sequence[dict], most: int) -> List[dict]:
+    """At most ``most`` of ``rows``, evenly spaced, the first and the last among them."""
+    if len(rows) <= most:
+        return list(rows)
+    return [rows[round(i * (len(rows) - 1) / (most - 1))] for i in range(most)]
+
+
 def supernet_validations(text: str) -> List[dict]:
     """Every validation of the train log (all runs, a resumed one appends): update, the largest sub-network's
     loss (``loss``) and the smallest's (``smallest_loss``), in bits."""
@@ -410,7 +422,8 @@ def render(results: str, command: str, scratch_updates: Optional[int] = None) ->
         f"sampled sub-networks per update): {supernet['updates']} updates in {supernet['train_seconds'] / 60:.1f} min "
         f"(fairseq's wall clock{run_count(supernet)}), {supernet['params']:,} parameters in the supernet's containers.", "",
         "| update | valid loss, largest (bits) | valid loss, smallest (bits) |", "| ---: | ---: | ---: |"]
-    lines += [f"| {v['update']} | {v['largest_loss']:.3f} | {v['smallest_loss']:.3f} |" for v in supernet["validations"]]
+    lines += [f"| {v['update']} | {v['largest_loss']:.3f} | {v['smallest_loss']:.3f} |"
+              for v in thinned(supernet["validations"], SHOWN_VALIDATIONS)]
     lines += ["", "### Inherited against trained-from-scratch validation loss", ""]
     rows = [(a, inherited.get(architecture_key(a)), scratch.get(architecture_key(a))) for a in architectures]
     complete = [(a, i, s) for a, i, s in rows if i and s]

@@ -105,6 +105,14 @@ def test_the_report_shows_both_losses_and_the_rank_correlation(tmp_path):
     assert "| 3 | " + ranking.describe(architectures[3]) + " | - | - | - | - | - | - |" in report
 
 
+def test_the_report_shows_at_most_twenty_validations_evenly_spaced_with_the_last():
+    rows = [{"update": 25 * (i + 1)} for i in range(320)]  # a supernet validating at every save, 25 updates apart
+    shown = ranking.thinned(rows, ranking.SHOWN_VALIDATIONS)
+    assert len(shown) == 20 and shown[0] == rows[0] and shown[-1] == rows[-1]
+    assert len({r["update"] for r in shown}) == 20 and [r["update"] for r in shown] == sorted(r["update"] for r in shown)
+    assert ranking.thinned(rows[:20], 20) == rows[:20] and ranking.thinned(rows[:3], 20) == rows[:3]
+
+
 def test_stale_stage_results_are_refused(tmp_path):
     architectures = ranking.spread_architectures(ranking.SPACE, 4, 100, 1)
     write_results(tmp_path, architectures, [5.0, 4.0, 3.0, 2.0], [6.0, 5.5, 4.5, 4.0])
