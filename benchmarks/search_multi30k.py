@@ -267,29 +267,7 @@ def supernet_checkpoint(ctx: Context) -> str:
 
 
 def require_supernet(checkpoint: str, results: str) -> str:
-    """The finished supernet: the checkpoint ``supernet.json`` records (a supernet still training, or stopped
-    by the end of a session, has a ``checkpoint_last.pt`` too, which the later stages must not read)."""
-    done = read_json(os.path.join(results, "supernet.json"))
-    if done is None or not os.path.isfile(checkpoint):
-        raise SystemExit(f"error: {relative(checkpoint)}: no finished supernet ({relative(results)}/supernet.json "
-                         "is written when it finishes): run the supernet stage")
-    if checkpoint_sha256(checkpoint) != done["checkpoint_sha256"]:
-        raise SystemExit(f"error: {relative(checkpoint)} is not the supernet {relative(results)}/supernet.json records "
-                         "(it trained on, or another replaced it): remove supernet.json and its folder to train again")
-    return checkpoint
-
-
-@functools.lru_cache(maxsize=4)
-def _sha256(path: str, mtime_ns: int, size: int) -> str:
-    from fairseq_plugins.search.collect import file_sha256
-
-    return file_sha256(path)
-
-
-def checkpoint_sha256(path: str) -> str:
-    """(hashed once per version of the file: several stages check the same supernet)"""
-    stat = os.stat(path)
-    return _sha256(path, stat.st_mtime_ns, stat.st_size)
+    return supernet_ranking.require_finished_supernet(checkpoint, results)
 
 
 def supernet_env(ctx: Context, updates: int, scale: Scale = REAL) -> Dict[str, str]:

@@ -25,6 +25,7 @@ session on another machine continues where this one stopped; checkpoints stay in
 """
 import argparse
 import datetime
+import functools
 import json
 import os
 import re
@@ -197,6 +198,32 @@ def check_resumed_settings(save_dir: str, settings: dict):
     write_json(path, settings, sort_keys=True)
 
 
+def require_finished_supernet(checkpoint: str, results: str) -> str:
+    """The finished supernet: the checkpoint ``supernet.json`` records (a supernet still training, or stopped
+    by the end of a session, has a ``checkpoint_last.pt`` too, which the later stages must not read)."""
+    done = read_json(os.path.join(results, "supernet.json"))
+    if done is None or not os.path.isfile(checkpoint):
+        raise SystemExit(f"error: {relative(checkpoint)}: no finished supernet ({relative(results)}/supernet.json "
+                         "is written when it finishes): run the supernet stage")
+    if checkpoint_sha256(checkpoint) != done["checkpoint_sha256"]:
+        raise SystemExit(f"error: {relative(checkpoint)} is not the supernet {relative(results)}/supernet.json records "
+                         "(it trained on, or another replaced it): remove supernet.json and its folder to train again")
+    return checkpoint
+
+
+@functools.lru_cache(maxsize=4)
+def _sha256(path: str, mtime_ns: int, size: int) -> str:
+    from fairseq_plugins.search.collect import file_sha256
+
+    return file_sha256(path)
+
+
+def checkpoint_sha256(path: str) -> str:
+    """(hashed once per version of the file: several stages check the same supernet)"""
+    stat = os.stat(path)
+    return _sha256(path, stat.st_mtime_ns, stat.st_size)
+
+
 def supernet_dir(ctx: Context) -> str:
     return os.path.join(ctx.work_dir, "checkpoints", "supernet")
 
@@ -288,15 +315,9 @@ def inherited_losses(ctx: Context, results: str, architectures: List[dict]) -> L
             seen.add(architecture_key(architecture))
             missing.append((index, architecture))
     if missing:
-        if not os.path.isfile(checkpoint):
-            raise SystemExit(f"error: {relative(checkpoint)} is missing: the inherited losses need the supernet (run the "
-                             "supernet stage again; its results say with which command)")
         from fairseq_plugins.models.architecture import Architecture
-        from fairseq_plugins.search.collect import file_sha256
 
-        if file_sha256(checkpoint) != supernet:
-            raise SystemExit(f"error: {relative(checkpoint)} is not the supernet supernet.json records (it trained on?): "
-                             "run the supernet stage again")
+        require_finished_supernet(checkpoint, results)
         # one process for all of them (the supernet and the validation set are loaded once), each result kept
         # as it is printed: an interrupted run measures only those still missing
         command = [ctx.python, "-m", "fairseq_plugins.search", "evaluate", "--checkpoint", checkpoint]

@@ -33,6 +33,7 @@ LIGHT_PACKAGES = ("data_prep",)
 # setup.py's console scripts: every name has this prefix, and every one is light (the test checks both)
 CONSOLE_SCRIPT_PREFIX = "fairseq-plugins-"
 
+
 def typed_options(argv: List[str]) -> set:
     """The long options of a command line as typed (``--name`` and ``--name=value`` alike): what a check that
     refuses an option its mode would ignore reads, so that a default never counts as given. (Its parser must
