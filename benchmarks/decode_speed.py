@@ -42,7 +42,7 @@ if __package__ in (None, ""):  # run by path, not as python -m benchmarks.decode
 
 from benchmarks import quality  # noqa: E402  (the trained rows, their data and the recipes)
 from benchmarks.common import whole_numbers  # noqa: E402
-from benchmarks.lm_decoding import build_lm  # noqa: E402
+from benchmarks.decoding_cost import build_lm  # noqa: E402
 from benchmarks.provenance import REPO, available_cores, is_dirty, require_committed  # noqa: E402
 from benchmarks.quality import Context, log, provenance, relative  # noqa: E402
 from fairseq_plugins.files import atomic_output, write_json  # noqa: E402

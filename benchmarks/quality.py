@@ -65,6 +65,7 @@ record their revision) unless ``--allow-dirty``.
     python benchmarks/quality.py --report-only            # re-render docs/records/results.md from the records
     python benchmarks/quality.py --rescore                # only add the paired test's data to finished rows
     python benchmarks/quality.py --suites shakespeare8 --decode-cost   # decoding cost per token (fresh weights, minutes)
+    python benchmarks/quality.py --suites multi30k_converged --decode-cost   # beam search's cost per sentence
 """
 import argparse
 import datetime
@@ -684,12 +685,13 @@ def recipe_env(ctx: Context, suite: Suite, extra: Optional[Dict[str, str]] = Non
     return {**env, **(extra or {})}
 
 
-def suite_env(ctx: Context, suite: Suite, averaging: bool = True) -> Dict[str, str]:
+def suite_env(ctx: Context, suite: Suite, averaging: bool = True, budget: bool = True) -> Dict[str, str]:
     """The recipe settings of the suite's rows; at the convergence budget B, and with ``averaging`` the
     checkpoint averaging where the ladder's rung at B showed it helps on the validation set (a training that
-    scores its last checkpoint, such as the search's supernet, asks for none)."""
+    scores its last checkpoint, such as the search's supernet, asks for none). Without ``budget``: the
+    suite's own budget (the model a row builds, all that some callers need, does not depend on it)."""
     env = dict(suite.env)
-    if suite.budget_from and not ctx.quick:
+    if suite.budget_from and budget and not ctx.quick:
         from benchmarks import convergence
 
         budget = convergence_budget(suite.budget_from)
@@ -861,8 +863,10 @@ def has_test_items(result: dict) -> bool:
     return any(key in result for key in TEST_ITEMS)
 
 
-def row_env(ctx: Context, suite: Suite, row: Row, seed: int) -> Dict[str, str]:
-    env = recipe_env(ctx, suite, {**suite_env(ctx, suite), **dict(row.env), "SAVE_DIR": row_dir(ctx, suite, row, seed)})
+def row_env(ctx: Context, suite: Suite, row: Row, seed: int, budget: bool = True) -> Dict[str, str]:
+    """The recipe settings of a row's seed (``budget``: as ``suite_env``)."""
+    env = recipe_env(ctx, suite, {**suite_env(ctx, suite, budget=budget), **dict(row.env),
+                                  "SAVE_DIR": row_dir(ctx, suite, row, seed)})
     if seed != 1:
         env["SEED"] = str(seed)
     if row.syntax_hints:
@@ -1065,33 +1069,88 @@ def decode_layout(suite: Suite, row: Row) -> Tuple[str, List[str]]:
     return row.arch, [*suite.model_args, *row.args]
 
 
-def measure_decode_cost(ctx: Context, suite: Suite, rows: Sequence[Row], command: str):
-    """Each row's cost of the token after the longest prefix its model allows (TOKENS_PER_SAMPLE - 1),
-    timed beside the suite's baseline with the latency protocol (benchmarks/lm_decoding.py), on fresh
-    weights; each row's record is written as it finishes (a row measured before is measured again)."""
-    from benchmarks.lm_decoding import next_token_cost
+def recipe_training_argv(ctx: Context, suite: Suite, row: Row) -> List[str]:
+    """fairseq-train's arguments (without the program) for the row's first seed, as its recipe gives them
+    (the recipe's DRY_RUN=1 prints the command instead of running it)."""
+    argv = [f"recipes/{suite.recipe}/train.sh", row.arch, *suite.model_args, *row.args, *suite.train_args]
+    # (the model does not depend on the budget: measurable before the convergence budget is)
+    output = ctx.run(suite.name, {**row_env(ctx, suite, row, 1, budget=False), "DRY_RUN": "1"}, argv, record=False)
+    printed = [line for line in output.splitlines() if line.startswith("fairseq-train ")]
+    if not printed:
+        raise SystemExit(f"error: {suite.name}/{row.name}: `DRY_RUN=1 {shlex.join(argv)}` printed no fairseq-train "
+                         f"command (its last line: {output.strip().splitlines()[-1] if output.strip() else 'none'})")
+    return shlex.split(printed[-1])[1:]
 
-    baseline = suite_baseline(suite)
-    if suite.kind != "lm" or baseline is None:
-        raise SystemExit(f"error: --decode-cost: suite {suite.name} is not a language-model suite with a baseline "
-                         f"(the cost per sampled token is a language model's; choose from "
-                         f"{', '.join(name for name, s in SUITES.items() if s.kind == 'lm')})")
-    reference = decode_layout(suite, next(row for row in suite.rows if row.name == baseline))
-    # (the model's context, not the budget: measurable before the convergence budget is)
-    positions = int({**suite.env, **(suite.quick_env if ctx.quick else {})}["TOKENS_PER_SAMPLE"])
+
+def reports_decode_cost(suite: Suite) -> bool:
+    """Whether the suite's report has decoding-cost columns (``render_seeds_suite``: the suites of several
+    seeds), which time each row beside its baseline."""
+    return len(suite.seeds) > 1 and suite_baseline(suite) is not None
+
+
+# A translation suite's decoding cost, the architecture search's latency workload too (benchmarks/search_multi30k.py:
+# its budgets, its Pareto front): beam 5 over a 30-token source for exactly 30 decoder steps, batch 1; the
+# protocol's other settings its defaults
+BEAM_SEARCH_LATENCY = dict(source_length=30, decoder_steps=30, beam=5, threads=1)
+# --quick: the protocol at its minimum (one process of 2 rounds of 3 timed runs, 8 + 8 tokens, beam 2)
+QUICK_BEAM_SEARCH_LATENCY = dict(source_length=8, decoder_steps=8, beam=2, threads=1, warmup=1, repeats=3, rounds=2,
+                                 processes=1)
+
+
+def decode_cost_settings(ctx: Context, suite: Suite):
+    """The latency protocol's settings of a suite's decoding cost."""
+    from benchmarks.decoding_cost import NEXT_TOKEN_SETTINGS
+    from fairseq_plugins.search.latency import LatencySettings
+
+    if suite.kind == "lm":
+        return NEXT_TOKEN_SETTINGS
+    return LatencySettings(**(QUICK_BEAM_SEARCH_LATENCY if ctx.quick else BEAM_SEARCH_LATENCY))
+
+
+def measure_decode_cost(ctx: Context, suite: Suite, rows: Sequence[Row], command: str):
+    """Each row's decoding cost, timed beside the suite's baseline with the latency protocol
+    (benchmarks/decoding_cost.py) on fresh weights: a language model's cost of the token after the longest
+    prefix its model allows (TOKENS_PER_SAMPLE - 1), one row after another; a translation model's beam search
+    of one sentence (the search's workload), the rows' measuring processes taken in turn, the model each
+    row's recipe trains. Each row's record is written as it (or its group) finishes; a row measured before is
+    measured again."""
+    from benchmarks.decoding_cost import beam_search_costs, next_token_cost
+    from fairseq_plugins.search.latency import groups
+
+    baseline = suite_baseline(suite)  # (main refuses a suite without one)
+    baseline_row = next(row for row in suite.rows if row.name == baseline)
     path = decode_cost_path(ctx, suite)
     stored = read_json(path, {})
-    for row in rows:
-        log(f"{suite.name}/{row.name}: decoding cost per token after {positions - 1} tokens, beside {baseline}")
-        cost = next_token_cost(data_bin(ctx, suite), decode_layout(suite, row), reference, positions)
+    settings = decode_cost_settings(ctx, suite)
+
+    def keep(row: Row, cost: dict):
+        arch, flags = decode_layout(suite, row)
         machine = {k: v for k, v in provenance(ctx.device).items() if k != "threads"}  # (the training's threads)
-        stored[row.name] = {**cost, "reference_row": baseline, "command": command,
+        stored[row.name] = {"arch": arch, "flags": flags, **cost, "reference_row": baseline, "command": command,
                             "finished": datetime.datetime.now().isoformat(timespec="seconds"), **machine}
         write_json(path, stored, sort_keys=True)
         if keeps_records(ctx, suite):  # (a new measurement replaces the recorded one)
             kept = read_json(suite_record(ctx, suite, "decode_cost.json"), {})
             kept[row.name] = portable_record(ctx, stored[row.name])
             write_json(suite_record(ctx, suite, "decode_cost.json"), kept, sort_keys=True)
+
+    if suite.kind == "translation":
+        reference = recipe_training_argv(ctx, suite, baseline_row)
+        for group in groups(rows, settings):
+            log(f"{suite.name}: beam search of one sentence ({settings.source_length} source tokens, "
+                f"{settings.decoder_steps} steps, beam {settings.beam}) of {', '.join(row.name for row in group)}, "
+                f"each beside {baseline}")
+            costs = beam_search_costs([recipe_training_argv(ctx, suite, row) for row in group], reference, settings)
+            for row, cost in zip(group, costs):
+                keep(row, cost)
+        return
+    reference = decode_layout(suite, baseline_row)
+    # (the model's context, not the budget: measurable before the convergence budget is)
+    positions = int({**suite.env, **(suite.quick_env if ctx.quick else {})}["TOKENS_PER_SAMPLE"])
+    for row in rows:
+        log(f"{suite.name}/{row.name}: decoding cost per token after {positions - 1} tokens, beside {baseline}")
+        cost = next_token_cost(data_bin(ctx, suite), decode_layout(suite, row), reference, positions, settings=settings)
+        keep(row, {k: v for k, v in cost.items() if k not in ("arch", "flags")})
 
 
 def stored_decode_cost(ctx: Context, suite: Suite) -> Dict[str, dict]:
@@ -1733,7 +1792,7 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
         lines += [f"The convergence budget is not measured yet (`python benchmarks/convergence.py --suite "
                   f"{suite.budget_from}`): no row trains before it.", ""]
     # (the decoding cost needs no training: a row measured before it trains is shown with it)
-    decode = load_decode_cost(ctx, suite) if suite.kind == "lm" else {}
+    decode = load_decode_cost(ctx, suite)
     if not finished and not decode:
         return lines + ["No row finished yet.", ""]
     baseline = suite_baseline(suite)
@@ -1749,7 +1808,11 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
         "test bits per character" if suite.metric == "bits_per_character" else "test perplexity")
     header = ["row", "`--arch` and flags", f"{metric} per seed", "mean ± std", "verdict (all seeds)", "p per seed",
               "params", "GFLOPs", "train time (mean)"] + (["beam-5 tokens/s (wall)"] if suite.kind == "translation" else [])
-    if decode:
+    if decode and suite.kind == "translation":
+        timed = next(iter(decode.values()))["settings"]
+        beam = f"beam-{timed['beam']}"
+        header += [f"{beam} ms/sentence ({timed['source_length']} → {timed['decoder_steps']} tokens)", f"{beam} x {baseline}"]
+    elif decode:
         prefix = next(iter(decode.values()))["prefix"]
         header += [f"decode ms/token after {prefix} tokens", f"decode x {baseline}", "decode MFLOPs/token"]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
@@ -1787,8 +1850,11 @@ def render_seeds_suite(ctx: Context, suite: Suite, references: Optional[Referenc
         if decode:
             cost = decode.get(row.name)
             ratios = f"({min(cost['ratios']):.2f}-{max(cost['ratios']):.2f})" if cost else ""
-            cells += [f"{cost['ms_per_token']:.3f}", f"{cost['relative']:.2f} {ratios}",
-                      f"{cost['flops_per_token'] / 1e6:.3f}"] if cost else ["-"] * 3
+            if suite.kind == "translation":
+                cells += [f"{cost['ms_per_sentence']:.1f}", f"{cost['relative']:.2f} {ratios}"] if cost else ["-"] * 2
+            else:
+                cells += [f"{cost['ms_per_token']:.3f}", f"{cost['relative']:.2f} {ratios}",
+                          f"{cost['flops_per_token'] / 1e6:.3f}"] if cost else ["-"] * 3
         lines.append("| " + " | ".join(cells) + " |")
     missing = [row.name for row in suite.rows if len(finished.get(row.name, [])) < len(seeds_of(suite, row))]
     lines.append("")
@@ -1809,21 +1875,30 @@ def render_decode_cost_note(suite: Suite, decode: Dict[str, dict]) -> List[str]:
     processes_text = "one process" if processes == 1 else f"{processes} processes, one after another, each"
     median_text = ("" if processes == 1 else
                    f" (both: the median over the processes of each one's, the {settings['rounds']} rounds shared among them)")
-    lines = [f"Decode columns: the marginal cost of one more sampled token after a prefix of {first['prefix']} tokens "
-             f"(the longest the models' {first['positions']} positions allow): one decoder step on the prefix's "
-             "incremental state, the log-probabilities and fairseq's sampling draw, for batch 1 on the CPU. The models "
-             "have fresh weights (the cost of a step does not depend on their values, so it needs no trained checkpoint). "
-             "Each row is timed beside "
-             f"`{first['reference_row']}` in {processes_text} pinned to one core with {settings['threads']} thread "
-             f"(`fairseq_plugins/search/latency.py`'s protocol: {settings['rounds']} rounds of ABBA blocks of "
-             f"{settings['repeats']} steps, trimmed means); ms/token is the median block, x {first['reference_row']} "
-             f"the median of the rounds' ratios{median_text}, in brackets the smallest and the largest (the {first['reference_row']} row, "
-             "timed beside itself, shows the protocol's own spread). The ratio is what to compare: between a quiet and "
-             "a loaded machine it moved by a median of 3-5 % and at most about 10 % (docs/records/latency_agreement.md), "
-             "while the milliseconds doubled; differences smaller than that need a quiet machine. MFLOPs/token: the counted "
-             "forward FLOPs of that token (`fairseq_plugins.complexity`, every kind's registered costs: the forward "
-             "pass over prefix + 1 tokens minus the one over prefix tokens). Measured by "
-             f"`{first['command']}` at git {', '.join(revisions)} on {first['cores']} cores ({first['cpu']})"
+    reference = first["reference_row"]
+    if suite.kind == "translation":
+        work = (f"Beam-{settings['beam']} columns: fairseq's SequenceGenerator with beam {settings['beam']} on one random "
+                f"source sentence of {settings['source_length']} tokens for exactly {settings['decoder_steps']} decoder "
+                "steps (and the end of sentence), batch 1 on the CPU: the architecture search's latency workload, so "
+                "that these rows and the search's finds are timed alike")
+        unit, runs, flops = "ms/sentence", "searches", ""
+    else:
+        work = (f"Decode columns: the marginal cost of one more sampled token after a prefix of {first['prefix']} tokens "
+                f"(the longest the models' {first['positions']} positions allow): one decoder step on the prefix's "
+                "incremental state, the log-probabilities and fairseq's sampling draw, for batch 1 on the CPU")
+        unit, runs = "ms/token", "steps"
+        flops = (" MFLOPs/token: the counted forward FLOPs of that token (`fairseq_plugins.complexity`, every kind's "
+                 "registered costs: the forward pass over prefix + 1 tokens minus the one over prefix tokens).")
+    lines = [f"{work}. The models have fresh weights (the cost of a step does not depend on their values, so it needs no "
+             f"trained checkpoint). Each row is timed beside `{reference}` in {processes_text} pinned to one core with "
+             f"{settings['threads']} thread (`fairseq_plugins/search/latency.py`'s protocol: {settings['rounds']} rounds "
+             f"of ABBA blocks of {settings['repeats']} {runs}, trimmed means); {unit} is the median block, x {reference} "
+             f"the median of the rounds' ratios{median_text}, in brackets the smallest and the largest (the {reference} "
+             "row, timed beside itself, shows the protocol's own spread). The ratio is what to compare: between a quiet "
+             "and a loaded machine it moved by a median of 3-5 % and at most about 10 % "
+             "(docs/records/latency_agreement.md), while the milliseconds doubled; differences smaller than that need a "
+             f"quiet machine.{flops} Measured by `{first['command']}` at git {', '.join(revisions)} on {first['cores']} "
+             f"cores ({first['cpu']})"
              + (f", load average {min(loads)}" + (f"-{max(loads)}" if max(loads) != min(loads) else "") if loads else "")
              + "."]
     dirty = [name for name, cost in decode.items() if is_dirty(cost.get("git", ""))]
@@ -1954,7 +2029,8 @@ def render(ctx: Context, suites: Sequence[Suite], plots_dir: Optional[str], comm
              "(one thread per training); *wall*, where a row lacks that (trained before it was recorded, resumed "
              "after a stopped run, or on a GPU), fairseq's own wall clock (`done training in`), which moves with the "
              "machine's load. Beam-5 tokens/s (translation): fairseq-generate's own count over the test set, a wall "
-             "clock like *wall* (indicative only; the search's latency protocol is the load-robust measure). "
+             "clock like *wall* (indicative only; a converged suite's beam-5 ms/sentence and x softmax columns, "
+             "timed by the latency protocol, are the load-robust measure). "
              "Each row's JSON (git revision, machine, load, exact "
              f"command, the paired test's items) is `{relative(ctx.records or os.path.join(ctx.work_dir, 'results'))}"
              "/SUITE/ROW[_seedN].json`, which this report is rendered from. In the commands, `$DATA_ROOT` "
@@ -2111,9 +2187,10 @@ def main(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--rescore", action="store_true", help="train nothing: give finished rows without the paired "
                         "test's data (hypotheses, per-block losses) that data from their stored output or checkpoint, "
                         "then re-render")
-    parser.add_argument("--decode-cost", action="store_true", help="train nothing: measure every row's (or --rows') "
-                        "decoding cost per token after the longest prefix its model allows, beside the suite's baseline, "
-                        "on fresh weights (language-model suites), then re-render")
+    parser.add_argument("--decode-cost", action="store_true", help="train nothing: time every row's (or --rows') "
+                        "decoding beside the suite's baseline on fresh weights (the latency protocol; translation: beam "
+                        "search of one sentence, the search's workload; language models: the token after the longest "
+                        "prefix the model allows), then re-render (suites of several seeds)")
     parser.add_argument("--allow-dirty", action="store_true", help="train or score even when tracked files have "
                         "uncommitted changes (the rows are then marked in the report); --quick never asks")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -2142,9 +2219,11 @@ def main(argv: Optional[Sequence[str]] = None):
     if unknown:
         parser.error(f"--suites: unknown {', '.join(unknown)} (choose from {', '.join(SUITES)})")
     suites = [SUITES[s] for s in args.suites.split(",")]
-    if args.decode_cost and any(suite.kind != "lm" for suite in suites):
-        parser.error(f"--decode-cost: measures language models; --suites {args.suites} has translation suites "
-                     f"(choose from {', '.join(name for name, s in SUITES.items() if s.kind == 'lm')})")
+    timed = [name for name, suite in SUITES.items() if reports_decode_cost(suite)]
+    if args.decode_cost and any(suite.name not in timed for suite in suites):
+        parser.error(f"--decode-cost: for the suites whose report shows it (each row timed beside the baseline): "
+                     f"{', '.join(timed)}; --suites {args.suites} has "
+                     f"{', '.join(suite.name for suite in suites if suite.name not in timed)}")
     work_dir = os.path.abspath(args.work_dir or os.path.join(REPO, "work_dirs",
                                                              "bench_quality_quick" if args.quick else "bench_quality"))
     output = args.output if args.output is not None else (None if args.quick else os.path.join(REPO, "docs", "records", "results.md"))

@@ -943,7 +943,7 @@ def test_the_validation_plot_draws_each_rows_seed_mean_and_its_seeds(monkeypatch
 
 
 def test_the_decoding_cost_of_a_layout_is_timed_beside_the_reference_with_its_counted_flops(tmp_path):
-    from benchmarks import lm_decoding
+    from benchmarks import decoding_cost
     from fairseq_plugins.cli.synthetic import binarize_lm, write_lm_corpus
     from fairseq_plugins.search.latency import LatencySettings
 
@@ -952,19 +952,19 @@ def test_the_decoding_cost_of_a_layout_is_timed_beside_the_reference_with_its_co
     suite = quality.SUITES["shakespeare8"]
     layouts = {row.name: quality.decode_layout(suite, row) for row in suite.rows}
     tiny = LatencySettings(warmup=1, repeats=2, rounds=2, processes=1, trim=0.0)
-    costs = {name: lm_decoding.next_token_cost(data, layouts[name], layouts["softmax"], positions=16, settings=tiny)
+    costs = {name: decoding_cost.next_token_cost(data, layouts[name], layouts["softmax"], positions=16, settings=tiny)
              for name in ("softmax", "cos3_softmax1")}
     for name, cost in costs.items():
         assert cost["prefix"] == 15 and cost["positions"] == 16 and cost["settings"]["threads"] == 1
         assert cost["ms_per_token"] > 0 and cost["relative"] > 0 and len(cost["ratios"]) == 2
         assert cost["reference"] == ["softmax_1head_lm", *layouts["softmax"][1]]
-        _, model = lm_decoding.build_lm(data, *layouts[name], positions=16)
+        _, model = decoding_cost.build_lm(data, *layouts[name], positions=16)
         assert cost["params"] == sum(p.numel() for p in model.parameters())
     # the known answer, 6 layers of d = 64 that differ: softmax's 16th token attends to 16 keys (q.k and a.v:
     # 2 x 16 x 64 multiply-adds), cosFormer's updates and reads its running sums (2 x 2 x 64 x 17)
     assert costs["softmax"]["flops_per_token"] - costs["cos3_softmax1"]["flops_per_token"] == 6 * 2 * (2 * 16 * 64 - 2 * 2 * 64 * 17)
     # a longer prefix than the positions builds the models with more (fresh weights either way)
-    longer = lm_decoding.next_token_cost(data, layouts["cosformer"], layouts["softmax"], positions=16, prefix=20, settings=tiny)
+    longer = decoding_cost.next_token_cost(data, layouts["cosformer"], layouts["softmax"], positions=16, prefix=20, settings=tiny)
     assert longer["prefix"] == 20 and longer["positions"] == 21
 
 
@@ -1009,10 +1009,66 @@ def test_the_ratio_suites_report_has_every_verdict_with_its_p_value_the_decoding
     assert "![validation loss, " in report and (tmp_path / "quality_shakespeare8_valid.png").is_file()
 
 
-def test_decoding_cost_is_for_language_model_suites(capsys):
+def _multi30k_like_data_bin(tmp_path) -> str:
+    """A binarised German-English stand-in for Multi30k (generated pairs, one joined dictionary)."""
+    from fairseq_plugins.cli.pipeline import fairseq_command, run
+    from fairseq_plugins.cli.synthetic import write_translation_task
+
+    raw = tmp_path / "raw"
+    write_translation_task(str(raw), splits={"train": 40, "valid": 5, "test": 5})
+    for path in raw.iterdir():
+        path.rename(raw / path.name.replace(".src", ".de").replace(".tgt", ".en"))
+    data_bin = tmp_path / "work" / "data-bin" / "multi30k"
+    run(fairseq_command("preprocess") + ["--source-lang", "de", "--target-lang", "en", "--trainpref", f"{raw}/train",
+                                         "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test", "--destdir",
+                                         str(data_bin), "--joined-dictionary", "--workers", "1"])
+    return str(data_bin)
+
+
+def test_a_translation_rows_beam_search_is_timed_beside_softmax_on_the_model_its_recipe_trains(tmp_path, monkeypatch):
+    from benchmarks import convergence, decoding_cost
+
+    data = _multi30k_like_data_bin(tmp_path)
+    records = tmp_path / "records"
+    ctx = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=True, records=str(records))
+    suite = quality.SUITES["multi30k_converged"]
+    rows = [row for row in suite.rows if row.name in ("softmax", "cosformer_decoder", "extractor_he_decoder", "bet_sf")]
+    quality.measure_decode_cost(ctx, suite, rows, "python benchmarks/quality.py --decode-cost")
+    costs = json.loads((records / suite.name / "decode_cost.json").read_text())
+    assert set(costs) == {row.name for row in rows}
+    for row in rows:
+        cost = costs[row.name]
+        argv = quality.recipe_training_argv(ctx, suite, row)
+        # the model the recipe trains: its data, preset and the suite's sizes
+        assert argv[0] == data and argv[argv.index("--arch") + 1] == row.arch and "--encoder-embed-dim" in argv
+        assert [cost["arch"], cost["flags"]] == list(quality.decode_layout(suite, row)) and cost["reference_row"] == "softmax"
+        assert cost["params"] == sum(p.numel() for p in decoding_cost.build_model(argv)[1].parameters())
+        assert cost["ms_per_sentence"] > 0 and cost["relative"] > 0 and len(cost["ratios"]) == 2
+        # the quick protocol: 8 source tokens, exactly 8 steps and the end of sentence, beam 2
+        assert cost["decoder_calls"] == 9 and (cost["settings"]["beam"], cost["settings"]["source_length"]) == (2, 8)
+    assert costs["cosformer_decoder"]["params"] == costs["softmax"]["params"]  # (cosFormer adds no weights)
+    # the model does not depend on the budget: its arguments are read before the budget is measured
+    monkeypatch.setattr(convergence, "DEFAULT_RESULTS", str(tmp_path / "none"))
+    full = quality.Context(data_root=str(tmp_path), work_dir=str(tmp_path / "work"), quick=False, records=str(records))
+    assert quality.recipe_training_argv(full, suite, rows[0])[argv.index("--arch") + 1] == "mixed_transformer_iwslt_de_en"
+    lines = quality.render_seeds_suite(full, suite, None)
+    header = next(line for line in lines if line.startswith("| row |"))
+    assert "beam-2 ms/sentence (8 → 8 tokens)" in header and "beam-2 x softmax" in header
+    shown = next(line for line in lines if line.startswith("| extractor_he_decoder |"))
+    cells = [cell.strip() for cell in shown.split("|")[1:-1]]
+    ratios = costs["extractor_he_decoder"]["ratios"]
+    assert cells[2] == "not trained yet" and cells[-2] == f"{costs['extractor_he_decoder']['ms_per_sentence']:.1f}"
+    assert cells[-1] == f"{costs['extractor_he_decoder']['relative']:.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+    note = next(line for line in lines if line.startswith("Beam-2 columns:"))
+    assert "one random source sentence of 8 tokens for exactly 8 decoder steps" in note and "in one process" in note
+
+
+def test_decoding_cost_is_for_the_suites_whose_report_shows_it(capsys):
     with pytest.raises(SystemExit) as stopped:
-        quality.main(["--suites", "multi30k_converged,shakespeare8", "--decode-cost"])
-    assert stopped.value.code == 2 and "--decode-cost: measures language models" in capsys.readouterr().err
+        quality.main(["--suites", "multi30k,shakespeare8", "--decode-cost"])
+    error = capsys.readouterr().err
+    assert stopped.value.code == 2 and "--decode-cost: for the suites whose report shows it" in error
+    assert "multi30k_converged, shakespeare8; --suites multi30k,shakespeare8 has multi30k" in error
     with pytest.raises(SystemExit):
         quality.main(["--suites", "shakespeare8", "--decode-cost", "--report-only"])
     assert "--report-only and --decode-cost: each is a run of its own" in capsys.readouterr().err
