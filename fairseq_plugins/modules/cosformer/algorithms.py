@@ -113,6 +113,8 @@ def recurrent_causal(q, k, v, initial_state=None, *, angle, horizon, eps, key_pa
     q, k, v, angle, initial_state = _at_least_float32(q, k, v, angle, initial_state)
     q, k = _phi(q, k, key_padding_mask)
     cos_a, sin_a = torch.cos(angle), torch.sin(angle)
+    if q.size(2) == 1:  # (decoding: no slices)
+        return causal_step(q, k, v, None, cos_a, sin_a, eps, initial_state)
     state, outs = initial_state, []
     for t in range(q.size(2)):
         sl = slice(t, t + 1)
