@@ -187,6 +187,23 @@ def test_incremental_parity(kind, variant, placement):
     assert torch.allclose(full, incremental, atol=TOL, rtol=0), (full - incremental).abs().max()
 
 
+@pytest.mark.parametrize("kind,variant,placement", DECODING_CASES)
+def test_incremental_parity_after_a_prefix_in_one_call(kind, variant, placement):
+    """A prefix fed in one incremental call (several tokens: the full-pass algorithms fill the state), then
+    token by token: the state each kind's full pass leaves is one its steps continue from."""
+    module = make(kind, variant, placement)
+    query, memory = inputs(placement, tgt_len=MAX_POSITIONS)
+    full, _ = call(module, query, memory)
+    state, prefix = {}, MAX_POSITIONS - 4
+    outputs = [call(module, query[:prefix], query[:prefix] if placement == DECODER_SELF else memory,
+                    incremental_state=state)[0]]
+    for t in range(prefix, MAX_POSITIONS):
+        step = query[t: t + 1]
+        outputs.append(call(module, step, step if placement == DECODER_SELF else memory, incremental_state=state)[0])
+    incremental = torch.cat(outputs, dim=0)
+    assert torch.allclose(full, incremental, atol=TOL, rtol=0), (full - incremental).abs().max()
+
+
 @pytest.mark.parametrize("kind,variant,placement", DECODER_SELF_CASES)
 def test_incremental_parity_after_beam_reorder_self(kind, variant, placement):
     module = make(kind, variant, placement)

@@ -20,6 +20,7 @@ def causal_step(q, k, v, u, cos_a, sin_a, eps, state):
     # state + k2 v1^T, the outer product broadcast in one out-of-place call: one B,H,2,D,E+1 allocation (they
     # dominate a step's time), and no batched matrix product of inner size 1 (several times slower on the
     # CPU); the state itself is left as it is (a beam may share it).
-    new_state = k2 * v1 if state is None else torch.addcmul(state, k2, v1)
+    # (a full pass's state may be strided otherwise: made contiguous once, the steps' own states are)
+    new_state = k2 * v1 if state is None else torch.addcmul(state.contiguous(), k2, v1)
     out = (q.unsqueeze(-2) * trig).view(bsz, heads, 1, 2 * dim) @ new_state.view(bsz, heads, 2 * dim, e_dim + 1)
     return out[..., :-1] / out[..., -1:].clamp_min(eps), new_state

@@ -187,8 +187,14 @@ class SoftmaxAttention(MultiheadAttention):
             return self._forward_changed_diagonal(
                 query, key, value, key_padding_mask, incremental_state, need_weights, static_kv, attn_mask, need_head_weights
             )
-        if self.causal and attn_mask is None and incremental_state is None and query.size(0) > 1:
-            attn_mask = causal_additive_mask(query.size(0), key.size(0), query)
+        if self.causal and attn_mask is None and query.size(0) > 1:
+            # several tokens at once are causal in an incremental call too (fairseq's decoder feeds one at a
+            # time and gives no mask there; a prefix fed in one call would otherwise see its own future)
+            past = 0
+            if incremental_state is not None:
+                prev_key = self._get_input_buffer(incremental_state).get("prev_key")
+                past = prev_key.size(2) if prev_key is not None else 0
+            attn_mask = causal_additive_mask(query.size(0), past + key.size(0), query)
         if need_head_weights and incremental_state is None:
             # fairseq's fast path (F.multi_head_attention_forward) averages the
             # heads even when per-head weights are asked for; static_kv=True,
