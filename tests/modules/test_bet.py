@@ -301,14 +301,17 @@ def test_decoding_caches_past_scores_and_equals_the_full_pass(score_weights):
     module = make("bet", bet_score_weights=score_weights)
     steps = 24
     x = rand(steps, 2, EMBED)
-    full, _ = module(x, x, x)
+    full, full_weights = module(x, x, x)
     cached_scores = []
     state = {}
     outputs = []
     for t in range(steps):
-        out, _ = module(x[t : t + 1], x[t : t + 1], x[t : t + 1], incremental_state=state)
+        out, weights = module(x[t : t + 1], x[t : t + 1], x[t : t + 1], incremental_state=state)
         outputs.append(out)
         cached_scores.append(module._get_input_buffer(state)["prev_score"].clone())
+        # a step's weights are its row of the full pass's A' (the diagonal-free mask: 0 on itself from t = 1)
+        assert torch.allclose(weights, full_weights[:, t : t + 1, : t + 1], atol=TOL, rtol=0)
+        assert (t == 0) == bool((weights[..., -1] == 1).all()) and (t == 0 or bool((weights[..., -1] == 0).all()))
     assert torch.allclose(torch.cat(outputs), full, atol=TOL, rtol=0)
     # the R of a past token is computed once, when the token is fed, and then only read
     for t in range(1, steps):

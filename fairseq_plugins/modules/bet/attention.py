@@ -232,15 +232,30 @@ class BetAttention(BaseAttention):
                     out, token_scores = self._fused(q, k_all, v_all, *masks())
             attn_prime = None
         else:
-            causal, visible = masks()
+            # One new token and no padding (fairseq's decoding step): it sees every key under the causal
+            # mask, and every earlier one under the diagonal-free mask (itself only when it is the first),
+            # so plain softmaxes over those keys replace the masks (most of a step's time otherwise)
+            unmasked_step = tgt_len == 1 and pad_all is None
+            causal, visible = (None, None) if unmasked_step else masks()
             scores = q @ k_all.transpose(-1, -2)  # B,H,T,S: Q K^T / sqrt(d_h)
-            attn = masked_softmax(scores, causal)  # eq. 6, A (float32 for half inputs)
+            if unmasked_step:
+                attn = torch.softmax(scores.to(at_least_float32(scores.dtype)), dim=-1)  # eq. 6, A
+            else:
+                attn = masked_softmax(scores, causal)  # eq. 6, A (float32 for half inputs)
             hidden = attn.to(v_all.dtype) @ v_all  # eq. 6, H = A V of the T new tokens
             scores_new = self.token_scores(hidden, k)  # eq. 7, R of the new tokens
             token_scores = scores_new if prev_scores is None else torch.cat([prev_scores, scores_new], dim=2)
             rescaled = scores.to(token_scores.dtype) * token_scores.unsqueeze(2)  # eq. 8: column j times R_j
-            attn_prime = masked_softmax(rescaled, visible)  # eq. 9, A'
-            out = self.dropout_module(attn_prime.to(v_all.dtype)) @ v_all  # eq. 10, H' = A' V
+            if not unmasked_step:
+                attn_prime = masked_softmax(rescaled, visible)  # eq. 9, A'
+                out = self.dropout_module(attn_prime.to(v_all.dtype)) @ v_all  # eq. 10, H' = A' V
+            elif self.diag_free and src_len > 1:  # eqs. 9-10 over the earlier keys; weight 0 on itself
+                earlier = torch.softmax(rescaled[..., :-1], dim=-1)
+                out = self.dropout_module(earlier.to(v_all.dtype)) @ v_all[:, :, :-1]
+                attn_prime = F.pad(earlier, (0, 1)) if need_weights else None
+            else:
+                attn_prime = torch.softmax(rescaled, dim=-1)  # eq. 9, A'
+                out = self.dropout_module(attn_prime.to(v_all.dtype)) @ v_all  # eq. 10, H' = A' V
         out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.attention_dim))
 
         if incremental_state is not None:
