@@ -44,7 +44,9 @@ Decisions (the paper leaves them open):
   ``scaled_dot_product_attention`` (fused kernels; eq. 8 as attention with the
   keys R_j k_j), with ``is_causal`` and no mask tensor at all when the batch has
   no padding or right padding only (the diagonal-free mask is the causal mask
-  shifted by one key); weights, recording and decoding use the explicit form.
+  shifted by one key); weights, recording and decoding use the explicit form,
+  without any mask for a decoding step of one unpadded token (fairseq's), which
+  sees every key (eq. 6) and every earlier one (eq. 9).
 
 Costs are those of softmax attention (two T x S softmaxes per head). Decoding
 caches keys, values and every past token's R (each depends only on positions up
