@@ -127,9 +127,11 @@ def beam_search_costs(layouts: Sequence[Sequence[str]], reference: Sequence[str]
     steps), on fresh weights (the work of a step does not depend on their values): milliseconds per sentence,
     relative to the reference, the ratios' spread, and the parameters. The layouts' measuring processes are
     taken in turn (``measure_in_turn``), so a change of the machine's speed weighs on every layout alike."""
-    reference_task, _ = build_model(reference)
+    from fairseq import tasks
+
+    dictionary = tasks.setup_task(training_args(reference)).target_dictionary
     records = measure_in_turn([(functools.partial(built_model, argv), functools.partial(built_model, reference))
-                               for argv in layouts], reference_task.target_dictionary, settings, work=("generation",))
+                               for argv in layouts], dictionary, settings, work=("generation",))
     costs = []
     for argv, record in zip(layouts, records):
         params = sum(p.numel() for p in built_model(argv).parameters())

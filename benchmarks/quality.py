@@ -694,10 +694,10 @@ def suite_env(ctx: Context, suite: Suite, averaging: bool = True, budget: bool =
     if suite.budget_from and budget and not ctx.quick:
         from benchmarks import convergence
 
-        budget = convergence_budget(suite.budget_from)
-        env["MAX_UPDATE"] = str(budget)
+        updates = convergence_budget(suite.budget_from)
+        env["MAX_UPDATE"] = str(updates)
         if averaging:
-            env.update(convergence.averaging_env(convergence.DEFAULT_RESULTS, suite.budget_from, budget))
+            env.update(convergence.averaging_env(convergence.DEFAULT_RESULTS, suite.budget_from, updates))
     return {**env, **(suite.quick_env if ctx.quick else {})}
 
 
@@ -1077,8 +1077,9 @@ def recipe_training_argv(ctx: Context, suite: Suite, row: Row) -> List[str]:
     output = ctx.run(suite.name, {**row_env(ctx, suite, row, 1, budget=False), "DRY_RUN": "1"}, argv, record=False)
     printed = [line for line in output.splitlines() if line.startswith("fairseq-train ")]
     if not printed:
-        raise SystemExit(f"error: {suite.name}/{row.name}: `DRY_RUN=1 {shlex.join(argv)}` printed no fairseq-train "
-                         f"command (its last line: {output.strip().splitlines()[-1] if output.strip() else 'none'})")
+        raise SystemExit(f"error: {suite.name}/{row.name}: `DRY_RUN=1 {shlex.join(argv)}` printed no line starting "
+                         f"with fairseq-train (one CPU process, as quality.py's recipes train; its last line: "
+                         f"{output.strip().splitlines()[-1] if output.strip() else 'none'})")
     return shlex.split(printed[-1])[1:]
 
 
@@ -1124,9 +1125,8 @@ def measure_decode_cost(ctx: Context, suite: Suite, rows: Sequence[Row], command
     settings = decode_cost_settings(ctx, suite)
 
     def keep(row: Row, cost: dict):
-        arch, flags = decode_layout(suite, row)
         machine = {k: v for k, v in provenance(ctx.device).items() if k != "threads"}  # (the training's threads)
-        stored[row.name] = {"arch": arch, "flags": flags, **cost, "reference_row": baseline, "command": command,
+        stored[row.name] = {**decode_key(ctx, suite, row), **cost, "reference_row": baseline, "command": command,
                             "finished": datetime.datetime.now().isoformat(timespec="seconds"), **machine}
         write_json(path, stored, sort_keys=True)
         if keeps_records(ctx, suite):  # (a new measurement replaces the recorded one)
@@ -1140,9 +1140,9 @@ def measure_decode_cost(ctx: Context, suite: Suite, rows: Sequence[Row], command
             log(f"{suite.name}: beam search of one sentence ({settings.source_length} source tokens, "
                 f"{settings.decoder_steps} steps, beam {settings.beam}) of {', '.join(row.name for row in group)}, "
                 f"each beside {baseline}")
-            costs = beam_search_costs([recipe_training_argv(ctx, suite, row) for row in group], reference, settings)
-            for row, cost in zip(group, costs):
-                keep(row, cost)
+            layouts = [recipe_training_argv(ctx, suite, row) for row in group]
+            for row, argv, cost in zip(group, layouts, beam_search_costs(layouts, reference, settings)):
+                keep(row, {**cost, "train_arguments": argv})  # (the model measured, for the record)
         return
     reference = decode_layout(suite, baseline_row)
     # (the model's context, not the budget: measurable before the convergence budget is)
@@ -1150,7 +1150,7 @@ def measure_decode_cost(ctx: Context, suite: Suite, rows: Sequence[Row], command
     for row in rows:
         log(f"{suite.name}/{row.name}: decoding cost per token after {positions - 1} tokens, beside {baseline}")
         cost = next_token_cost(data_bin(ctx, suite), decode_layout(suite, row), reference, positions, settings=settings)
-        keep(row, {k: v for k, v in cost.items() if k not in ("arch", "flags")})
+        keep(row, cost)
 
 
 def stored_decode_cost(ctx: Context, suite: Suite) -> Dict[str, dict]:
@@ -1168,19 +1168,35 @@ def stored_decode_cost(ctx: Context, suite: Suite) -> Dict[str, dict]:
     return kept
 
 
+def decode_key(ctx: Context, suite: Suite, row: Row) -> dict:
+    """What a row's decoding cost measures, as its record states it: the layout (``--arch`` and flags), a
+    translation row's recipe settings of its own (its model is the one its recipe trains) and the work
+    timed (the beam and the lengths of its one sentence); a language model's prefix is its record's own."""
+    arch, flags = decode_layout(suite, row)
+    if suite.kind != "translation":
+        return {"arch": arch, "flags": flags}
+    settings = decode_cost_settings(ctx, suite)
+    return {"arch": arch, "flags": flags, "row_env": sorted([k, v] for k, v in row.env) + (
+        [["SYNTAX_HINTS", "1"]] if row.syntax_hints else []),
+            "workload": {k: getattr(settings, k) for k in ("beam", "source_length", "decoder_steps")}}
+
+
 def load_decode_cost(ctx: Context, suite: Suite) -> Dict[str, dict]:
-    """The rows' decoding costs measured with their current layouts (a row measured with other flags is stale)."""
+    """The rows' decoding costs measured as ``decode_key`` says they are now (one measured with another
+    layout, other recipe settings or another workload is stale: not reported; a change to a recipe's own
+    defaults needs ``--decode-cost`` again)."""
     stored = stored_decode_cost(ctx, suite)
     current = {}
     for row in suite.rows:
         cost = stored.get(row.name)
         if cost is None:
             continue
-        arch, flags = decode_layout(suite, row)
-        if (cost["arch"], cost["flags"]) == (arch, flags):
+        key = decode_key(ctx, suite, row)
+        if all(cost.get(name) == value for name, value in key.items()):
             current[row.name] = cost
         else:
-            log(f"{suite.name}/{row.name}: its decoding cost was measured with other flags: not reported")
+            log(f"{suite.name}/{row.name}: its decoding cost was measured with another layout, other settings or "
+                "another workload: not reported")
     return current
 
 
@@ -2222,7 +2238,7 @@ def main(argv: Optional[Sequence[str]] = None):
     timed = [name for name, suite in SUITES.items() if reports_decode_cost(suite)]
     if args.decode_cost and any(suite.name not in timed for suite in suites):
         parser.error(f"--decode-cost: for the suites whose report shows it (each row timed beside the baseline): "
-                     f"{', '.join(timed)}; --suites {args.suites} has "
+                     f"{', '.join(timed)}; not measurable: "
                      f"{', '.join(suite.name for suite in suites if suite.name not in timed)}")
     work_dir = os.path.abspath(args.work_dir or os.path.join(REPO, "work_dirs",
                                                              "bench_quality_quick" if args.quick else "bench_quality"))

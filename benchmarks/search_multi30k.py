@@ -92,7 +92,7 @@ CONVERGED = quality.SUITES["multi30k_converged"]
 # The search's own rows: bench-quality's converged settings, the model given by an architecture file
 SEARCH_SUITE = replace(CONVERGED, name="search_multi30k", model_args=(), rows=(), quick_rows=())
 CONVERGED_ROWS = {row.name: row for row in CONVERGED.rows}
-LATENCY = quality.BEAM_SEARCH_LATENCY  # (bench-quality times its rows' beam search with it too)
+LATENCY = dict(quality.BEAM_SEARCH_LATENCY)  # (bench-quality times its rows' beam search with it too)
 BASELINE = "softmax"
 # The hand-written layouts (bench-quality's multi30k_converged rows of these names, 3 + 3 layers of width 128,
 # FFN 512, 4 heads): (encoder self, decoder self, cross) kinds per layer
@@ -156,7 +156,7 @@ REAL = Scale(LATENCY)
 # measurement kept (a collection too small to drop any), 12 samples per collection (``rank`` needs 10), an
 # evolution of 6 over 2 iterations whose whole final population is measured, 12 distinct architectures
 # trained (at least one spread one), one seed
-QUICK = Scale(quality.QUICK_BEAM_SEARCH_LATENCY,
+QUICK = Scale(dict(quality.QUICK_BEAM_SEARCH_LATENCY),
               supernet_updates=6, supernet_env={"MAX_TOKENS": "256", "TOKENS_PER_UPDATE": "256"},
               collect_options=("--max-spread", "10", "--remeasure", "0"),
               evolution_options=("--population", "6", "--parents", "2", "--mutations", "2", "--crossovers", "2",

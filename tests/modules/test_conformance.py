@@ -189,17 +189,16 @@ def test_incremental_parity(kind, variant, placement):
 
 @pytest.mark.parametrize("kind,variant,placement", DECODING_CASES)
 def test_incremental_parity_after_a_prefix_in_one_call(kind, variant, placement):
-    """A prefix fed in one incremental call (several tokens: the full-pass algorithms fill the state), then
-    token by token: the state each kind's full pass leaves is one its steps continue from."""
+    """A prefix fed in incremental calls of several tokens (the full-pass algorithms fill the state; the
+    second call's tokens come after cached ones), then token by token: the state each kind's full pass
+    leaves is one its steps continue from, and several new tokens see neither their future nor less."""
     module = make(kind, variant, placement)
     query, memory = inputs(placement, tgt_len=MAX_POSITIONS)
     full, _ = call(module, query, memory)
-    state, prefix = {}, MAX_POSITIONS - 4
-    outputs = [call(module, query[:prefix], query[:prefix] if placement == DECODER_SELF else memory,
-                    incremental_state=state)[0]]
-    for t in range(prefix, MAX_POSITIONS):
-        step = query[t: t + 1]
-        outputs.append(call(module, step, step if placement == DECODER_SELF else memory, incremental_state=state)[0])
+    state, outputs = {}, []
+    for start, end in [(0, 3), (3, MAX_POSITIONS - 4)] + [(t, t + 1) for t in range(MAX_POSITIONS - 4, MAX_POSITIONS)]:
+        part = query[start:end]
+        outputs.append(call(module, part, part if placement == DECODER_SELF else memory, incremental_state=state)[0])
     incremental = torch.cat(outputs, dim=0)
     assert torch.allclose(full, incremental, atol=TOL, rtol=0), (full - incremental).abs().max()
 

@@ -194,7 +194,7 @@ class SoftmaxAttention(MultiheadAttention):
             if incremental_state is not None:
                 prev_key = self._get_input_buffer(incremental_state).get("prev_key")
                 past = prev_key.size(2) if prev_key is not None else 0
-            attn_mask = causal_additive_mask(query.size(0), past + key.size(0), query)
+            attn_mask = causal_additive_mask(query.size(0), past + query.size(0), query)  # (self-attention)
         if need_head_weights and incremental_state is None:
             # fairseq's fast path (F.multi_head_attention_forward) averages the
             # heads even when per-head weights are asked for; static_kv=True,
