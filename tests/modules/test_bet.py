@@ -71,6 +71,23 @@ def test_diag_free_first_row_sees_itself_and_later_rows_never_the_diagonal(kind,
     assert (below.sum(-1) - 1).abs().max() < 1e-12
 
 
+@pytest.mark.parametrize("kind,opts", [("bet", {}), ("bet", {"bet_no_diag_free": True}), ("softmax", {"softmax_diag_free": True}),
+                                       ("softmax", {"softmax_diag_scale": 0.2}), ("softmax", {"softmax_diag_scale": -1.5})],
+                         ids=["bet", "bet-no-diag-free", "diag-free", "reduced-diag", "negative-diag"])
+def test_a_decoding_steps_weights_are_its_row_of_the_full_pass(kind, opts):
+    """fairseq's decoding steps (one token, no padding) take the kinds' maskless path: each step's per-head
+    weights are its row of the full pass's, the diagonal-free ones 0 on the token itself from the second."""
+    module = make(kind, **opts)
+    x = rand(9, 2, EMBED)
+    full = head_weights(module, x)  # H x B x T x S
+    state = {}
+    for t in range(x.size(0)):
+        out, weights = module(x[t : t + 1], x[t : t + 1], x[t : t + 1], incremental_state=state, need_head_weights=True)
+        assert torch.allclose(weights, full[:, :, t : t + 1, : t + 1], atol=TOL, rtol=0)
+        if module.hides_diagonal and t > 0:
+            assert torch.equal(weights[..., -1], torch.zeros_like(weights[..., -1]))
+
+
 @pytest.mark.parametrize("kind,opts", DIAG_FREE, ids=DIAG_FREE_IDS)
 def test_diag_free_under_left_padding_first_real_token_sees_itself(kind, opts):
     module = make(kind, **opts)
