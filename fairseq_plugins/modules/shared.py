@@ -99,6 +99,24 @@ def masked_softmax(scores: Tensor, visible: Tensor) -> Tensor:
     return torch.softmax(scores, dim=-1).masked_fill(~any_visible, 0.0)
 
 
+def causal_softmax(scores: Tensor, key_padding_mask: Optional[Tensor], diag_free: bool,
+                   hidden: Optional[Tensor] = None) -> Tensor:
+    """softmax of B x H x T x S causal self-attention scores over the keys each query sees
+    (``causal_visibility``: the queries are the last T of S tokens; ``hidden``: further keys the caller
+    hides, a bool broadcastable to the scores), float32 at least, as ``masked_softmax``. One query without
+    padding or hidden keys (a decoding step) sees every key, or under the diagonal-free mask every earlier
+    one (itself only when it is the first): plain softmaxes then, no mask built (most of a step's time
+    otherwise); the weight on its own key is exactly 0."""
+    tgt_len, src_len = scores.shape[-2:]
+    if tgt_len == 1 and key_padding_mask is None and hidden is None:
+        scores = scores.to(at_least_float32(scores.dtype))
+        if not diag_free or src_len == 1:
+            return torch.softmax(scores, dim=-1)
+        return F.pad(torch.softmax(scores[..., :-1], dim=-1), (0, 1))
+    visible = causal_visibility(tgt_len, src_len, key_padding_mask, diag_free, scores.device).unsqueeze(1)
+    return masked_softmax(scores, visible if hidden is None else visible & ~hidden)
+
+
 def padding_so_far(prev: Optional[Tensor], current: Optional[Tensor], bsz: int, prev_len: int, tgt_len: int) -> Optional[Tensor]:
     """The padding of all keys (B x S) of a decoding step: the cached padding of the
     ``prev_len`` earlier tokens and that of the ``tgt_len`` new ones; None when

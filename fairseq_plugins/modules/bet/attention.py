@@ -44,9 +44,9 @@ Decisions (the paper leaves them open):
   ``scaled_dot_product_attention`` (fused kernels; eq. 8 as attention with the
   keys R_j k_j), with ``is_causal`` and no mask tensor at all when the batch has
   no padding or right padding only (the diagonal-free mask is the causal mask
-  shifted by one key); weights, recording and decoding use the explicit form,
-  without any mask for a decoding step of one unpadded token (fairseq's), which
-  sees every key (eq. 6) and every earlier one (eq. 9).
+  shifted by one key); weights, recording and decoding use the explicit form
+  (``causal_softmax``: no mask at all for a decoding step of one unpadded
+  token, which sees every key in eq. 6 and every earlier one in eq. 9).
 
 Costs are those of softmax attention (two T x S softmaxes per head). Decoding
 caches keys, values and every past token's R (each depends only on positions up
@@ -62,7 +62,7 @@ from torch import Tensor, nn
 
 from ..options import AttentionContext
 from ..registry import DECODER_SELF, AttentionConfigError, BaseAttention, register_attention
-from ..shared import (at_least_float32, causal_visibility, check_self_attention_key, masked_softmax, padding_so_far,
+from ..shared import (at_least_float32, causal_softmax, causal_visibility, check_self_attention_key, padding_so_far,
                       without_cudnn_attention)
 from .costs import BET_COSTS
 from .naive import naive_attention, naive_token_scores
@@ -221,43 +221,26 @@ class BetAttention(BaseAttention):
         src_len = k_all.size(2)
         pad_all = padding_so_far(buffer.get("prev_key_padding_mask"), key_padding_mask, bsz, src_len - tgt_len, tgt_len)
 
-        def masks():  # B x 1 x T x S bool (1 x 1 x T x S without padding): T^2 bytes each, built only where used
-            causal = causal_visibility(tgt_len, src_len, pad_all, False, query.device).unsqueeze(1)
-            return causal, causal if not self.diag_free else causal_visibility(tgt_len, src_len, pad_all, True, query.device).unsqueeze(1)
-
         prev_scores = buffer.get("prev_score")
         if not need_weights and incremental_state is None:
             with without_cudnn_attention(q.device):
                 if pad_all is None or bool((pad_all[:, 1:].int() >= pad_all[:, :-1].int()).all()):
                     out, token_scores = self._fused_right_padded(q, k_all, v_all)
-                else:
-                    out, token_scores = self._fused(q, k_all, v_all, *masks())
+                else:  # B x 1 x T x S bool masks: T^2 bytes each
+                    causal = causal_visibility(tgt_len, src_len, pad_all, False, query.device).unsqueeze(1)
+                    visible = causal_visibility(tgt_len, src_len, pad_all, True, query.device).unsqueeze(1) \
+                        if self.diag_free else causal
+                    out, token_scores = self._fused(q, k_all, v_all, causal, visible)
             attn_prime = None
         else:
-            # One new token and no padding (fairseq's decoding step): it sees every key under the causal
-            # mask, and every earlier one under the diagonal-free mask (itself only when it is the first),
-            # so plain softmaxes over those keys replace the masks (most of a step's time otherwise)
-            unmasked_step = tgt_len == 1 and pad_all is None
-            causal, visible = (None, None) if unmasked_step else masks()
             scores = q @ k_all.transpose(-1, -2)  # B,H,T,S: Q K^T / sqrt(d_h)
-            if unmasked_step:
-                attn = torch.softmax(scores.to(at_least_float32(scores.dtype)), dim=-1)  # eq. 6, A
-            else:
-                attn = masked_softmax(scores, causal)  # eq. 6, A (float32 for half inputs)
+            attn = causal_softmax(scores, pad_all, diag_free=False)  # eq. 6, A (float32 for half inputs)
             hidden = attn.to(v_all.dtype) @ v_all  # eq. 6, H = A V of the T new tokens
             scores_new = self.token_scores(hidden, k)  # eq. 7, R of the new tokens
             token_scores = scores_new if prev_scores is None else torch.cat([prev_scores, scores_new], dim=2)
             rescaled = scores.to(token_scores.dtype) * token_scores.unsqueeze(2)  # eq. 8: column j times R_j
-            if not unmasked_step:
-                attn_prime = masked_softmax(rescaled, visible)  # eq. 9, A'
-                out = self.dropout_module(attn_prime.to(v_all.dtype)) @ v_all  # eq. 10, H' = A' V
-            elif self.diag_free and src_len > 1:  # eqs. 9-10 over the earlier keys; weight 0 on itself
-                earlier = torch.softmax(rescaled[..., :-1], dim=-1)
-                out = self.dropout_module(earlier.to(v_all.dtype)) @ v_all[:, :, :-1]
-                attn_prime = F.pad(earlier, (0, 1)) if need_weights else None
-            else:
-                attn_prime = torch.softmax(rescaled, dim=-1)  # eq. 9, A'
-                out = self.dropout_module(attn_prime.to(v_all.dtype)) @ v_all  # eq. 10, H' = A' V
+            attn_prime = causal_softmax(rescaled, pad_all, self.diag_free)  # eq. 9, A' (diagonal-free mask')
+            out = self.dropout_module(attn_prime.to(v_all.dtype)) @ v_all  # eq. 10, H' = A' V
         out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.attention_dim))
 
         if incremental_state is not None:

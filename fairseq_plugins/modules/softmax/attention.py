@@ -21,7 +21,6 @@ neither set the kind is fairseq's MultiheadAttention unchanged.
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
@@ -34,8 +33,8 @@ from ..registry import (
     ConformanceVariant,
     register_attention,
 )
-from ..shared import (at_least_float32, causal_additive_mask, causal_visibility, masked_softmax, module_output,
-                      module_projections, without_cudnn_attention)
+from ..shared import (causal_additive_mask, causal_softmax, module_output, module_projections,
+                      without_cudnn_attention)
 from .costs import SOFTMAX_COSTS
 from .naive import naive_attention
 from .options import SoftmaxOptions, check_diag_options
@@ -215,19 +214,6 @@ class SoftmaxAttention(MultiheadAttention):
                 need_head_weights=need_head_weights,
             )
 
-    def _unmasked_step_weights(self, scores: Tensor) -> Tensor:
-        """The weights of a decoding step of one token without padding or a caller's mask (fairseq's
-        decoding), from its (B*H) x 1 x S scores: its own key is the last one and every key is real, so
-        plain softmaxes replace the masks (most of a step's time otherwise)."""
-        scores = scores.to(at_least_float32(scores.dtype))
-        if self.diag_scale != 1.0:
-            scores = torch.cat([scores[..., :-1], scores[..., -1:] * self.diag_scale], dim=-1)
-        if not self.diag_free:
-            return torch.softmax(scores, dim=-1)
-        if scores.size(-1) == 1:  # the first token sees itself only
-            return torch.ones_like(scores)
-        return F.pad(torch.softmax(scores[..., :-1], dim=-1), (0, 1))  # every earlier key, weight 0 on itself
-
     def _forward_changed_diagonal(
         self, query, key, value, key_padding_mask, incremental_state, need_weights, static_kv, attn_mask, need_head_weights
     ):
@@ -258,21 +244,19 @@ class SoftmaxAttention(MultiheadAttention):
         if incremental_state is not None:
             # fairseq appended the current padding to the cached one (B x S, or None).
             key_padding_mask = self._get_input_buffer(incremental_state).get("prev_key_padding_mask")
-        if tgt_len == 1 and key_padding_mask is None and attn_mask is None:
-            weights_float = self._unmasked_step_weights(scores)
-        else:
+        if self.diag_scale != 1.0:
+            # Scale q_i . k_i / sqrt(d_h) itself (query i's own key is key i + S - T); a padded diagonal stays
+            # -inf (0 * -inf or a negative factor would turn it into NaN or +inf).
             own = torch.arange(tgt_len, device=scores.device).unsqueeze(1) + (src_len - tgt_len)
             diagonal = torch.arange(src_len, device=scores.device).unsqueeze(0) == own  # T x S
-            if self.diag_scale != 1.0:
-                # Scale q_i . k_i / sqrt(d_h) itself; a padded diagonal stays -inf
-                # (0 * -inf or a negative factor would turn it into NaN or +inf).
-                scores = torch.where(diagonal & torch.isfinite(scores), scores * self.diag_scale, scores)
-            if attn_mask is not None:
-                scores = scores + attn_mask.unsqueeze(0)
-            scores = scores.view(bsz, self.num_heads, tgt_len, src_len)  # fairseq's (B*H) rows are b * H + h
-            visible = causal_visibility(tgt_len, src_len, key_padding_mask, self.diag_free, scores.device).unsqueeze(1)
-            visible = visible & torch.isfinite(scores)  # and whatever the caller's mask hides
-            weights_float = masked_softmax(scores, visible).view(bsz * self.num_heads, tgt_len, src_len)
+            scores = torch.where(diagonal & torch.isfinite(scores), scores * self.diag_scale, scores)
+        hidden = None
+        if attn_mask is not None:
+            scores = scores + attn_mask.unsqueeze(0)
+            hidden = ~torch.isfinite(scores).view(bsz, self.num_heads, tgt_len, src_len)  # what the caller's mask hides
+        scores = scores.view(bsz, self.num_heads, tgt_len, src_len)  # fairseq's (B*H) rows are b * H + h
+        weights_float = causal_softmax(scores, key_padding_mask, self.diag_free, hidden).view(
+            bsz * self.num_heads, tgt_len, src_len)
         probs = self.dropout_module(weights_float.to(v.dtype))
         attn = torch.bmm(probs, v)  # (B*H) x T x D
         attn = attn.transpose(0, 1).contiguous().view(tgt_len, bsz, self.embed_dim)
