@@ -231,7 +231,7 @@ def train_rung(ctx: quality.Context, ladder: Ladder, save_dir: str, budget: int,
     suite, row = ladder.suite, ladder.row
     env = quality.recipe_env(ctx, suite, {**suite.env, "MAX_UPDATE": str(budget), "SAVE_DIR": save_dir,
                                           "SEED": str(seed), **interval_env(ladder, budget)})
-    command = [f"recipes/{suite.recipe}/train.sh", row.arch, *suite.model_args, *row.args, *suite.train_args]
+    command = quality.training_command(suite, row)
     last = os.path.join(save_dir, "checkpoint_last.pt")
     started = time.time()
     # the settings the run in this folder started with, and its device: a resumed run must be the same run

@@ -949,7 +949,7 @@ def train_and_score_row(ctx: Context, suite: Suite, row: Row, seed: int, setting
     env = row_env(ctx, suite, row, seed)
     budget = int(env["MAX_UPDATE"])
     done = row_updates_done(save_dir, settings, ctx.device, budget, restart, label)
-    train = [f"recipes/{suite.recipe}/train.sh", row.arch, *suite.model_args, *row.args, *suite.train_args]
+    train = training_command(suite, row)
     started = time.time()
     # fairseq-train resumed at its --max-update would train one more update: a run that got there (stopped
     # while it was scored) is only scored
@@ -1069,10 +1069,16 @@ def decode_layout(suite: Suite, row: Row) -> Tuple[str, List[str]]:
     return row.arch, [*suite.model_args, *row.args]
 
 
+def training_command(suite: Suite, row: Row) -> List[str]:
+    """The row's training through its dataset's recipe (run from the repository root; the settings come
+    from the environment, ``row_env``)."""
+    return [f"recipes/{suite.recipe}/train.sh", row.arch, *suite.model_args, *row.args, *suite.train_args]
+
+
 def recipe_training_argv(ctx: Context, suite: Suite, row: Row) -> List[str]:
     """fairseq-train's arguments (without the program) for the row's first seed, as its recipe gives them
     (the recipe's DRY_RUN=1 prints the command instead of running it)."""
-    argv = [f"recipes/{suite.recipe}/train.sh", row.arch, *suite.model_args, *row.args, *suite.train_args]
+    argv = training_command(suite, row)
     # (the model does not depend on the budget: measurable before the convergence budget is)
     output = ctx.run(suite.name, {**row_env(ctx, suite, row, 1, budget=False), "DRY_RUN": "1"}, argv, record=False)
     printed = [line for line in output.splitlines() if line.startswith("fairseq-train ")]

@@ -82,7 +82,7 @@ from benchmarks.plotting import new_figure, save_png  # noqa: E402
 from benchmarks.provenance import REPO, require_committed  # noqa: E402
 from benchmarks.quality import Context, prepare, relative, scored_references, write_report  # noqa: E402
 from benchmarks.common import read_json, read_jsonl  # noqa: E402
-from benchmarks.supernet_ranking import architecture_key  # noqa: E402
+from benchmarks.supernet_ranking import architecture_key, require_finished_supernet  # noqa: E402
 from fairseq_plugins.files import atomic_output, write_json  # noqa: E402
 
 STAGES = ("supernet", "collect", "rank", "budgets", "evolve", "inherited", "train", "latency")
@@ -266,10 +266,6 @@ def supernet_checkpoint(ctx: Context) -> str:
     return os.path.join(supernet_ranking.supernet_dir(ctx), "checkpoint_last.pt")
 
 
-def require_supernet(checkpoint: str, results: str) -> str:
-    return supernet_ranking.require_finished_supernet(checkpoint, results)
-
-
 def supernet_env(ctx: Context, updates: int, scale: Scale = REAL) -> Dict[str, str]:
     """The recipe settings of the supernet's training: the converged ones (not the rows' checkpoint averaging:
     the stages read the supernet's last checkpoint) at ``SUPERNET_LR``; a one-line error for ``updates`` the
@@ -300,8 +296,8 @@ def collect(ctx: Context, results: str, checkpoint: str, loss_samples: int, late
     latency = [*scale.latency_options(), *scale.collect_options, "--reference", reference_file(results)]
     for what, n, extra in (("loss", loss_samples, []), ("latency", latency_samples, latency)):
         log(f"collect: {what} of {n} architectures (resumes {relative(os.path.join(results, what + '.jsonl'))})")
-        search_cli(ctx, "collect", "--what", what, "--checkpoint", require_supernet(checkpoint, results), "--space", SPACE,
-                   "-n", str(n), "--output", os.path.join(results, f"{what}.jsonl"), *extra)
+        search_cli(ctx, "collect", "--what", what, "--checkpoint", require_finished_supernet(checkpoint, results),
+                   "--space", SPACE, "-n", str(n), "--output", os.path.join(results, f"{what}.jsonl"), *extra)
 
 
 # the collection each ranker learns from: the relative latency is a field of the latency collection's records
@@ -340,7 +336,7 @@ def measured_latency(results: str, checkpoint: str, named: Dict[str, dict], scal
         from fairseq_plugins.search.latency import groups, measure_subnetworks
         from fairseq_plugins.search.subnetworks import counted_cost, load_supernet
 
-        model, task, _ = load_supernet(require_supernet(checkpoint, results))
+        model, task, _ = load_supernet(require_finished_supernet(checkpoint, results))
         reference = layout_architecture(BASELINE)
         settings = LatencySettings(**scale.latency)
         architectures = {name: Architecture.from_dict(named[name]) for name in missing}
@@ -449,7 +445,7 @@ def evolve(ctx: Context, results: str, checkpoint: str, budgets: dict, scale: Sc
             reference = ["--reference", relative(reference_file(results))] if measured else []
             searched = search_cli(ctx, "evolve", "--space", relative(SPACE), "--fitness", "ranker",
                                   "--ranker", relative(os.path.join(results, "ranker_loss", "ranker.txt")),
-                                  "--checkpoint", relative(require_supernet(checkpoint, results)), *constraint,
+                                  "--checkpoint", relative(require_finished_supernet(checkpoint, results)), *constraint,
                                   *scale.latency_options(measured), *scale.evolution_options, *confirm, *reference,
                                   "--output", relative(output))
             if searched.get("done_before"):

@@ -314,12 +314,12 @@ def test_the_later_stages_read_only_the_supernet_that_finished(tmp_path):
     checkpoint.write_text("weights of update 25")  # a supernet still training (or stopped by a session's end)
     with pytest.raises(SystemExit, match=r"checkpoint_last.pt: no finished supernet \(.*supernet.json is written when "
                                          r"it finishes\): run the supernet stage$"):
-        run.require_supernet(str(checkpoint), str(tmp_path))
+        run.require_finished_supernet(str(checkpoint), str(tmp_path))
     finished_supernet(tmp_path, checkpoint)
-    assert run.require_supernet(str(checkpoint), str(tmp_path)) == str(checkpoint)
+    assert run.require_finished_supernet(str(checkpoint), str(tmp_path)) == str(checkpoint)
     checkpoint.write_text("weights of a later update")  # trained on after supernet.json was written
     with pytest.raises(SystemExit, match=r"checkpoint_last.pt is not the supernet .*supernet.json records"):
-        run.require_supernet(str(checkpoint), str(tmp_path))
+        run.require_finished_supernet(str(checkpoint), str(tmp_path))
 
 
 def test_a_search_stopped_between_best_json_and_result_json_is_searched_again(tmp_path, monkeypatch):
