@@ -245,11 +245,12 @@ class SoftmaxAttention(MultiheadAttention):
             # fairseq appended the current padding to the cached one (B x S, or None).
             key_padding_mask = self._get_input_buffer(incremental_state).get("prev_key_padding_mask")
         if self.diag_scale != 1.0:
-            # Scale q_i . k_i / sqrt(d_h) itself (query i's own key is key i + S - T); a padded diagonal stays
-            # -inf (0 * -inf or a negative factor would turn it into NaN or +inf).
-            own = torch.arange(tgt_len, device=scores.device).unsqueeze(1) + (src_len - tgt_len)
-            diagonal = torch.arange(src_len, device=scores.device).unsqueeze(0) == own  # T x S
-            scores = torch.where(diagonal & torch.isfinite(scores), scores * self.diag_scale, scores)
+            # Scale q_i . k_i / sqrt(d_h) itself: query i's own key is key i + S - T, the diagonal of the last T
+            # columns (a view, scaled in a copy of the scores); a padded diagonal stays -inf (0 * -inf or a
+            # negative factor would turn it into NaN or +inf).
+            scores = scores.clone()
+            own = scores[..., src_len - tgt_len:].diagonal(dim1=-2, dim2=-1)
+            own.copy_(torch.where(torch.isfinite(own), own * self.diag_scale, own))
         hidden = None
         if attn_mask is not None:
             scores = scores + attn_mask.unsqueeze(0)
